@@ -1,0 +1,272 @@
+"""The decode loop: draft, verify, accept, roll back.
+
+One step:
+
+1. **forced** - if the grammar allows exactly one token, commit it without running either model
+   (p = q = a point mass, so this is exact); it enters both caches with their next forward.
+2. **draft** - the proposer drafts up to k tokens, each drawn from its masked effective
+   distribution q, walking its own copy of the automaton path.
+3. **verify** - the target runs its pending token(s) + the k drafted tokens in one forward; the
+   masks of all k+1 positions come from the automaton states along the drafted path.
+4. **accept** - the verify function keeps a prefix and gives the correction or bonus token.
+5. **roll back** - both caches are cropped to the accepted prefix; the matcher advances by the kept
+   tokens and the next token only. Nothing from the rejected suffix survives.
+
+``num_draft_tokens = 0`` is plain constrained decoding with the target alone: the baseline.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import torch
+
+from .constraint import Matcher
+from .errors import ConstrainedSpecError, TokenBudgetExceeded
+from .models import SequenceModel
+from .sampling import PolicyTensors, SamplingPolicy, draw, effective_probs, unpack_bitmask
+from .speculative import VerifyResult, verify
+
+Verifier = Callable[..., VerifyResult]
+
+
+@dataclass
+class DecodeStats:
+    """What one generation cost and how well the draft did."""
+
+    generated_tokens: int = 0
+    target_forwards: int = 0
+    draft_forwards: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    forced_tokens: int = 0
+    steps: int = 0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    mask_seconds: float = 0.0
+    sampling_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    stop_reason: str = ""
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def tokens_per_target_forward(self) -> float:
+        return self.generated_tokens / self.target_forwards if self.target_forwards else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.wall_seconds if self.wall_seconds else 0.0
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        d: dict[str, float | int | str] = asdict(self)
+        d["acceptance_rate"] = round(self.acceptance_rate, 4)
+        d["tokens_per_target_forward"] = round(self.tokens_per_target_forward, 4)
+        d["tokens_per_second"] = round(self.tokens_per_second, 3)
+        return d
+
+
+@dataclass
+class DecodeResult:
+    """Generated token ids (EOS excluded), whether the grammar completed, and the stats."""
+
+    token_ids: list[int]
+    complete: bool
+    stats: DecodeStats = field(default_factory=DecodeStats)
+
+
+class InvariantError(ConstrainedSpecError):
+    """A debug check found caches or automaton out of step with the committed tokens (a bug)."""
+
+
+class SpeculativeDecoder:
+    """Runs constrained (speculative) decoding for one request.
+
+    ``target`` and ``draft`` share one vocabulary (checked by the caller); ``draft`` may be None,
+    which is the same as ``num_draft_tokens = 0``.
+    """
+
+    def __init__(
+        self,
+        target: SequenceModel,
+        draft: SequenceModel | None,
+        matcher: Matcher,
+        policy: SamplingPolicy,
+        num_draft_tokens: int = 4,
+        max_new_tokens: int = 256,
+        verifier: Verifier = verify,
+        debug_checks: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if num_draft_tokens < 0:
+            raise ValueError("num_draft_tokens must be >= 0")
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        self.target = target
+        self.draft = draft if num_draft_tokens > 0 else None
+        self.matcher = matcher
+        self.policy = policy
+        self.k = num_draft_tokens if draft is not None else 0
+        self.max_new_tokens = max_new_tokens
+        self.verifier = verifier
+        self.debug_checks = debug_checks
+        self.gen = generator or torch.Generator().manual_seed(policy.seed if policy.seed is not None else 0)
+        self.params: PolicyTensors = policy.as_tensors(1)
+        self.vocab_size = target.vocab_size
+        self.stats = DecodeStats()
+        self.committed: list[int] = []  # prompt + accepted tokens
+        self.prompt_len = 0
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _uniform(self, n: int) -> torch.Tensor:
+        return torch.rand(n, generator=self.gen)
+
+    def _allowed(self, state: int) -> torch.Tensor:
+        t0 = time.perf_counter()
+        allowed = unpack_bitmask(self.matcher.bitmask(state), self.vocab_size)
+        self.stats.mask_seconds += time.perf_counter() - t0
+        return allowed
+
+    @property
+    def generated(self) -> list[int]:
+        return self.committed[self.prompt_len :]
+
+    def _commit(self, token: int) -> None:
+        self.matcher.advance(token)
+        self.committed.append(token)
+        if not self.matcher.is_eos(token):
+            self.stats.generated_tokens += 1
+
+    # -- the algorithm ---------------------------------------------------------------------
+    def run(self, prompt_ids: list[int]) -> DecodeResult:
+        """Generate until EOS, a final state at the budget, or the budget runs out (error)."""
+        if not prompt_ids:
+            raise ValueError("the prompt must hold at least one token")
+        start = time.perf_counter()
+        self.committed = list(prompt_ids)
+        self.prompt_len = len(prompt_ids)
+        self.target.reset()
+        if len(prompt_ids) > 1:
+            self.target.extend(prompt_ids[:-1])
+        if self.draft is not None:
+            self.draft.reset()
+            if len(prompt_ids) > 1:
+                self.draft.extend(prompt_ids[:-1])
+        while not self.matcher.finished:
+            remaining = self.max_new_tokens - self.stats.generated_tokens
+            if remaining <= 0:
+                break
+            self.step(remaining)
+            if self.debug_checks:
+                self.check_invariants()
+        self.stats.wall_seconds = time.perf_counter() - start
+        tokens = [t for t in self.generated if not self.matcher.is_eos(t)]
+        complete = self.matcher.finished or self.matcher.is_final()
+        self.stats.stop_reason = "eos" if self.matcher.finished else "max_new_tokens"
+        if not complete:
+            text = self.matcher.automaton.vocab.decode(tokens)
+            raise TokenBudgetExceeded(self.max_new_tokens, text)
+        return DecodeResult(token_ids=tokens, complete=True, stats=self.stats)
+
+    def step(self, remaining: int) -> None:
+        """One forced token, or one draft-verify-accept-rollback round."""
+        self.stats.steps += 1
+        forced = self.matcher.forced_token()
+        if forced is not None:
+            self._commit(forced)
+            self.stats.forced_tokens += 1
+            return
+        k = min(self.k, remaining - 1)
+        drafted, q_rows, states = self.propose(k)
+        result = self.verify_block(drafted, q_rows, states)
+        self.accept_and_rollback(drafted, result)
+
+    def propose(self, k: int) -> tuple[list[int], torch.Tensor, list[int]]:
+        """Draft up to k tokens from the draft's masked q; returns tokens, q [n, V], states [n+1]."""
+        t0 = time.perf_counter()
+        state = self.matcher.state
+        states, drafted, rows = [state], [], []
+        for _ in range(k):
+            forced = self.matcher.forced_token(state)
+            if forced is not None:  # q is a point mass: no draft forward needed
+                token = forced
+                q = torch.zeros(self.vocab_size)
+                q[token] = 1.0
+            else:
+                assert self.draft is not None
+                pending = (self.committed + drafted)[self.draft.length :]
+                logits = self.draft.extend(pending)[-1:]
+                self.stats.draft_forwards += 1
+                allowed = self._allowed(state).unsqueeze(0)
+                q = effective_probs(logits, allowed, self.params.temperature, self.params.top_k, self.params.top_p)[0]
+                token = int(draw(q, self._uniform(1))[0])
+            drafted.append(token)
+            rows.append(q)
+            state = self.matcher.step(state, token)
+            states.append(state)
+            if self.matcher.is_eos(token):
+                break
+        self.stats.drafted_tokens += len(drafted)
+        self.stats.draft_seconds += time.perf_counter() - t0
+        q_rows = torch.stack(rows) if rows else torch.zeros(0, self.vocab_size)
+        return drafted, q_rows, states
+
+    def verify_block(self, drafted: list[int], q_rows: torch.Tensor, states: list[int]) -> VerifyResult:
+        """One target forward over pending + drafted tokens, then the verify math."""
+        t0 = time.perf_counter()
+        pending = self.committed[self.target.length :]
+        logits = self.target.extend(pending + drafted)[-(len(drafted) + 1) :]
+        self.stats.target_forwards += 1
+        t1 = time.perf_counter()
+        self.stats.verify_seconds += t1 - t0
+        masks = torch.stack([self.matcher.bitmask(s) for s in states])
+        t2 = time.perf_counter()
+        self.stats.mask_seconds += t2 - t1
+        k = len(drafted)
+        result = self.verifier(
+            logits.unsqueeze(0),
+            q_rows.unsqueeze(0),
+            torch.tensor([drafted], dtype=torch.long).reshape(1, k),
+            masks.unsqueeze(0),
+            self.params.temperature,
+            self.params.top_k,
+            self.params.top_p,
+            self._uniform(k + 1).unsqueeze(0),
+        )
+        self.stats.sampling_seconds += time.perf_counter() - t2
+        return result
+
+    def accept_and_rollback(self, drafted: list[int], result: VerifyResult) -> None:
+        """Commit the kept prefix and the next token; crop both caches to the accepted prefix."""
+        n = int(result.accepted[0])
+        base = len(self.committed)
+        self.target.crop(base + n)  # the cache keeps committed + kept drafts; next token is pending
+        if self.draft is not None:
+            self.draft.crop(min(self.draft.length, base + n))
+        self.stats.accepted_tokens += n
+        for token in drafted[:n]:
+            self._commit(token)
+        if n == len(drafted) and drafted and self.matcher.is_eos(drafted[-1]):
+            return  # the kept block ended in EOS: no bonus token
+        self._commit(int(result.next_token[0]))
+
+    def check_invariants(self) -> None:
+        """Debug mode: caches and automaton agree with the committed tokens."""
+        committed = len(self.committed)
+        problems = []
+        # Each cache holds a prefix of the committed tokens and at least the newest one is pending.
+        if self.target.length > committed - 1:
+            problems.append(f"target cache {self.target.length} not behind committed {committed}")
+        if self.draft is not None and self.draft.length > committed - 1:
+            problems.append(f"draft cache {self.draft.length} not behind committed {committed}")
+        if self.matcher.length != committed - self.prompt_len:
+            problems.append(f"automaton path {self.matcher.length} vs generated {committed - self.prompt_len}")
+        for name, model in (("target", self.target), ("draft", self.draft)):
+            if model is not None and hasattr(model, "cache_length") and model.cache_length() != model.length:
+                problems.append(f"{name} cache object holds {model.cache_length()} tokens, expected {model.length}")
+        if problems:
+            raise InvariantError("; ".join(problems))

@@ -1,0 +1,82 @@
+"""The exception hierarchy of constrained-spec.
+
+Every error the library raises on bad input or an impossible request derives from
+:class:`ConstrainedSpecError`, so callers can catch one type::
+
+    ConstrainedSpecError
+    ├── SchemaError               the schema is not valid JSON Schema (or not JSON at all)
+    │   └── UnsupportedKeywordError  a keyword the compiler cannot enforce exactly (names it and its JSON pointer)
+    ├── GrammarError              a regex or grammar that cannot be compiled
+    │   ├── EmptyLanguageError    the constraint accepts no string the vocabulary can spell
+    │   └── CompileLimitError     the regex / automaton exceeded a size cap or the compile timeout
+    ├── VocabularyMismatchError   target and draft (or tokenizer and model) disagree on the vocabulary
+    ├── ModelLoadError            a model could not be fetched, verified, converted or loaded
+    ├── TokenBudgetExceeded       max_new_tokens ran out before the constraint was complete (carries the partial text)
+    └── OutputValidationError     a finished value failed its schema (only possible with post-validation opt-ins)
+"""
+
+from __future__ import annotations
+
+
+class ConstrainedSpecError(Exception):
+    """Base class of every error raised by constrained-spec."""
+
+
+class SchemaError(ConstrainedSpecError):
+    """The schema is malformed: not JSON, or not valid against the JSON Schema meta-schema."""
+
+    def __init__(self, message: str, pointer: str = "") -> None:
+        self.pointer = pointer
+        super().__init__(f"{message} (at {pointer or '#'})" if pointer else message)
+
+
+class UnsupportedKeywordError(SchemaError):
+    """The schema uses a keyword that cannot be enforced exactly by the compiler."""
+
+    def __init__(self, keyword: str, pointer: str = "", reason: str = "") -> None:
+        self.keyword = keyword
+        detail = f": {reason}" if reason else ""
+        ConstrainedSpecError.__init__(
+            self, f"unsupported JSON Schema keyword '{keyword}' at {pointer or '#'}{detail}"
+        )
+        self.pointer = pointer
+
+
+class GrammarError(ConstrainedSpecError):
+    """A regex or grammar could not be compiled."""
+
+
+class EmptyLanguageError(GrammarError):
+    """The constraint admits no complete output that the vocabulary can spell."""
+
+
+class CompileLimitError(GrammarError):
+    """Compilation exceeded a configured size cap or timeout."""
+
+
+class VocabularyMismatchError(ConstrainedSpecError):
+    """Two components (target/draft model, tokenizer/model) do not share one vocabulary."""
+
+
+class ModelLoadError(ConstrainedSpecError):
+    """A model could not be fetched, verified, converted or loaded."""
+
+
+class TokenBudgetExceeded(ConstrainedSpecError):
+    """Generation hit max_new_tokens before the constraint reached a final state.
+
+    ``partial_text`` holds what was generated; it is never returned as a value.
+    """
+
+    def __init__(self, max_new_tokens: int, partial_text: str) -> None:
+        self.max_new_tokens = max_new_tokens
+        self.partial_text = partial_text
+        preview = partial_text if len(partial_text) <= 200 else partial_text[:200] + "..."
+        super().__init__(
+            f"token budget of {max_new_tokens} new tokens ran out before the output was complete; "
+            f"partial output: {preview!r}"
+        )
+
+
+class OutputValidationError(ConstrainedSpecError):
+    """A finished value does not validate against its schema."""

@@ -1,0 +1,68 @@
+"""Verification and masking backends: the torch reference and fused Triton kernels.
+
+``get_verifier(backend)`` returns a callable with the signature of
+:func:`constrained_spec.speculative.verify`; ``get_mask_fn(backend)`` returns
+``mask_logits(logits, bitmask, *, inplace=False)``.
+
+Backends:
+
+* ``"torch"``  — :mod:`.torch_verify` (the reference math itself), any device;
+* ``"triton"`` — :mod:`.triton_verify` (two launches per verify step; batches that use top-k /
+  top-p go to the torch path). Needs triton and CUDA, or ``TRITON_INTERPRET=1`` (CPU interpreter,
+  slow, for tests); otherwise asking for it raises :class:`~constrained_spec.errors.ConstrainedSpecError`;
+* ``"auto"``   — Triton when ``torch.cuda.is_available()`` and triton imports, else torch.
+  (``auto`` never picks the interpreter.)
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..errors import ConstrainedSpecError
+from . import torch_verify
+
+BACKENDS = ("auto", "torch", "triton")
+
+__all__ = ["BACKENDS", "get_mask_fn", "get_verifier", "resolve_backend"]
+
+
+def _triton_importable() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_backend(backend: str = "auto") -> str:
+    """``"auto"`` / ``"torch"`` / ``"triton"`` -> the concrete backend, checking that it can run."""
+    if backend not in BACKENDS:
+        raise ConstrainedSpecError(f"unknown kernel backend {backend!r}; choose one of {BACKENDS}")
+    if backend == "auto":
+        return "triton" if torch.cuda.is_available() and _triton_importable() else "torch"
+    if backend == "triton":
+        from . import triton_verify
+
+        triton_verify._require_triton()  # clear ConstrainedSpecError when it cannot run here
+    return backend
+
+
+def get_verifier(backend: str = "auto") -> Callable:
+    """A ``verify(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p,
+    uniforms) -> VerifyResult`` for ``backend``."""
+    if resolve_backend(backend) == "triton":
+        from . import triton_verify
+
+        return triton_verify.verify
+    return torch_verify.verify
+
+
+def get_mask_fn(backend: str = "auto") -> Callable:
+    """A ``mask_logits(logits, bitmask, *, inplace=False) -> Tensor`` for ``backend``."""
+    if resolve_backend(backend) == "triton":
+        from . import triton_verify
+
+        return triton_verify.mask_logits
+    return torch_verify.mask_logits

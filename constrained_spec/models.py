@@ -1,0 +1,109 @@
+"""Models behind one small interface: feed tokens, get next-token logits, crop the cache.
+
+:class:`SequenceModel` is all the decode loop knows of a model. :class:`HFModel` wraps any
+transformers causal LM with a ``DynamicCache``; tests add synthetic models with exactly enumerable
+distributions. Loading by name/folder/GGUF lives in ``model_store``; this module takes loaded objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from .errors import ModelLoadError, VocabularyMismatchError
+
+
+@runtime_checkable
+class SequenceModel(Protocol):
+    """A causal model with an incremental cache over one token sequence."""
+
+    vocab_size: int
+
+    @property
+    def length(self) -> int:
+        """Tokens held in the cache."""
+
+    def extend(self, tokens: list[int]) -> torch.Tensor:
+        """Append ``tokens`` to the cache; return float logits [len(tokens), vocab_size], row i
+        predicting the token after ``tokens[i]``."""
+
+    def crop(self, length: int) -> None:
+        """Drop everything after the first ``length`` cached tokens."""
+
+    def reset(self) -> None:
+        """Empty the cache."""
+
+
+class HFModel:
+    """A transformers causal LM with a ``DynamicCache`` (crop takes a negative count here)."""
+
+    def __init__(self, model: Any, vocab_size: int | None = None) -> None:
+        self.model = model.eval()
+        self.config = model.config
+        self.vocab_size = int(vocab_size or model.get_output_embeddings().weight.shape[0])
+        self.device = next(model.parameters()).device
+        self._cache: Any = None
+        self._length = 0
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    def reset(self) -> None:
+        self._cache = None
+        self._length = 0
+
+    @torch.inference_mode()
+    def extend(self, tokens: list[int]) -> torch.Tensor:
+        from transformers import DynamicCache
+
+        if not tokens:
+            raise ValueError("extend() needs at least one token")
+        if self._cache is None:
+            self._cache = DynamicCache(config=self.config)
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, cache=self._cache, use_cache=True)
+        self._length += len(tokens)
+        return out.logits[0, :, : self.vocab_size].float()
+
+    def crop(self, length: int) -> None:
+        if length > self._length or length < 0:
+            raise ValueError(f"cannot crop a cache of {self._length} tokens to {length}")
+        if length == self._length:
+            return
+        if length == 0:
+            self.reset()
+            return
+        self._cache.crop(-(self._length - length))
+        self._length = length
+
+    def cache_length(self) -> int:
+        """The length the cache object itself reports (for the debug invariant check)."""
+        return 0 if self._cache is None else int(self._cache.get_seq_length())
+
+
+def check_same_vocabulary(target_tokenizer: Any, draft_tokenizer: Any | None, target: SequenceModel, draft: SequenceModel | None) -> None:
+    """Raise VocabularyMismatchError if the draft cannot propose in the target's vocabulary."""
+    if draft is None:
+        return
+    if draft.vocab_size != target.vocab_size:
+        raise VocabularyMismatchError(
+            f"draft model has {draft.vocab_size} output logits, the target {target.vocab_size}: "
+            "the draft must share the target's vocabulary"
+        )
+    if draft_tokenizer is not None and draft_tokenizer is not target_tokenizer:
+        from .vocab import build_vocabulary
+
+        build_vocabulary(target_tokenizer, target.vocab_size).check_same(
+            build_vocabulary(draft_tokenizer, draft.vocab_size), what="draft"
+        )
+
+
+def wrap(model: Any) -> SequenceModel:
+    """Accept a SequenceModel or a transformers model; anything else is an error."""
+    if isinstance(model, SequenceModel):
+        return model
+    if hasattr(model, "config") and hasattr(model, "get_output_embeddings"):
+        return HFModel(model)
+    raise ModelLoadError(f"not a language model: {type(model).__name__}")

