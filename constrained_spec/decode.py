@@ -258,10 +258,11 @@ class SpeculativeDecoder:
         """Debug mode: caches and automaton agree with the committed tokens."""
         committed = len(self.committed)
         problems = []
-        # Each cache holds a prefix of the committed tokens and at least the newest one is pending.
-        if self.target.length > committed - 1:
+        # Each cache holds a prefix of the committed tokens; until EOS the newest one is pending.
+        limit = committed if self.matcher.finished else committed - 1
+        if self.target.length > limit:
             problems.append(f"target cache {self.target.length} not behind committed {committed}")
-        if self.draft is not None and self.draft.length > committed - 1:
+        if self.draft is not None and self.draft.length > limit:
             problems.append(f"draft cache {self.draft.length} not behind committed {committed}")
         if self.matcher.length != committed - self.prompt_len:
             problems.append(f"automaton path {self.matcher.length} vs generated {committed - self.prompt_len}")

@@ -137,6 +137,7 @@ def draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     A token with zero mass is never drawn. Uses float64 cumulative sums.
     """
     cdf = torch.cumsum(probs.double(), dim=-1)
-    target = uniforms.double().unsqueeze(-1) * cdf[..., -1:]
+    # u is in [0, 1); clamping keeps a u that rounded up to 1.0 off the zero-mass tail
+    target = (uniforms.double().unsqueeze(-1) * cdf[..., -1:]).minimum(cdf[..., -1:] * (1 - 1e-12))
     idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)
     return idx.clamp_max(probs.shape[-1] - 1)

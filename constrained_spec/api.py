@@ -1,0 +1,225 @@
+"""Public API: ``generate_json``, ``generate(prompt, output_type=...)`` and the reusable ``Generator``.
+
+A :class:`Generator` holds the loaded target and draft models, their tokenizer, the vocabulary and
+a compile cache (in memory and on disk), and serves many calls. Every returned value has reached a
+final state of its automaton and, for JSON outputs, validates against its schema with jsonschema.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from .constraint import Matcher
+from .decode import DecodeStats, SpeculativeDecoder
+from .errors import ModelLoadError, OutputValidationError
+from .grammar import OutputSpec, Regex, output_spec
+from .grammar.automaton import AutomatonCompiler, CompiledAutomaton
+from .models import SequenceModel, check_same_vocabulary, wrap
+from .sampling import SamplingPolicy
+from .vocab import TokenVocabulary, build_vocabulary
+
+DEFAULT_TARGET = "qwen2.5-coder-1.5b"
+DEFAULT_DRAFT = "qwen2.5-coder-0.5b"
+
+__all__ = ["Generator", "GenerationResult", "Regex", "generate", "generate_json", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
+
+
+@dataclass
+class GenerationResult:
+    """A validated value, the text it was parsed from, its token ids and the decoding stats."""
+
+    value: Any
+    text: str
+    token_ids: list[int]
+    stats: DecodeStats
+
+
+@dataclass(frozen=True)
+class CompiledConstraint:
+    """An output type compiled for one vocabulary; immutable and shareable across requests."""
+
+    spec: OutputSpec
+    automaton: CompiledAutomaton
+
+    def parse(self, text: str) -> Any:
+        """Turn finished text into the returned value, validating JSON against its schema."""
+        if self.spec.kind == "regex":
+            return text
+        value = json.loads(text)
+        if self.spec.kind == "pydantic":
+            from pydantic import ValidationError
+
+            try:
+                return self.spec.model.model_validate(value)
+            except ValidationError as exc:
+                raise OutputValidationError(f"generated value fails the Pydantic model: {exc}") from exc
+        import jsonschema
+
+        validator_cls = jsonschema.validators.validator_for(self.spec.schema)
+        errors = sorted(validator_cls(self.spec.schema).iter_errors(value), key=lambda e: list(e.path))
+        if errors:
+            first = errors[0]
+            raise OutputValidationError(
+                f"generated value fails its schema at /{'/'.join(map(str, first.path))}: {first.message}"
+            )
+        return value
+
+
+def _load(spec: Any, tokenizer: Any, role: str, cache_dir: Any, dtype: str, progress: bool) -> tuple[SequenceModel, Any]:
+    if isinstance(spec, str):
+        from .model_store import resolve_model
+
+        model, tok = resolve_model(spec, cache_dir=cache_dir, dtype=dtype, progress=progress, role=role)
+        return wrap(model), tokenizer or tok
+    if tokenizer is None and not isinstance(spec, SequenceModel):
+        raise ModelLoadError(f"a {role} model object needs its tokenizer: pass tokenizer=...")
+    return wrap(spec), tokenizer
+
+
+class Generator:
+    """Loaded target (and optional draft) models, their tokenizer and a compile cache.
+
+    ``model``/``draft``: a short offline name (``qwen2.5-coder-1.5b``...), a local folder, a
+    ``.gguf`` file, a Hugging Face hub id, or a loaded transformers model (then pass ``tokenizer``).
+    ``draft=None`` decodes with the target alone (the baseline).
+    """
+
+    def __init__(
+        self,
+        model: Any = DEFAULT_TARGET,
+        draft: Any = DEFAULT_DRAFT,
+        tokenizer: Any = None,
+        *,
+        num_draft_tokens: int = 4,
+        max_new_tokens: int = 512,
+        schema_options: Any = None,
+        cache_dir: Any = None,
+        dtype: str = "auto",
+        verify_backend: str = "auto",
+        compile_timeout: float | None = 120.0,
+        disk_cache: bool = True,
+        progress: bool = True,
+        debug_checks: bool = False,
+        eos_token_ids: Sequence[int] | None = None,
+    ) -> None:
+        from .kernels import get_verifier
+
+        self.target, self.tokenizer = _load(model, tokenizer, "target", cache_dir, dtype, progress)
+        self.draft: SequenceModel | None = None
+        draft_tokenizer = None
+        if draft is not None:
+            self.draft, draft_tokenizer = _load(draft, None if isinstance(draft, str) else tokenizer, "draft", cache_dir, dtype, progress)
+        check_same_vocabulary(self.tokenizer, draft_tokenizer, self.target, self.draft)
+        self.vocab: TokenVocabulary = build_vocabulary(self.tokenizer, self.target.vocab_size, eos_token_ids or self._eos_ids())
+        self.compiler = AutomatonCompiler(self.vocab, cache_dir=cache_dir, disk_cache=disk_cache, compile_timeout=compile_timeout)
+        self.num_draft_tokens = num_draft_tokens
+        self.max_new_tokens = max_new_tokens
+        self.schema_options = schema_options
+        self.verifier = get_verifier(verify_backend)
+        self.debug_checks = debug_checks
+        self._compiled: dict[Any, CompiledConstraint] = {}
+        self._lock = threading.Lock()
+
+    def _eos_ids(self) -> list[int]:
+        ids = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
+        config = getattr(getattr(self.target, "model", None), "generation_config", None)
+        extra = getattr(config, "eos_token_id", None)
+        ids += extra if isinstance(extra, list) else ([extra] if extra is not None else [])
+        return [i for i in dict.fromkeys(ids) if i is not None]
+
+    # -- compile once ---------------------------------------------------------------------------
+    def compile(self, output_type: Any) -> CompiledConstraint:
+        """Compile an output type for this vocabulary (cached by its regex)."""
+        spec = output_spec(output_type, self.schema_options)
+        hit = self._compiled.get(spec.regex)
+        if hit is not None and hit.spec == spec:
+            return hit
+        compiled = CompiledConstraint(spec, self.compiler.compile(spec.regex))
+        self._compiled[spec.regex] = compiled
+        return compiled
+
+    # -- prompts --------------------------------------------------------------------------------
+    def prompt_ids(self, prompt: str | list[dict], spec: OutputSpec | None = None, schema_in_prompt: bool = True) -> list[int]:
+        """Token ids of the prompt, through the chat template when the tokenizer has one."""
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+        if schema_in_prompt and spec is not None and spec.schema is not None:
+            hint = "\n\nAnswer with a single JSON value that follows this JSON Schema:\n" + json.dumps(spec.schema)
+            messages[-1]["content"] = str(messages[-1]["content"]) + hint
+        if getattr(self.tokenizer, "chat_template", None):
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        else:
+            text = "\n".join(str(m["content"]) for m in messages) + "\n"
+            ids = self.tokenizer(text)["input_ids"]
+        return list(ids)
+
+    # -- match per request ----------------------------------------------------------------------
+    def run(
+        self,
+        prompt: str | list[dict],
+        output_type: Any,
+        *,
+        max_new_tokens: int | None = None,
+        num_draft_tokens: int | None = None,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = 0,
+        schema_in_prompt: bool = True,
+    ) -> GenerationResult:
+        """Generate one value of ``output_type``; returns it with its text and stats."""
+        compiled = self.compile(output_type)
+        policy = SamplingPolicy(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        ids = self.prompt_ids(prompt, compiled.spec, schema_in_prompt)
+        k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
+        gen = torch.Generator().manual_seed(seed if seed is not None else torch.seed())
+        with self._lock:
+            decoder = SpeculativeDecoder(
+                self.target,
+                self.draft,
+                Matcher(compiled.automaton),
+                policy,
+                num_draft_tokens=k if self.draft is not None else 0,
+                max_new_tokens=max_new_tokens or self.max_new_tokens,
+                verifier=self.verifier,
+                debug_checks=self.debug_checks,
+                generator=gen,
+            )
+            result = decoder.run(ids)
+        text = self.vocab.decode(result.token_ids)
+        return GenerationResult(compiled.parse(text), text, result.token_ids, result.stats)
+
+    def generate(self, prompt: str | list[dict], output_type: Any, **options: Any) -> Any:
+        """The value only: a Pydantic instance, a dict/list/... for a JSON Schema, a str for Regex."""
+        return self.run(prompt, output_type, **options).value
+
+    def generate_json(self, schema: Any, prompt: str | list[dict], **options: Any) -> Any:
+        """A JSON value that validates against ``schema`` (dict, JSON text, or Pydantic model class)."""
+        value = self.generate(prompt, schema, **options)
+        return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
+
+
+_DEFAULT: dict[tuple, Generator] = {}
+
+
+def _default_generator(model: Any, draft: Any, **kwargs: Any) -> Generator:
+    key = (model, draft, tuple(sorted(kwargs.items())))
+    gen = _DEFAULT.get(key)
+    if gen is None:
+        gen = _DEFAULT[key] = Generator(model, draft, **kwargs)
+    return gen
+
+
+def generate_json(schema: Any, prompt: str | list[dict], *, model: Any = DEFAULT_TARGET, draft: Any = DEFAULT_DRAFT, **options: Any) -> Any:
+    """Generate a JSON value for ``schema`` with the default (or named) models; validated."""
+    return _default_generator(model, draft).generate_json(schema, prompt, **options)
+
+
+def generate(prompt: str | list[dict], output_type: Any, *, model: Any = DEFAULT_TARGET, draft: Any = DEFAULT_DRAFT, **options: Any) -> Any:
+    """Generate a value of ``output_type`` (Pydantic model, JSON Schema or ``Regex``)."""
+    return _default_generator(model, draft).generate(prompt, output_type, **options)

@@ -1,0 +1,50 @@
+"""After runs with many rejections, incremental caches equal a fresh full forward over the committed tokens."""
+
+from __future__ import annotations
+
+import torch
+
+from constrained_spec.constraint import Matcher
+from constrained_spec.decode import SpeculativeDecoder
+from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.models import HFModel
+from constrained_spec.sampling import SamplingPolicy
+from constrained_spec.vocab import build_vocabulary
+from tiny_models import tiny_llama
+
+
+def test_crop_takes_a_length_and_matches_a_fresh_forward():
+    model = tiny_llama(300, seed=1)
+    m = HFModel(model)
+    ids = torch.randint(0, 300, (20,)).tolist()
+    m.extend(ids[:15])
+    m.crop(9)
+    assert m.length == 9 and m.cache_length() == 9
+    inc = m.extend(ids[9:20])
+    full = model(input_ids=torch.tensor([ids])).logits[0, 9:20].float()
+    assert torch.allclose(inc, full, atol=1e-4)
+
+
+def test_caches_follow_the_accepted_prefix_after_many_rejections(gpt2_tokenizer):
+    vocab = build_vocabulary(gpt2_tokenizer, 50257)
+    automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(r'\{"name":"[a-z ]{5,40}","n":[0-9]{1,6}\}')
+    target_model, draft_model = tiny_llama(50257, seed=1), tiny_llama(50257, seed=2)
+    target, draft = HFModel(target_model), HFModel(draft_model)
+    prompt = gpt2_tokenizer("Give me a record:")["input_ids"]
+    rejections = 0
+    for seed in range(3):
+        dec = SpeculativeDecoder(target, draft, Matcher(automaton), SamplingPolicy(temperature=1.0, seed=seed),
+                                 num_draft_tokens=4, max_new_tokens=80, debug_checks=True)
+        result = dec.run(prompt)
+        rejections += result.stats.drafted_tokens - result.stats.accepted_tokens
+        committed = dec.committed
+        assert automaton.accepts(result.token_ids)
+        for model, wrapper in ((target_model, target), (draft_model, draft)):
+            assert wrapper.cache_length() == wrapper.length <= len(committed)
+            if wrapper.length == len(committed):
+                wrapper.crop(len(committed) - 1)
+            inc = wrapper.extend(committed[wrapper.length :])[-1]
+            with torch.no_grad():
+                full = model(input_ids=torch.tensor([committed])).logits[0, -1].float()
+            assert torch.allclose(inc, full, atol=1e-3), float((inc - full).abs().max())
+    assert rejections >= 10, "the test needs many rejections to mean anything"

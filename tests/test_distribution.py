@@ -1,0 +1,200 @@
+"""Exhaustive distribution tests: speculative samples against the exact constrained target distribution.
+
+A small vocabulary, prefix-dependent synthetic models, a small grammar; every allowed token sequence
+is enumerated with its exact probability under the target's constrained policy (mask, temperature,
+top-k, top-p, renormalise). Speculative samples must match it (chi-square, p > 0.001), and a
+deliberately wrong verifier must be rejected by the same test (negative controls).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from functools import lru_cache
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from constrained_spec.constraint import Matcher
+from constrained_spec.decode import SpeculativeDecoder
+from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.sampling import SamplingPolicy, draw, effective_probs, unpack_bitmask
+from constrained_spec.speculative import VerifyResult, acceptance_probs, first_rejection, verify
+from synthetic import PrefixModel, letters_vocab
+
+PROMPT = [0, 1]
+REGEX = r"(a|b)c?[abc]{0,2}"  # finite language, several tokenizations per string
+SAMPLES = 20_000
+ALPHA = 1e-3
+
+
+class MemoModel(PrefixModel):
+    """PrefixModel with memoised logits (pure function of the prefix) to keep 20k runs fast."""
+
+    _memo: dict = {}
+
+    def logits(self, prefix):
+        key = (self.seed, tuple(prefix))
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = super().logits(prefix)
+        return hit
+
+
+@pytest.fixture(scope="module")
+def automaton():
+    return AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(REGEX)
+
+
+def exact_distribution(automaton, policy: SamplingPolicy) -> dict[tuple[int, ...], float]:
+    """P(token sequence incl. EOS) under the target alone, by enumeration."""
+    target = MemoModel(10, seed=11)
+    params = policy.as_tensors(1)
+    out: dict[tuple[int, ...], float] = {}
+
+    def walk(state: int, seq: tuple[int, ...], prob: float) -> None:
+        allowed = unpack_bitmask(automaton.bitmask(state), 10).unsqueeze(0)
+        p = effective_probs(target.logits(PROMPT + list(seq)).unsqueeze(0), allowed, params.temperature, params.top_k, params.top_p)[0]
+        for tok in torch.nonzero(p > 0).flatten().tolist():
+            pt = prob * float(p[tok])
+            if tok == 9:
+                out[seq + (9,)] = out.get(seq + (9,), 0.0) + pt
+            else:
+                walk(automaton.next_state(state, tok), seq + (tok,), pt)
+
+    walk(automaton.initial_state, (), 1.0)
+    assert math.isclose(sum(out.values()), 1.0, abs_tol=1e-6)
+    return out
+
+
+def sample(automaton, policy: SamplingPolicy, k: int, n: int, verifier=verify, draft_scale: float = 2.0) -> Counter:
+    target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=draft_scale)
+    gen = torch.Generator().manual_seed(1234 + k)
+    counts: Counter = Counter()
+    for _ in range(n):
+        dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=k,
+                                 max_new_tokens=16, verifier=verifier, generator=gen)
+        res = dec.run(PROMPT)
+        counts[tuple(dec.generated)] += 1
+    return counts
+
+
+def chi2_pvalue(counts: Counter, exact: dict) -> float:
+    """Chi-square goodness of fit; categories with expected < 5 are pooled; unseen-by-exact outcomes fail."""
+    n = sum(counts.values())
+    assert set(counts) <= set(exact), f"impossible outcomes sampled: {set(counts) - set(exact)}"
+    obs, exp, pool_o, pool_e = [], [], 0, 0.0
+    for outcome, prob in exact.items():
+        if prob * n >= 5:
+            obs.append(counts.get(outcome, 0))
+            exp.append(prob * n)
+        else:
+            pool_o += counts.get(outcome, 0)
+            pool_e += prob * n
+    if pool_e > 0:
+        obs.append(pool_o)
+        exp.append(pool_e)
+    scale = sum(obs) / sum(exp)  # float rounding of the enumerated probabilities
+    return float(chisquare(obs, [e * scale for e in exp]).pvalue)
+
+
+# -- deliberately wrong verifiers (negative controls) ---------------------------------------------
+def verify_resample_from_p(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms):
+    """Wrong: on rejection draw the replacement from p instead of the residual max(0, p - q)."""
+    _, positions, vocab = target_logits.shape
+    k = positions - 1
+    p = effective_probs(target_logits, unpack_bitmask(bitmask, vocab), temperature, top_k, top_p)
+    acc = acceptance_probs(p[:, :k], draft_probs, draft_tokens) if k else p.new_zeros(1, 0)
+    n = first_rejection(acc, uniforms[:, :k])
+    rows = torch.arange(p.shape[0])
+    return VerifyResult(accepted=n, next_token=draw(p[rows, n], uniforms[:, k]), accept_prob=acc)
+
+
+def verify_unmasked_acceptance(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms):
+    """Wrong: the acceptance test uses the target's unmasked probabilities."""
+    _, positions, vocab = target_logits.shape
+    everything = torch.full_like(bitmask, -1)
+    wrong = verify(target_logits, draft_probs, draft_tokens, everything, temperature, top_k, top_p, uniforms)
+    right = verify(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms)
+    # keep the masked residual draw (so outputs stay grammatical), but accept with unmasked p
+    k = positions - 1
+    n = wrong.accepted
+    if int(n[0]) == int(right.accepted[0]):
+        return right
+    p = effective_probs(target_logits, unpack_bitmask(bitmask, vocab), temperature, top_k, top_p)
+    rows = torch.arange(p.shape[0])
+    q_pad = torch.cat([draft_probs, draft_probs.new_zeros(1, 1, vocab)], dim=1)
+    from constrained_spec.speculative import residual
+
+    token = draw(residual(p[rows, n], q_pad[rows, n]), uniforms[:, k])
+    return VerifyResult(accepted=n, next_token=token, accept_prob=wrong.accept_prob)
+
+
+CASES = [
+    pytest.param(SamplingPolicy(temperature=1.0), 3, id="T1-k3"),
+    pytest.param(SamplingPolicy(temperature=0.7, top_k=3), 1, id="T0.7-topk3-k1"),
+    pytest.param(SamplingPolicy(temperature=0.7, top_p=0.8), 5, id="T0.7-topp0.8-k5"),
+]
+SLOW_CASES = [
+    pytest.param(SamplingPolicy(temperature=t, top_k=tk, top_p=tp), k, id=f"T{t}-topk{tk}-topp{tp}-k{k}")
+    for t in (1.0, 0.7) for tk, tp in ((0, 1.0), (3, 1.0), (0, 0.8)) for k in (1, 3, 5)
+]
+
+
+@pytest.mark.parametrize("policy,k", CASES)
+def test_speculative_matches_exact_constrained_target(automaton, policy, k):
+    exact = exact_distribution(automaton, policy)
+    counts = sample(automaton, policy, k, SAMPLES)
+    pvalue = chi2_pvalue(counts, exact)
+    print(f"p-value {pvalue:.4f} over {len(exact)} outcomes")
+    assert pvalue > ALPHA
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy,k", SLOW_CASES)
+def test_speculative_matches_exact_full_grid(automaton, policy, k):
+    exact = exact_distribution(automaton, policy)
+    assert chi2_pvalue(sample(automaton, policy, k, SAMPLES), exact) > ALPHA
+
+
+@pytest.mark.parametrize("wrong", [verify_resample_from_p, verify_unmasked_acceptance], ids=["resample-from-p", "unmasked-acceptance"])
+def test_negative_controls_are_rejected(automaton, wrong):
+    policy = SamplingPolicy(temperature=1.0)
+    exact = exact_distribution(automaton, policy)
+    counts = sample(automaton, policy, 3, SAMPLES, verifier=wrong)
+    pvalue = chi2_pvalue(counts, exact)
+    print(f"negative control {wrong.__name__}: p-value {pvalue:.3g}")
+    assert pvalue < ALPHA
+
+
+def test_unmasked_draft_is_still_exact_but_wastes_drafts(automaton):
+    """The construction is exact for any proposal q: a draft that ignores the grammar stays exact
+    (its forbidden tokens are always rejected) but keeps fewer tokens."""
+    policy = SamplingPolicy(temperature=1.0)
+    exact = exact_distribution(automaton, policy)
+
+    class UnmaskedDraft(SpeculativeDecoder):
+        def _allowed(self, state):
+            return torch.ones(self.vocab_size, dtype=torch.bool)
+
+    target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22)
+    gen = torch.Generator().manual_seed(99)
+    counts, drafted, kept = Counter(), 0, 0
+    for _ in range(SAMPLES // 4):
+        dec = UnmaskedDraft(target, draft, Matcher(automaton), policy, num_draft_tokens=3, max_new_tokens=16, generator=gen)
+        # an unmasked draft may propose tokens the automaton cannot step over: treat as forbidden
+        dec.matcher.step = lambda s, t, _m=dec.matcher: _m.automaton.next_state(s, t) if _m.automaton.next_state(s, t) is not None else s
+        dec.run(PROMPT)
+        counts[tuple(dec.generated)] += 1
+        drafted += dec.stats.drafted_tokens
+        kept += dec.stats.accepted_tokens
+    assert chi2_pvalue(counts, exact) > ALPHA
+    masked = Counter()
+    m_drafted = m_kept = 0
+    for _ in range(2000):
+        dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=3, max_new_tokens=16, generator=gen)
+        dec.run(PROMPT)
+        m_drafted += dec.stats.drafted_tokens
+        m_kept += dec.stats.accepted_tokens
+    assert kept / drafted < m_kept / m_drafted
