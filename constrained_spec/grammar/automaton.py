@@ -1,11 +1,11 @@
-"""Compile once: a regex -> a token-level automaton over one vocabulary (outlines-core ``Index``).
+"""Compile once: a regex -> a byte-level DFA (outlines-core) -> lazily built token masks.
 
 A :class:`CompiledAutomaton` is immutable after construction (its mask cache only memoises pure
 functions of the state) and is safe to share between requests and threads. Per-request state lives
 in :class:`constrained_spec.constraint.Matcher`.
 
-Compiled indexes are cached on disk, keyed by the regex, the vocabulary fingerprint and the
-outlines-core version; writes are atomic (temporary file + rename), so two processes filling the
+Compiled DFAs are cached on disk, keyed by the regex and the outlines-core version (the byte DFA
+does not depend on the vocabulary); writes are atomic (temporary file + rename), so two processes filling the
 cache at once are safe.
 """
 
@@ -36,17 +36,60 @@ except Exception:  # pragma: no cover
     _OUTLINES_VERSION = "unknown"
 
 
-class CompiledAutomaton:
-    """A regex compiled against a vocabulary: states, transitions, final states, token masks."""
+class TokenTable:
+    """The vocabulary as byte columns, for walking every token through a byte DFA at once.
 
-    def __init__(self, regex: str, vocab: TokenVocabulary, index: Any, compile_seconds: float) -> None:
+    Tokens are sorted by length (longest first) so that at byte position ``i`` the tokens still
+    being walked are a prefix of the array: ``columns[i]`` holds their i-th bytes.
+    """
+
+    def __init__(self, vocab: TokenVocabulary) -> None:
+        ids = np.fromiter(vocab.tokens.keys(), dtype=np.int64)
+        lengths = np.fromiter((len(b) for b in vocab.tokens.values()), dtype=np.int64)
+        order = np.argsort(-lengths, kind="stable")
+        self.ids = ids[order]
+        self.lengths = lengths[order]
+        raw = [vocab.tokens[int(i)] for i in self.ids]
+        max_len = int(self.lengths[0]) if len(raw) else 0
+        self.columns: list[np.ndarray] = []
+        for pos in range(max_len):
+            active = int(np.searchsorted(-self.lengths, -pos, side="left"))  # tokens with len > pos
+            active = int((self.lengths > pos).sum()) if active == 0 else active
+            self.columns.append(np.frombuffer(b"".join(r[pos : pos + 1] for r in raw[:active]), dtype=np.uint8))
+
+
+_TOKEN_TABLES: dict[str, TokenTable] = {}
+_TABLES_LOCK = threading.Lock()
+
+
+def token_table(vocab: TokenVocabulary) -> TokenTable:
+    """The (cached) :class:`TokenTable` of a vocabulary."""
+    with _TABLES_LOCK:
+        table = _TOKEN_TABLES.get(vocab.fingerprint)
+        if table is None:
+            table = _TOKEN_TABLES[vocab.fingerprint] = TokenTable(vocab)
+        return table
+
+
+class CompiledAutomaton:
+    """A regex compiled to a byte-level DFA, with token masks computed lazily per state.
+
+    outlines-core compiles the regex (its ``Index`` over the 256 single bytes *is* the byte DFA);
+    token-level masks are computed on first use of a state by walking every token's bytes through
+    the DFA at once (numpy), then cached. This avoids outlines-core's eager index over the whole
+    vocabulary (seconds to minutes and hundreds of MB for schemas with bounded strings).
+    """
+
+    def __init__(self, regex: str, vocab: TokenVocabulary, dfa: np.ndarray, finals: np.ndarray, compile_seconds: float) -> None:
         self.regex = regex
         self.vocab = vocab
-        self.index = index
+        self.dfa = dfa  # int32 [S + 1, 256]; row S is the dead state
+        self.dead = dfa.shape[0] - 1
+        self.final_mask = finals  # bool [S + 1]
         self.compile_seconds = compile_seconds
-        self.initial_state: int = index.get_initial_state()
-        self._final = frozenset(index.get_final_states())
-        self._outlines_eos = vocab.eos_token_id
+        self.initial_state: int = 0
+        self._table = token_table(vocab)
+        self._eos = np.array(vocab.eos_token_ids, dtype=np.int64)
         self._words = (vocab.size + 31) // 32
         self._mask_cache: dict[int, torch.Tensor] = {}
         self._allowed_cache: dict[int, np.ndarray] = {}
@@ -58,28 +101,39 @@ class CompiledAutomaton:
 
     # -- states -----------------------------------------------------------------------------
     def is_final(self, state: int) -> bool:
-        return state in self._final
+        return bool(self.final_mask[state])
 
     def next_state(self, state: int, token_id: int) -> int | None:
         """The state after ``token_id``, or None if the token is not allowed there."""
         if token_id in self.vocab.eos_token_ids:
             return state if self.is_final(state) else None
-        nxt = self.index.get_next_state(state, token_id)
-        return nxt
+        raw = self.vocab.tokens.get(token_id)
+        if raw is None:
+            return None
+        dfa, dead = self.dfa, self.dead
+        for byte in raw:
+            state = int(dfa[state, byte])
+            if state == dead:
+                return None
+        return state
 
     def allowed_ids(self, state: int) -> np.ndarray:
         """Sorted int64 array of the token ids allowed in ``state`` (EOS ids only when final)."""
         cached = self._allowed_cache.get(state)
         if cached is not None:
             return cached
-        ids = self.index.get_allowed_tokens(state)
-        arr = np.fromiter((i for i in ids if i != self._outlines_eos), dtype=np.int64)
+        table, dfa = self._table, self.dfa
+        walk = np.full(len(table.ids), state, dtype=np.int32)
+        for column in table.columns:
+            n = len(column)
+            walk[:n] = dfa[walk[:n], column]
+        allowed = table.ids[walk != self.dead]
         if self.is_final(state):
-            arr = np.concatenate([arr, np.array(self.vocab.eos_token_ids, dtype=np.int64)])
-        arr = np.unique(arr)
+            allowed = np.concatenate([allowed, self._eos])
+        allowed = np.sort(allowed)
         with self._lock:
-            self._allowed_cache[state] = arr
-        return arr
+            self._allowed_cache[state] = allowed
+        return allowed
 
     def bitmask(self, state: int) -> torch.Tensor:
         """int32 words [ceil(V/32)]: bit i of word w allows token 32*w + i. Cached per state."""
@@ -110,32 +164,60 @@ class CompiledAutomaton:
 
     @property
     def num_states(self) -> int:
-        return len(self.index.get_transitions())
+        return self.dead
 
 
 def _short(text: str, limit: int = 120) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def _build_index(regex: str, vocab: TokenVocabulary) -> Any:
-    from outlines_core import Index
+_BYTE_EOS = 256
 
-    return Index(regex, vocab.to_outlines())
+
+def _build_index(regex: str, vocab: TokenVocabulary | None = None) -> Any:
+    """outlines-core's Index over the 256 single bytes: the regex's byte-level DFA."""
+    from outlines_core import Index, Vocabulary
+
+    return Index(regex, Vocabulary(_BYTE_EOS, {bytes([b]): [b] for b in range(256)}))
+
+
+def dfa_table(index: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Dense transition table int32 [S + 1, 256] (start state 0, dead state S) and final flags."""
+    transitions = index.get_transitions()
+    start = index.get_initial_state()
+    states = [start] + sorted(s for s in transitions if s != start)
+    for targets in transitions.values():
+        for nxt in targets.values():
+            if nxt not in transitions and nxt not in states:
+                states.append(nxt)
+    number = {s: i for i, s in enumerate(states)}
+    dead = len(states)
+    table = np.full((dead + 1, 256), dead, dtype=np.int32)
+    for s, targets in transitions.items():
+        row = table[number[s]]
+        for byte, nxt in targets.items():
+            if byte < 256:
+                row[byte] = number[nxt]
+    finals = np.zeros(dead + 1, dtype=bool)
+    for s in index.get_final_states():
+        if s in number:
+            finals[number[s]] = True
+    return table, finals
 
 
 def _build_in_child(regex: str, vocab: TokenVocabulary, conn: Any) -> None:  # pragma: no cover - child
     try:
-        conn.send(("ok", pickle.dumps(_build_index(regex, vocab))))
+        conn.send(("ok", pickle.dumps(dfa_table(_build_index(regex)))))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
 
 
-def _build_with_timeout(regex: str, vocab: TokenVocabulary, timeout: float | None) -> Any:
-    """Build the index; with a timeout the build runs in a forked child that is killed on expiry."""
+def _build_with_timeout(regex: str, vocab: TokenVocabulary, timeout: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """Build the DFA table; with a timeout the build runs in a forked child, killed on expiry."""
     if timeout is None or "fork" not in mp.get_all_start_methods():
-        return _build_index(regex, vocab)
+        return dfa_table(_build_index(regex))
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_build_in_child, args=(regex, vocab, child), daemon=True)
@@ -165,18 +247,21 @@ class AutomatonCompiler:
         disk_cache: bool = True,
         compile_timeout: float | None = 120.0,
         max_regex_chars: int = 200_000,
+        max_states: int = 2_000_000,
     ) -> None:
         self.vocab = vocab
         self.disk_cache = disk_cache
         self.cache_dir = (cache_root(cache_dir) / "automata") if disk_cache else None
         self.compile_timeout = compile_timeout
         self.max_regex_chars = max_regex_chars
+        self.max_states = max_states
         self._memory: dict[str, CompiledAutomaton] = {}
         self._lock = threading.Lock()
 
     def key(self, regex: str) -> str:
+        """Cache key: the byte DFA depends on the regex and the outlines-core version only."""
         h = hashlib.sha256()
-        for part in (regex, self.vocab.fingerprint, _OUTLINES_VERSION):
+        for part in (regex, _OUTLINES_VERSION, "bytedfa-1"):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:40]
@@ -193,33 +278,38 @@ class AutomatonCompiler:
         if hit is not None:
             return hit
         start = time.perf_counter()
-        index = self._load(key)
-        if index is None:
+        built = self._load(key)
+        if built is None:
             try:
-                index = _build_with_timeout(regex, self.vocab, self.compile_timeout)
+                built = _build_with_timeout(regex, self.vocab, self.compile_timeout)
             except (CompileLimitError, GrammarError):
                 raise
             except Exception as exc:  # outlines-core raises ValueError and friends
                 raise GrammarError(f"could not compile the constraint {_short(regex)}: {exc}") from exc
-            self._store(key, index)
-        automaton = CompiledAutomaton(regex, self.vocab, index, time.perf_counter() - start)
+            if built[0].shape[0] - 1 > self.max_states:
+                raise CompileLimitError(
+                    f"the constraint's automaton has {built[0].shape[0] - 1} states, over the cap of {self.max_states}"
+                )
+            self._store(key, built)
+        automaton = CompiledAutomaton(regex, self.vocab, built[0], built[1], time.perf_counter() - start)
         with self._lock:
             self._memory[key] = automaton
         return automaton
 
     def _path(self, key: str) -> Path | None:
-        return self.cache_dir / f"{key}.idx" if self.cache_dir else None
+        return self.cache_dir / f"{key}.npz" if self.cache_dir else None
 
-    def _load(self, key: str) -> Any | None:
+    def _load(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
         path = self._path(key)
         if path is None or not path.exists():
             return None
         try:
-            return pickle.loads(path.read_bytes())
+            with np.load(path) as data:
+                return data["dfa"], data["finals"]
         except Exception:  # a corrupt or foreign file: rebuild
             return None
 
-    def _store(self, key: str, index: Any) -> None:
+    def _store(self, key: str, built: tuple[np.ndarray, np.ndarray]) -> None:
         path = self._path(key)
         if path is None:
             return
@@ -227,8 +317,8 @@ class AutomatonCompiler:
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
-                fh.write(pickle.dumps(index))
-            os.replace(tmp, path)
+                np.savez(fh, dfa=built[0], finals=built[1])
+            os.replace(tmp, path)  # atomic: concurrent writers leave one whole file
         except OSError:
             if os.path.exists(tmp):
                 os.unlink(tmp)
