@@ -47,6 +47,7 @@ class DecodeStats:
     verify_seconds: float = 0.0
     mask_seconds: float = 0.0
     sampling_seconds: float = 0.0
+    prefill_seconds: float = 0.0
     wall_seconds: float = 0.0
     stop_reason: str = ""
 
@@ -60,7 +61,9 @@ class DecodeStats:
 
     @property
     def tokens_per_second(self) -> float:
-        return self.generated_tokens / self.wall_seconds if self.wall_seconds else 0.0
+        """Generated tokens per second of decoding (prompt prefill excluded)."""
+        decode = self.wall_seconds - self.prefill_seconds
+        return self.generated_tokens / decode if decode > 0 else 0.0
 
     def as_dict(self) -> dict[str, float | int | str]:
         d: dict[str, float | int | str] = asdict(self)
@@ -127,7 +130,7 @@ class SpeculativeDecoder:
 
     def _allowed(self, state: int) -> torch.Tensor:
         t0 = time.perf_counter()
-        allowed = unpack_bitmask(self.matcher.bitmask(state), self.vocab_size)
+        allowed = self.matcher.automaton.allowed_mask(state)
         self.stats.mask_seconds += time.perf_counter() - t0
         return allowed
 
@@ -156,6 +159,7 @@ class SpeculativeDecoder:
             self.draft.reset()
             if len(prompt_ids) > 1:
                 self.draft.extend(prompt_ids[:-1])
+        self.stats.prefill_seconds = time.perf_counter() - start
         while not self.matcher.finished:
             remaining = self.max_new_tokens - self.stats.generated_tokens
             if remaining <= 0:

@@ -188,6 +188,15 @@ def _marker_ok(path: Path, sha256: str) -> bool:
     )
 
 
+def _chmod_default(path: Path, mode: int) -> None:
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        os.chmod(path, mode & ~umask)
+    except OSError:  # pragma: no cover - a filesystem without modes
+        pass
+
+
 def _remove(path: Path) -> None:
     try:
         path.unlink()
@@ -216,6 +225,7 @@ def join_chunks(
     expected = expected_sha256.lower()
     fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
     tmp = Path(tmp_name)
+    _chmod_default(tmp, 0o666)  # mkstemp makes 0600; give the file the usual umask permissions
     h = hashlib.sha256()
     written = 0
     try:
@@ -524,6 +534,7 @@ def ensure_converted(
 
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+        _chmod_default(tmp, 0o777)
         try:
             model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)

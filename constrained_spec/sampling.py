@@ -100,35 +100,30 @@ def effective_probs(
     logits = logits.float().masked_fill(~allowed, NEG_INF)
     temp = _bcast(temperature.float(), logits)
     greedy = temp == 0
-    scaled = logits / torch.where(greedy, torch.ones_like(temp), temp)
+    any_greedy = bool(greedy.any())
+    scaled = logits / torch.where(greedy, torch.ones_like(temp), temp) if any_greedy else logits / temp
+    probs = torch.softmax(scaled, dim=-1).nan_to_num_(nan=0.0)  # a row with nothing allowed -> zeros
 
-    # Greedy: point mass on the first masked argmax.
-    argmax = scaled.argmax(-1, keepdim=True)
-    point = torch.zeros_like(scaled).scatter_(-1, argmax, 1.0)
-
-    probs = torch.softmax(scaled, dim=-1)
-    probs = torch.nan_to_num(probs, nan=0.0)
-
-    k = _bcast(top_k, logits)
-    p_cut = _bcast(top_p.float(), logits)
-    needs_filter = bool(((top_k > 0) | (top_p < 1.0)).any())
-    if needs_filter:
+    if bool(((top_k > 0) | (top_p < 1.0)).any()):
+        k = _bcast(top_k, logits)
+        p_cut = _bcast(top_p.double(), logits)
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
         ranks = torch.arange(probs.shape[-1], device=probs.device)
-        keep_sorted = torch.ones_like(sorted_probs, dtype=torch.bool)
-        keep_sorted &= (k == 0) | (ranks < k)
-        kept = sorted_probs * keep_sorted
+        keep_sorted = (k == 0) | (ranks < k)
+        kept = (sorted_probs * keep_sorted).double()
         kept = kept / kept.sum(-1, keepdim=True).clamp_min(1e-30)
-        mass_before = torch.cumsum(kept.double(), dim=-1) - kept.double()
-        keep_sorted &= (mass_before < p_cut.double()) | (ranks == 0)
+        mass_before = torch.cumsum(kept, dim=-1) - kept
+        keep_sorted = keep_sorted & ((mass_before < p_cut) | (ranks == 0))
         keep = torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)
         probs = probs * keep
+        total = probs.sum(-1, keepdim=True)
+        probs = torch.where(total > 0, probs / total.clamp_min(1e-30), probs)
 
-    total = probs.sum(-1, keepdim=True)
-    probs = torch.where(total > 0, probs / total.clamp_min(1e-30), probs)
-    has_any = allowed.any(-1, keepdim=True)
-    point = point * has_any
-    return torch.where(greedy, point, probs)
+    if any_greedy:  # point mass on the first masked argmax
+        point = torch.zeros_like(scaled).scatter_(-1, scaled.argmax(-1, keepdim=True), 1.0)
+        point = point * allowed.any(-1, keepdim=True)
+        probs = torch.where(greedy, point, probs)
+    return probs
 
 
 def draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:

@@ -1,9 +1,9 @@
 """Tests of the model store: pinned table, chunk joining and hashing, cache dir, spec resolution.
 
 The default run needs no network and no download: fake chunk files and fake wheels are made here.
-The one test marked ``real_models`` loads the real converted pair from the cache; it runs only when
-asked for (``pytest -m real_models`` or ``CONSTRAINED_SPEC_REAL_MODELS=1``) and skips if the pair
-has not been fetched (``constrained-spec fetch-models``).
+The one test marked ``real_models`` loads the real converted pair from the cache; the default run
+deselects it (pyproject: ``-m 'not real_models ...'``), ``pytest -m real_models`` runs it, and it
+skips if the pair has not been fetched (``constrained-spec fetch-models``).
 """
 
 from __future__ import annotations
@@ -279,16 +279,8 @@ def test_resolve_model_unreachable_hub(monkeypatch, tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- real models (opt-in)
 
 
-def _real_models_requested(config: pytest.Config) -> bool:
-    return "real_models" in (config.getoption("markexpr", "") or "") or os.environ.get(
-        "CONSTRAINED_SPEC_REAL_MODELS", ""
-    ) not in {"", "0"}
-
-
 @pytest.mark.real_models
-def test_real_pair_vocabularies_match(request: pytest.FixtureRequest) -> None:
-    if not _real_models_requested(request.config):
-        pytest.skip("opt-in: run with -m real_models or CONSTRAINED_SPEC_REAL_MODELS=1")
+def test_real_pair_vocabularies_match() -> None:
     folders = {n: ms.converted_dir(n) for n in src_mod.DEFAULT_PAIR}
     missing = [n for n, f in folders.items() if not (f / ms.META_FILE).is_file()]
     if missing:
@@ -301,3 +293,107 @@ def test_real_pair_vocabularies_match(request: pytest.FixtureRequest) -> None:
     assert dtok.eos_token_id == ttok.eos_token_id
     text = '{"name": "Ada", "tags": ["x", 1.5e3]}'
     assert dtok(text).input_ids == ttok(text).input_ids
+
+
+# ----------------------------------------------------------------------------- conversion (tiny stand-in)
+
+
+def _tiny_pair():
+    """A tiny random Llama model marked as GGUF-quantized, and a small word-level tokenizer."""
+    from types import SimpleNamespace
+
+    import torch
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    words = ["<unk>", "</s>", "{", "}", '"a"', ":", "1", "2", "[", "]", ","]
+    vocab = {w: i for i, w in enumerate(words)}
+    tk = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", eos_token="</s>")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(words), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+    )
+    model = LlamaForCausalLM(cfg).eval()
+    # What a GGUF load leaves behind, and what makes save_pretrained refuse.
+    model.hf_quantizer = SimpleNamespace(
+        quantization_config=SimpleNamespace(quant_method="gguf"), is_serializable=lambda: False
+    )
+    model.is_quantized = True
+    model.config.quantization_config = {"quant_method": "gguf"}
+    return model, tok
+
+
+@pytest.fixture
+def tiny_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import transformers
+
+    cache = tmp_path / "cache"
+    source = _fake_source("tiny-model", PARTS)
+    monkeypatch.setitem(src_mod.MODELS, source.name, source)
+    fake_gguf = cache / "gguf" / source.gguf_filename
+    fake_gguf.parent.mkdir(parents=True)
+    fake_gguf.write_bytes(b"GGUF")
+    calls = {"gguf_loads": 0}
+    model, tok = _tiny_pair()
+    orig_model = transformers.AutoModelForCausalLM.from_pretrained
+    orig_tok = transformers.AutoTokenizer.from_pretrained
+
+    def fake_model_load(path, *args, **kwargs):
+        if kwargs.get("gguf_file"):
+            calls["gguf_loads"] += 1
+            return model
+        return orig_model(path, *args, **kwargs)
+
+    def fake_tok_load(path, *args, **kwargs):
+        return tok if kwargs.get("gguf_file") else orig_tok(path, *args, **kwargs)
+
+    monkeypatch.setattr(ms, "fetch_gguf", lambda name, cache_dir=None, progress=True: fake_gguf)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", fake_model_load)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake_tok_load)
+    return cache, source, model, calls
+
+
+def test_ensure_converted_saves_records_and_skips(tiny_store) -> None:
+    import json
+
+    import torch
+
+    cache, source, gguf_model, calls = tiny_store
+    with pytest.raises(ValueError, match="not serializable"):  # the refusal the store works around
+        gguf_model.save_pretrained(cache / "direct")
+    folder = ms.ensure_converted(source.name, cache, dtype="fp32", progress=False)
+    assert folder == ms.converted_dir(source.name, "fp32", cache)
+    meta = json.loads((folder / ms.META_FILE).read_text())
+    assert meta["dtype"] == "fp32" and meta["gguf_sha256"] == source.sha256
+    assert "quantization_config" not in json.loads((folder / "config.json").read_text())
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    assert ms.ensure_converted(source.name, cache, dtype="fp32", progress=False) == folder
+    assert calls["gguf_loads"] == 1  # the second call only checked the cache
+
+    # bf16 is cast from the fp32 folder, not from the GGUF again.
+    bf16 = ms.ensure_converted(source.name, cache, dtype="bf16", progress=False)
+    assert json.loads((bf16 / ms.META_FILE).read_text())["dtype"] == "bf16"
+    assert calls["gguf_loads"] == 1
+
+    model, tok = ms.resolve_model(source.name, cache_dir=cache, dtype="fp32", progress=False)
+    assert not model.training and model.dtype == torch.float32
+    ids = tok('{ "a" : 1 }', return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, gguf_model(ids).logits)  # the weights came through exactly
+    model16, _ = ms.resolve_model(source.name, cache_dir=cache, dtype="bf16", progress=False)
+    assert model16.dtype == torch.bfloat16
+
+
+def test_ensure_converted_replaces_a_broken_folder(tiny_store) -> None:
+    cache, source, _, calls = tiny_store
+    broken = ms.converted_dir(source.name, "fp32", cache)
+    broken.mkdir(parents=True)
+    (broken / "config.json").write_text("{}")  # no metadata: an interrupted or foreign folder
+    folder = ms.ensure_converted(source.name, cache, dtype="fp32", progress=False)
+    assert (folder / ms.META_FILE).is_file() and (folder / "model.safetensors").is_file()
+    assert calls["gguf_loads"] == 1

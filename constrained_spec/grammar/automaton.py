@@ -93,6 +93,7 @@ class CompiledAutomaton:
         self._words = (vocab.size + 31) // 32
         self._mask_cache: dict[int, torch.Tensor] = {}
         self._allowed_cache: dict[int, np.ndarray] = {}
+        self._bool_cache: dict[int, torch.Tensor] = {}
         self._lock = threading.Lock()
         if not self.allowed_ids(self.initial_state).size:
             raise EmptyLanguageError(
@@ -147,6 +148,16 @@ class CompiledAutomaton:
         with self._lock:
             self._mask_cache[state] = mask
         return mask
+
+    def allowed_mask(self, state: int) -> torch.Tensor:
+        """bool [V]: the unpacked :meth:`bitmask`, cached per state (for one-position sampling)."""
+        cached = self._bool_cache.get(state)
+        if cached is None:
+            cached = torch.zeros(self.vocab.size, dtype=torch.bool)
+            cached[torch.from_numpy(self.allowed_ids(state))] = True
+            with self._lock:
+                self._bool_cache[state] = cached
+        return cached
 
     def single_allowed(self, state: int) -> int | None:
         """The one allowed token id if the grammar forces it, else None."""

@@ -1,0 +1,816 @@
+"""ECMA-262 patterns (as used by JSON Schema ``pattern``) -> regexes over JSON string content.
+
+A JSON Schema ``pattern`` constrains the *decoded* string, and matches anywhere in it
+(it is not anchored).  The token automaton, however, reads the *encoded* JSON text, so
+every character of the pattern is translated to the way ``json.dumps(..., ensure_ascii=False)``
+writes it: most characters raw, ``"`` and ``\\`` and control characters as escapes.  The
+translation only ever *narrows* the language (one canonical spelling per character), which
+keeps it sound.
+
+Where ECMA and Python ``re`` (which the ``jsonschema`` validator uses) disagree, we take the
+intersection of both semantics: ``\\d``/``\\w`` are ASCII, ``\\s`` is ASCII whitespace,
+``\\D``/``\\W``/``\\S`` exclude the Unicode digits/word characters/spaces, ``.`` excludes all
+ECMA line terminators, ``$`` only matches at the very end.
+
+Nodes of the parsed pattern (plain tuples):
+
+* ``("set", ranges)``          one code point out of ``ranges`` (sorted, disjoint, inclusive)
+* ``("seq", [nodes])``         concatenation
+* ``("alt", [nodes])``         alternation
+* ``("rep", node, lo, hi)``    repetition, ``hi`` None = unbounded
+* ``("bol",)`` / ``("eol",)``  anchors ``^`` / ``$``
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import unicodedata
+from typing import Optional
+
+__all__ = [
+    "PatternError",
+    "parse",
+    "Ranges",
+    "emit",
+    "emit_set",
+    "search_regex",
+    "literal",
+    "escape_literal",
+    "node_len",
+    "ANY_RANGES",
+    "to_content_regex",
+]
+
+Ranges = tuple  # tuple[tuple[int, int], ...]
+
+MAX_CP = 0x10FFFF
+SURR = (0xD800, 0xDFFF)
+
+
+class PatternError(Exception):
+    """The pattern cannot be parsed or uses an unsupported construct."""
+
+
+# ---------------------------------------------------------------------------
+# code point range sets
+
+
+def norm(ranges) -> Ranges:
+    rs = sorted((a, b) for a, b in ranges if a <= b)
+    out: list[tuple[int, int]] = []
+    for a, b in rs:
+        # drop surrogates
+        pieces = []
+        if b < SURR[0] or a > SURR[1]:
+            pieces.append((a, b))
+        else:
+            if a < SURR[0]:
+                pieces.append((a, SURR[0] - 1))
+            if b > SURR[1]:
+                pieces.append((SURR[1] + 1, b))
+        for x, y in pieces:
+            if out and x <= out[-1][1] + 1:
+                if y > out[-1][1]:
+                    out[-1] = (out[-1][0], y)
+            else:
+                out.append((x, y))
+    return tuple(out)
+
+
+def complement(r: Ranges) -> Ranges:
+    out = []
+    prev = 0
+    for a, b in r:
+        if a > prev:
+            out.append((prev, a - 1))
+        prev = b + 1
+    if prev <= MAX_CP:
+        out.append((prev, MAX_CP))
+    return norm(out)
+
+
+def union(*rs: Ranges) -> Ranges:
+    return norm([x for r in rs for x in r])
+
+
+def intersect(a: Ranges, b: Ranges) -> Ranges:
+    return complement(union(complement(a), complement(b)))
+
+
+def subtract(a: Ranges, b: Ranges) -> Ranges:
+    return intersect(a, complement(b))
+
+
+def contains(r: Ranges, cp: int) -> bool:
+    return any(a <= cp <= b for a, b in r)
+
+
+ANY_RANGES: Ranges = norm([(0, MAX_CP)])
+DIGIT = norm([(0x30, 0x39)])
+WORD = norm([(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)])
+SPACE = norm([(0x09, 0x0D), (0x20, 0x20)])
+# ECMA line terminators
+DOT = complement(norm([(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]))
+
+
+def _ranges_from_pred(pred) -> Ranges:
+    out = []
+    start = None
+    for cp in range(MAX_CP + 1):
+        if SURR[0] <= cp <= SURR[1]:
+            ok = False
+        else:
+            ok = pred(chr(cp))
+        if ok and start is None:
+            start = cp
+        elif not ok and start is not None:
+            out.append((start, cp - 1))
+            start = None
+    if start is not None:
+        out.append((start, MAX_CP))
+    return norm(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _unicode_class(name: str) -> Ranges:
+    """Union of the ECMA and Python Unicode notions (used for the negated classes)."""
+    if name == "d":
+        return union(DIGIT, _ranges_from_pred(lambda c: unicodedata.category(c) == "Nd"))
+    if name == "w":
+        return union(WORD, _ranges_from_pred(lambda c: c.isalnum() or c == "_"))
+    if name == "s":
+        extra = [0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000, 0xFEFF] + list(range(0x2000, 0x200B))
+        return union(SPACE, norm([(c, c) for c in extra]), _ranges_from_pred(lambda c: c.isspace()))
+    raise KeyError(name)
+
+
+def _neg_class(name: str) -> Ranges:
+    return complement(_unicode_class(name))
+
+
+# ---------------------------------------------------------------------------
+# parser
+
+
+class _Parser:
+    def __init__(self, src: str) -> None:
+        self.s = src
+        self.i = 0
+        self.ngroups = 0
+
+    def peek(self, k: int = 0) -> str:
+        j = self.i + k
+        return self.s[j] if j < len(self.s) else ""
+
+    def eof(self) -> bool:
+        return self.i >= len(self.s)
+
+    def parse(self):
+        node = self.alt()
+        if not self.eof():
+            raise PatternError(f"unexpected {self.peek()!r} at {self.i}")
+        return node
+
+    def alt(self):
+        branches = [self.seq()]
+        while self.peek() == "|":
+            self.i += 1
+            branches.append(self.seq())
+        return branches[0] if len(branches) == 1 else ("alt", branches)
+
+    def seq(self):
+        items = []
+        while not self.eof() and self.peek() not in "|)":
+            atom = self.atom()
+            atom = self.quant(atom)
+            items.append(atom)
+        return ("seq", items)
+
+    def quant(self, atom):
+        while True:
+            c = self.peek()
+            if c in ("*", "+", "?"):
+                self.i += 1
+                lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
+            elif c == "{":
+                q = self._brace()
+                if q is None:
+                    return atom
+                lo, hi = q
+            else:
+                return atom
+            if self.peek() == "?":  # lazy: same language
+                self.i += 1
+            elif self.peek() == "+":  # possessive (not ECMA)
+                raise PatternError("possessive quantifier")
+            if atom[0] in ("bol", "eol"):
+                raise PatternError("quantified anchor")
+            if hi is not None and hi < lo:
+                raise PatternError("bad quantifier range")
+            atom = ("rep", atom, lo, hi)
+
+    def _brace(self):
+        j = self.i + 1
+        s = self.s
+        k = j
+        while k < len(s) and s[k].isdigit():
+            k += 1
+        if k == j:
+            return None
+        lo = int(s[j:k])
+        if k < len(s) and s[k] == "}":
+            self.i = k + 1
+            return lo, lo
+        if k < len(s) and s[k] == ",":
+            m = k + 1
+            while m < len(s) and s[m].isdigit():
+                m += 1
+            if m < len(s) and s[m] == "}":
+                hi = int(s[k + 1 : m]) if m > k + 1 else None
+                self.i = m + 1
+                return lo, hi
+        return None
+
+    def atom(self):
+        c = self.peek()
+        if c == "(":
+            self.i += 1
+            if self.s.startswith("?:", self.i):
+                self.i += 2
+            elif self.s.startswith("?=", self.i) or self.s.startswith("?!", self.i) or self.s.startswith(
+                "?<=", self.i
+            ) or self.s.startswith("?<!", self.i):
+                raise PatternError("lookaround assertions are not regular")
+            elif self.s.startswith("?<", self.i) or self.s.startswith("?P<", self.i):
+                j = self.s.find(">", self.i)
+                if j < 0:
+                    raise PatternError("bad group name")
+                self.i = j + 1
+                self.ngroups += 1
+            elif self.peek() == "?":
+                raise PatternError("unsupported group syntax (?...)")
+            else:
+                self.ngroups += 1
+            node = self.alt()
+            if self.peek() != ")":
+                raise PatternError("missing )")
+            self.i += 1
+            return ("seq", [node])
+        if c == "[":
+            return ("set", self.cls())
+        if c == ".":
+            self.i += 1
+            return ("set", DOT)
+        if c == "^":
+            self.i += 1
+            return ("bol",)
+        if c == "$":
+            self.i += 1
+            return ("eol",)
+        if c == "\\":
+            return self.escape(in_class=False)
+        if c in "*+?":
+            raise PatternError(f"nothing to repeat at {self.i}")
+        if c == "{" and self._brace() is not None:
+            raise PatternError("nothing to repeat")
+        self.i += 1
+        cp = ord(c)
+        if 0xD800 <= cp <= 0xDFFF:
+            raise PatternError("surrogate in pattern")
+        return ("set", ((cp, cp),))
+
+    def _hex(self, n: int) -> int:
+        h = self.s[self.i : self.i + n]
+        if len(h) != n or any(ch not in "0123456789abcdefABCDEF" for ch in h):
+            raise PatternError("bad hex escape")
+        self.i += n
+        return int(h, 16)
+
+    def escape(self, in_class: bool):
+        """Parse an escape at self.i (pointing at the backslash)."""
+        self.i += 1
+        if self.eof():
+            raise PatternError("trailing backslash")
+        c = self.s[self.i]
+        self.i += 1
+        simple = {"t": 9, "n": 10, "v": 11, "f": 12, "r": 13}
+        if c in simple:
+            return ("set", ((simple[c], simple[c]),))
+        if c == "d":
+            return ("set", DIGIT)
+        if c == "w":
+            return ("set", WORD)
+        if c == "s":
+            return ("set", SPACE)
+        if c in "DWS":
+            return ("set", _neg_class(c.lower()))
+        if c == "b":
+            if in_class:
+                return ("set", ((8, 8),))
+            raise PatternError("word boundary \\b is not supported")
+        if c == "B":
+            raise PatternError("\\B is not supported")
+        if c == "A" and not in_class:
+            return ("bol",)
+        if c in "zZ" and not in_class:
+            return ("eol",)
+        if c == "0" and not self.peek().isdigit():
+            return ("set", ((0, 0),))
+        if c.isdigit():
+            raise PatternError("backreferences are not regular")
+        if c == "k" and self.peek() == "<":
+            raise PatternError("backreferences are not regular")
+        if c == "x":
+            v = self._hex(2)
+            return ("set", ((v, v),))
+        if c == "u":
+            if self.peek() == "{":
+                j = self.s.find("}", self.i)
+                if j < 0:
+                    raise PatternError("bad \\u{...}")
+                try:
+                    v = int(self.s[self.i + 1 : j], 16)
+                except ValueError as e:
+                    raise PatternError("bad \\u{...}") from e
+                self.i = j + 1
+            else:
+                v = self._hex(4)
+                if 0xD800 <= v <= 0xDBFF and self.s.startswith("\\u", self.i):
+                    save = self.i
+                    self.i += 2
+                    try:
+                        lo = self._hex(4)
+                    except PatternError:
+                        lo = -1
+                    if 0xDC00 <= lo <= 0xDFFF:
+                        v = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00)
+                    else:
+                        self.i = save
+            if 0xD800 <= v <= 0xDFFF or v > MAX_CP:
+                raise PatternError("lone surrogate in pattern")
+            return ("set", ((v, v),))
+        if c == "U":
+            v = self._hex(8)
+            return ("set", ((v, v),))
+        if c == "c":
+            ch = self.peek()
+            if ch.isalpha():
+                self.i += 1
+                v = ord(ch) % 32
+                return ("set", ((v, v),))
+            raise PatternError("bad \\c escape")
+        if c in "pP":
+            raise PatternError("Unicode property escapes are not supported")
+        if c.isalnum():
+            raise PatternError(f"unknown escape \\{c}")
+        cp = ord(c)
+        return ("set", ((cp, cp),))
+
+    def cls(self) -> Ranges:
+        assert self.peek() == "["
+        self.i += 1
+        neg = False
+        if self.peek() == "^":
+            neg = True
+            self.i += 1
+        items: list = []
+        first = True
+        while True:
+            if self.eof():
+                raise PatternError("unterminated character class")
+            c = self.peek()
+            if c == "]" and not first:
+                self.i += 1
+                break
+            if c == "]" and first:
+                # ECMA: [] is empty, []] ... ; Python: ']' first is literal.  Refuse.
+                raise PatternError("ambiguous ']' at start of class")
+            if c == "[" and self.peek(1) in ":.=":
+                raise PatternError("POSIX class syntax is not supported")
+            first = False
+            lo = self._class_atom()
+            if self.peek() == "-" and self.peek(1) not in ("]", ""):
+                save = self.i
+                self.i += 1
+                hi = self._class_atom()
+                if isinstance(lo, int) and isinstance(hi, int):
+                    if hi < lo:
+                        raise PatternError("bad class range")
+                    items.append(((lo, hi),))
+                    continue
+                # class escapes around '-' -> treat '-' literally (ECMA Annex B)
+                self.i = save + 1
+                items.append(lo if not isinstance(lo, int) else ((lo, lo),))
+                items.append(((0x2D, 0x2D),))
+                items.append(hi if not isinstance(hi, int) else ((hi, hi),))
+                continue
+            items.append(lo if not isinstance(lo, int) else ((lo, lo),))
+        r = union(*items) if items else ()
+        return complement(r) if neg else r
+
+    def _class_atom(self):
+        c = self.peek()
+        if c == "\\":
+            node = self.escape(in_class=True)
+            if node[0] != "set":
+                raise PatternError("anchor inside class")
+            r = node[1]
+            if len(r) == 1 and r[0][0] == r[0][1]:
+                return r[0][0]
+            return r
+        if c == "[" :
+            # Python warns about nested sets; treat as literal '['
+            pass
+        self.i += 1
+        return ord(c)
+
+
+@functools.lru_cache(maxsize=4096)
+def parse(pattern: str):
+    """Parse an ECMA-262 pattern into the node tuples described in the module docstring."""
+    try:
+        return _Parser(pattern).parse()
+    except RecursionError as e:  # pragma: no cover - absurd nesting
+        raise PatternError("pattern nested too deeply") from e
+
+
+# ---------------------------------------------------------------------------
+# lengths
+
+
+def node_len(node) -> tuple[int, Optional[int]]:
+    """(min, max) number of code points matched by a node (max None = unbounded)."""
+    kind = node[0]
+    if kind == "set":
+        return (1, 1) if node[1] else (0, 0)
+    if kind in ("bol", "eol"):
+        return 0, 0
+    if kind == "seq":
+        lo, hi = 0, 0
+        for it in node[1]:
+            a, b = node_len(it)
+            lo += a
+            hi = None if (hi is None or b is None) else hi + b
+        return lo, hi
+    if kind == "alt":
+        ls = [node_len(b) for b in node[1]]
+        lo = min(a for a, _ in ls)
+        hi = None if any(b is None for _, b in ls) else max(b for _, b in ls)
+        return lo, hi
+    if kind == "rep":
+        a, b = node_len(node[1])
+        lo = a * node[2]
+        if node[3] is None:
+            hi = None if (b is None or b > 0) else 0
+        else:
+            hi = None if b is None else b * node[3]
+        return lo, hi
+    raise ValueError(kind)
+
+
+# ---------------------------------------------------------------------------
+# emission over JSON string content
+
+_META = set("\\.+*?()|[]{}^$#&-~")
+_CLASS_META = set("\\[]^-&~")
+
+_JSON_SHORT = {0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x22: '\\"', 0x5C: "\\\\"}
+
+
+def _cp_text(cp: int, in_class: bool) -> str:
+    ch = chr(cp)
+    if cp < 0x20 or cp == 0x7F:
+        return "\\x%02x" % cp
+    if cp >= 0x80:
+        if cp <= 0xFFFF:
+            return "\\u%04x" % cp
+        return "\\U%08x" % cp
+    if in_class:
+        return "\\" + ch if ch in _CLASS_META else ch
+    return "\\" + ch if ch in _META else ch
+
+
+def escape_literal(text: str) -> str:
+    """Regex that matches exactly ``text`` (used for already-encoded JSON text)."""
+    return "".join(_cp_text(ord(c), False) for c in text)
+
+
+def json_escape_char(cp: int) -> str:
+    """How json.dumps(ensure_ascii=False) spells a code point inside a string."""
+    if cp in _JSON_SHORT:
+        return _JSON_SHORT[cp]
+    if cp < 0x20:
+        return "\\u%04x" % cp
+    return chr(cp)
+
+
+def literal(s: str) -> str:
+    """Regex for the JSON-encoded content of the decoded string ``s`` (canonical spelling)."""
+    return "".join(escape_literal(json_escape_char(ord(c))) for c in s)
+
+
+RAW_EXCLUDED = norm([(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)])
+_RAW_UNIVERSE = complement(RAW_EXCLUDED)
+
+
+def _class_text(r: Ranges) -> str:
+    parts = []
+    for a, b in r:
+        if a == b:
+            parts.append(_cp_text(a, True))
+        elif b == a + 1:
+            parts.append(_cp_text(a, True) + _cp_text(b, True))
+        else:
+            parts.append(_cp_text(a, True) + "-" + _cp_text(b, True))
+    return "".join(parts)
+
+
+def emit_set(r: Ranges) -> Optional[str]:
+    """Regex for one code point out of ``r``, JSON-encoded.  None if r is empty."""
+    if not r:
+        return None
+    raw = intersect(r, _RAW_UNIVERSE)
+    alts: list[str] = []
+    if raw:
+        if len(raw) == 1 and raw[0][0] == raw[0][1]:
+            alts.append(_cp_text(raw[0][0], False))
+        else:
+            comp = subtract(_RAW_UNIVERSE, raw)
+            pos = "[" + _class_text(raw) + "]"
+            # a negated class, relative to the raw universe, when shorter
+            negt = "[^" + _class_text(union(comp, RAW_EXCLUDED)) + "]"
+            alts.append(negt if len(negt) < len(pos) else pos)
+    esc = intersect(r, RAW_EXCLUDED)
+    short = []
+    by_hi: dict[int, list[int]] = {0: [], 1: []}
+    for a, b in esc:
+        for cp in range(a, b + 1):
+            if cp in (0x22, 0x5C):
+                alts.append(escape_literal(json_escape_char(cp)))
+            elif cp in _JSON_SHORT:
+                short.append(_JSON_SHORT[cp][1])
+            else:
+                by_hi[cp >> 4].append(cp & 15)
+    if short:
+        alts.append("\\\\" + (short[0] if len(short) == 1 else "[" + "".join(sorted(short)) + "]"))
+    for h, lows in by_hi.items():
+        if not lows:
+            continue
+        digs = "".join("0123456789abcdef"[x] for x in sorted(lows))
+        alts.append("\\\\u00%d" % h + (digs if len(digs) == 1 else "[" + digs + "]"))
+    if len(alts) == 1:
+        return alts[0]
+    return "(" + "|".join(alts) + ")"
+
+
+class Unsatisfiable(Exception):
+    pass
+
+
+def emit(node) -> Optional[str]:
+    """Regex for a node whose anchors were already removed.  None = matches nothing."""
+    kind = node[0]
+    if kind == "set":
+        return emit_set(node[1])
+    if kind == "seq":
+        out = []
+        for it in node[1]:
+            r = emit(it)
+            if r is None:
+                return None
+            out.append(r)
+        return _seq_join(out)
+    if kind == "alt":
+        rs = [r for r in (emit(b) for b in node[1]) if r is not None]
+        if not rs:
+            return None
+        rs = list(dict.fromkeys(rs))
+        if len(rs) == 1:
+            return rs[0]
+        return "(" + "|".join(rs) + ")"
+    if kind == "rep":
+        inner = emit(node[1])
+        lo, hi = node[2], node[3]
+        if inner is None:
+            return "" if lo == 0 else None
+        if hi == 0:
+            return ""
+        if inner == "":
+            return ""
+        g = inner if _is_atom(inner) else "(" + inner + ")"
+        if (lo, hi) == (0, None):
+            return g + "*"
+        if (lo, hi) == (1, None):
+            return g + "+"
+        if (lo, hi) == (0, 1):
+            return g + "?"
+        if lo == hi:
+            return g if lo == 1 else g + "{%d}" % lo
+        if hi is None:
+            return g + "{%d,}" % lo
+        return g + "{%d,%d}" % (lo, hi)
+    if kind in ("bol", "eol"):
+        raise PatternError("anchor in an unsupported position")
+    raise ValueError(kind)
+
+
+def _seq_join(parts: list[str]) -> str:
+    parts = [p for p in parts if p != ""]
+    if len(parts) == 1:
+        return parts[0]
+    return "".join(p if _is_single(p) else "(" + p + ")" for p in parts)
+
+
+def _no_top_alt(p: str) -> bool:
+    return _top_level_bar(p) is False
+
+
+@functools.lru_cache(maxsize=65536)
+def _top_level_bar(p: str) -> bool:
+    depth = 0
+    i = 0
+    in_cls = False
+    while i < len(p):
+        c = p[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_cls:
+            if c == "]":
+                in_cls = False
+        elif c == "[":
+            in_cls = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            return True
+        i += 1
+    return False
+
+
+def _is_single(p: str) -> bool:
+    """True if p can be concatenated without grouping (no top-level '|')."""
+    return not _top_level_bar(p)
+
+
+@functools.lru_cache(maxsize=65536)
+def _is_atom(p: str) -> bool:
+    """True if a quantifier may directly follow p."""
+    if len(p) == 1 and p not in _META:
+        return True
+    if len(p) == 2 and p[0] == "\\":
+        return True
+    if p.startswith("\\u") and len(p) == 6 or p.startswith("\\x") and len(p) == 4:
+        return True
+    if p.startswith("\\U") and len(p) == 10:
+        return True
+    # a single bracket class
+    if p.startswith("[") and p.endswith("]"):
+        depth = 0
+        i = 0
+        while i < len(p):
+            c = p[i]
+            if c == "\\":
+                i += 2
+                continue
+            if c == "]" and i != len(p) - 1:
+                return False
+            i += 1
+        return True
+    # a single parenthesised group
+    if p.startswith("(") and p.endswith(")"):
+        depth = 0
+        i = 0
+        in_cls = False
+        while i < len(p):
+            c = p[i]
+            if c == "\\":
+                i += 2
+                continue
+            if in_cls:
+                if c == "]":
+                    in_cls = False
+            elif c == "[":
+                in_cls = True
+            elif c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 0 and i != len(p) - 1:
+                    return False
+            i += 1
+        return True
+    return False
+
+
+# ---------------------------------------------------------------------------
+# anchors and search semantics
+
+
+def _strip_anchor(node, which: str):
+    """Remove a leading (which='bol') or trailing ('eol') anchor that every path through
+    ``node`` starts/ends with.  Returns (node_without_anchor, True) or (node, False)."""
+    kind = node[0]
+    if kind == which:
+        return ("seq", []), True
+    if kind == "seq":
+        items = list(node[1])
+        # skip empty-width sequences? keep simple: look at the first/last item
+        if not items:
+            return node, False
+        idx = 0 if which == "bol" else len(items) - 1
+        sub, ok = _strip_anchor(items[idx], which)
+        if ok:
+            items[idx] = sub
+            return ("seq", items), True
+        return node, False
+    if kind == "alt":
+        new = []
+        for b in node[1]:
+            sub, ok = _strip_anchor(b, which)
+            if not ok:
+                return node, False
+            new.append(sub)
+        return ("alt", new), True
+    return node, False
+
+
+def _has_anchor(node) -> bool:
+    kind = node[0]
+    if kind in ("bol", "eol"):
+        return True
+    if kind in ("seq", "alt"):
+        return any(_has_anchor(x) for x in node[1])
+    if kind == "rep":
+        return _has_anchor(node[1])
+    return False
+
+
+def _branches(node):
+    """Top-level alternatives of a pattern, looking through wrapping groups."""
+    while node[0] == "seq" and len(node[1]) == 1:
+        node = node[1][0]
+    if node[0] == "alt":
+        out = []
+        for b in node[1]:
+            out.extend(_branches(b))
+        return out
+    return [node]
+
+
+def anchored_branches(node):
+    """Split a parsed pattern into branches (node, start_anchored, end_anchored) without
+    any remaining anchors.  Raises PatternError when an anchor sits somewhere else."""
+    out = []
+    for b in _branches(node):
+        b2, sa = _strip_anchor(b, "bol")
+        b3, ea = _strip_anchor(b2, "eol")
+        # allow repeated anchors like ^^ (rare); strip again
+        while True:
+            b4, more = _strip_anchor(b3, "bol")
+            if not more:
+                break
+            b3 = b4
+        if _has_anchor(b3):
+            raise PatternError("anchor in a position that is not supported")
+        out.append((b3, sa, ea))
+    return out
+
+
+def to_content_regex(pattern: str, any_char: str) -> Optional[str]:
+    """Regex over JSON string content for strings that *contain* a match of ``pattern``.
+
+    ``any_char`` is the regex for one (any) encoded character, used to pad unanchored
+    ends.  Returns None when no string matches.
+    """
+    node = parse(pattern)
+    outs = []
+    pad = "(" + any_char + ")*" if not _is_atom(any_char) else any_char + "*"
+    for b, sa, ea in anchored_branches(node):
+        body = emit(b)
+        if body is None:
+            continue
+        s = ""
+        if not sa:
+            s += pad
+        s += body if _is_single(body) else "(" + body + ")"
+        if not ea:
+            s += pad
+        outs.append(s)
+    if not outs:
+        return None
+    outs = list(dict.fromkeys(outs))
+    if len(outs) == 1:
+        return outs[0]
+    return "(" + "|".join(outs) + ")"
+
+
+def search_regex(pattern: str) -> str:
+    """Exported for tests: the content regex with a generic canonical character."""
+    r = to_content_regex(pattern, emit_set(ANY_RANGES))
+    if r is None:
+        raise PatternError("pattern matches no string")
+    return r

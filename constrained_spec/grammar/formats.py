@@ -1,0 +1,91 @@
+"""Regexes (ECMA-262 syntax, anchored) for JSON Schema ``format`` values.
+
+Each pattern describes a *subset* of the strings the format allows (RFC 3339 dates and times,
+RFC 5321-style e-mail addresses, RFC 3986 URIs, ...), chosen so that every accepted string
+is valid under the format's specification and under the ``jsonschema`` format checkers, and
+so that the common spellings are accepted.  Restricting is sound: it never lets an invalid
+value through.  None of the patterns contains a character that JSON must escape, so the
+pattern text applies to encoded and decoded strings alike.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+__all__ = ["FORMAT_PATTERNS", "format_pattern", "SUPPORTED_FORMATS"]
+
+_YEAR = "[0-9]{4}"
+# month-day combinations that exist in every year, plus Feb 29 only in leap years
+_MD_COMMON = (
+    "(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"
+    "|(0[13-9]|1[0-2])-(29|30)"
+    "|(0[13578]|1[02])-31"
+)
+_LEAP_YEAR = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)"
+_DATE = f"({_YEAR}-({_MD_COMMON})|{_LEAP_YEAR}-02-29)"
+_TIME = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+_DEC_OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_IPV4 = f"{_DEC_OCTET}(\\.{_DEC_OCTET}){{3}}"
+_H16 = "[0-9a-fA-F]{1,4}"
+
+
+def _ipv6() -> str:
+    alts = [f"{_H16}(:{_H16}){{7}}"]
+    # compressed forms with i groups before '::' and j after, i + j <= 7
+    for i in range(0, 8):
+        for j in range(0, 8 - i):
+            if i + j > 6:
+                continue
+            left = "" if i == 0 else (_H16 if i == 1 else f"{_H16}(:{_H16}){{{i - 1}}}")
+            right = "" if j == 0 else (_H16 if j == 1 else f"{_H16}(:{_H16}){{{j - 1}}}")
+            alts.append(f"{left}::{right}")
+    return "(" + "|".join(alts) + ")"
+
+
+_LABEL = "[A-Za-z0-9]([A-Za-z0-9-]{0,59}[A-Za-z0-9])?"
+_HOSTNAME = f"{_LABEL}(\\.{_LABEL}){{0,3}}"
+_LOCAL = "[A-Za-z0-9_%+-]+(\\.[A-Za-z0-9_%+-]+)*"
+_DOMAIN = f"{_LABEL}(\\.{_LABEL})+"
+_EMAIL = f"{_LOCAL}@{_DOMAIN}"
+_PCHAR = "[A-Za-z0-9._~!$&'()*+,;=:@-]"
+_URI = (
+    "[a-zA-Z][a-zA-Z0-9+.-]*://"
+    f"{_LABEL}(\\.{_LABEL})*(:[0-9]{{1,5}})?"
+    f"(/{_PCHAR}*)*"
+    f"(\\?({_PCHAR}|[/?])*)?"
+    f"(#({_PCHAR}|[/?])*)?"
+)
+_URI_REF = f"({_URI}|(/?{_PCHAR}+)(/{_PCHAR}*)*(\\?({_PCHAR}|[/?])*)?(#({_PCHAR}|[/?])*)?)"
+_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_DUR_T = "T([0-9]+H([0-9]+M)?([0-9]+S)?|[0-9]+M([0-9]+S)?|[0-9]+S)"
+_DURATION = f"P(([0-9]+Y([0-9]+M)?([0-9]+D)?|[0-9]+M([0-9]+D)?|[0-9]+D)({_DUR_T})?|{_DUR_T}|[0-9]+W)"
+_JSON_POINTER = "(/([A-Za-z0-9 ._:@$!*+,;=-]|~[01])*)*"
+_REL_JSON_POINTER = f"(0|[1-9][0-9]*)(#|{_JSON_POINTER})"
+
+FORMAT_PATTERNS: dict[str, str] = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": f"{_DATE}T{_TIME}",
+    "email": _EMAIL,
+    "idn-email": _EMAIL,
+    "uuid": _UUID,
+    "uri": _URI,
+    "iri": _URI,
+    "uri-reference": _URI_REF,
+    "iri-reference": _URI_REF,
+    "ipv4": _IPV4,
+    "ipv6": _ipv6(),
+    "hostname": _HOSTNAME,
+    "idn-hostname": _HOSTNAME,
+    "duration": _DURATION,
+    "json-pointer": _JSON_POINTER,
+    "relative-json-pointer": _REL_JSON_POINTER,
+}
+
+SUPPORTED_FORMATS = frozenset(FORMAT_PATTERNS)
+
+
+def format_pattern(name: str) -> Optional[str]:
+    """Anchored ECMA pattern for a format, or None when the format is not supported."""
+    p = FORMAT_PATTERNS.get(name)
+    return None if p is None else "^" + p + "$"
