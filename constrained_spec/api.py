@@ -19,12 +19,15 @@ from .decode import DecodeStats, SpeculativeDecoder
 from .errors import ModelLoadError, OutputValidationError
 from .grammar import OutputSpec, Regex, output_spec
 from .grammar.automaton import AutomatonCompiler, CompiledAutomaton
+from .draft_length import AdaptiveDraftLength
 from .models import SequenceModel, check_same_vocabulary, wrap
+from .proposers import GrammarStrings
 from .sampling import SamplingPolicy
 from .vocab import TokenVocabulary, build_vocabulary
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b"
+PROPOSERS = ("draft", "grammar", "lookup")
 
 __all__ = ["Generator", "GenerationResult", "Regex", "generate", "generate_json", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
 
@@ -106,6 +109,8 @@ class Generator:
         progress: bool = True,
         debug_checks: bool = False,
         eos_token_ids: Sequence[int] | None = None,
+        proposers: Sequence[str] = ("draft", "grammar"),
+        adaptive: bool = False,
     ) -> None:
         from .kernels import get_verifier
 
@@ -122,9 +127,41 @@ class Generator:
         self.schema_options = schema_options
         self.verifier = get_verifier(verify_backend)
         self.debug_checks = debug_checks
+        self.proposers = tuple(proposers)
+        self.adaptive = adaptive
+        self.draft_length = AdaptiveDraftLength(max_k=max(num_draft_tokens, 1))
         self._compiled: dict[Any, CompiledConstraint] = {}
+        self._strings: dict[str, GrammarStrings] = {}
         self._lock = threading.Lock()
 
+    def _grammar_strings(self, compiled: CompiledConstraint) -> GrammarStrings:
+        hit = self._strings.get(compiled.spec.regex)
+        if hit is None:
+            encode = lambda text: self.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+            hit = self._strings[compiled.spec.regex] = GrammarStrings(compiled.automaton, encode)
+        return hit
+
+    def calibrate(self, context_ids: list[int], repeats: int = 2) -> None:
+        """Measure target forward cost by tokens fed (1..max_k+1) and one draft forward, for adaptive k."""
+        import time
+
+        context = list(context_ids)
+        for model, curve, sizes in (
+            (self.target, self.draft_length.target, range(1, self.draft_length.max_k + 2)),
+            (self.draft, self.draft_length.draft, [1]),
+        ):
+            if model is None:
+                continue
+            model.reset()
+            model.extend(context[:-1] or context)
+            base = model.length
+            for _ in range(repeats):
+                for n in sizes:
+                    t0 = time.perf_counter()
+                    model.extend((context * n)[:n])
+                    curve.observe(n, time.perf_counter() - t0)
+                    model.crop(base)
+            model.reset()
     def _eos_ids(self) -> list[int]:
         ids = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
         config = getattr(getattr(self.target, "model", None), "generation_config", None)
@@ -171,24 +208,42 @@ class Generator:
         top_p: float = 1.0,
         seed: int | None = 0,
         schema_in_prompt: bool = True,
+        proposers: Sequence[str] | None = None,
+        adaptive: bool | None = None,
     ) -> GenerationResult:
-        """Generate one value of ``output_type``; returns it with its text and stats."""
+        """Generate one value of ``output_type``; returns it with its text and stats.
+
+        ``proposers`` picks the proposal sources, any of ``"draft"`` (the draft model),
+        ``"grammar"`` (strings the grammar forces, at no model cost) and ``"lookup"`` (prompt
+        n-gram lookup); ``adaptive`` chooses k per step from measured acceptance and costs, with
+        ``num_draft_tokens`` as the upper bound. Every combination samples the same distribution.
+        """
         compiled = self.compile(output_type)
         policy = SamplingPolicy(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         ids = self.prompt_ids(prompt, compiled.spec, schema_in_prompt)
         k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
+        sources = set(self.proposers if proposers is None else proposers)
+        unknown = sources - set(PROPOSERS)
+        if unknown:
+            raise ValueError(f"unknown proposers {sorted(unknown)}; choose from {PROPOSERS}")
+        adaptive = self.adaptive if adaptive is None else adaptive
         gen = torch.Generator().manual_seed(seed if seed is not None else torch.seed())
         with self._lock:
+            if adaptive and not self.draft_length.calibrated:
+                self.calibrate(ids)
             decoder = SpeculativeDecoder(
                 self.target,
-                self.draft,
+                self.draft if "draft" in sources else None,
                 Matcher(compiled.automaton),
                 policy,
-                num_draft_tokens=k if self.draft is not None else 0,
+                num_draft_tokens=k,
                 max_new_tokens=max_new_tokens or self.max_new_tokens,
                 verifier=self.verifier,
                 debug_checks=self.debug_checks,
                 generator=gen,
+                grammar_strings=self._grammar_strings(compiled) if "grammar" in sources else None,
+                lookup="lookup" in sources,
+                draft_length=self.draft_length if adaptive else None,
             )
             result = decoder.run(ids)
         text = self.vocab.decode(result.token_ids)

@@ -25,7 +25,9 @@ import torch
 
 from .constraint import Matcher
 from .errors import ConstrainedSpecError, TokenBudgetExceeded
+from .draft_length import AdaptiveDraftLength
 from .models import SequenceModel
+from .proposers import GrammarStrings, prompt_lookup
 from .sampling import PolicyTensors, SamplingPolicy, draw, effective_probs, unpack_bitmask
 from .speculative import VerifyResult, verify
 
@@ -42,6 +44,11 @@ class DecodeStats:
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     forced_tokens: int = 0
+    model_proposed: int = 0  # drafted by the draft model
+    grammar_proposed: int = 0  # grammar-forced strings (point-mass q, no model forward)
+    grammar_accepted: int = 0
+    lookup_proposed: int = 0  # prompt-lookup n-gram continuations (point-mass q)
+    lookup_accepted: int = 0
     steps: int = 0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
@@ -104,6 +111,9 @@ class SpeculativeDecoder:
         verifier: Verifier = verify,
         debug_checks: bool = False,
         generator: torch.Generator | None = None,
+        grammar_strings: GrammarStrings | None = None,
+        lookup: bool = False,
+        draft_length: AdaptiveDraftLength | None = None,
     ) -> None:
         if num_draft_tokens < 0:
             raise ValueError("num_draft_tokens must be >= 0")
@@ -113,7 +123,11 @@ class SpeculativeDecoder:
         self.draft = draft if num_draft_tokens > 0 else None
         self.matcher = matcher
         self.policy = policy
-        self.k = num_draft_tokens if draft is not None else 0
+        self.grammar_strings = grammar_strings
+        self.lookup = lookup
+        self.draft_length = draft_length
+        has_proposer = draft is not None or grammar_strings is not None or lookup
+        self.k = num_draft_tokens if has_proposer else 0
         self.max_new_tokens = max_new_tokens
         self.verifier = verifier
         self.debug_checks = debug_checks
@@ -184,40 +198,78 @@ class SpeculativeDecoder:
             self._commit(forced)
             self.stats.forced_tokens += 1
             return
-        k = min(self.k, remaining - 1)
-        drafted, q_rows, states = self.propose(k)
+        k = self.k if self.draft_length is None else self.draft_length.choose(self.k)
+        k = min(k, remaining - 1)
+        drafted, q_rows, states, sources = self.propose(k)
         result = self.verify_block(drafted, q_rows, states)
-        self.accept_and_rollback(drafted, result)
+        self.accept_and_rollback(drafted, result, sources)
 
-    def propose(self, k: int) -> tuple[list[int], torch.Tensor, list[int]]:
-        """Draft up to k tokens from the draft's masked q; returns tokens, q [n, V], states [n+1]."""
+    def _point_mass(self, token: int) -> torch.Tensor:
+        q = torch.zeros(self.vocab_size)
+        q[token] = 1.0
+        return q
+
+    def _free_proposal(self, state: int, drafted: list[int]) -> tuple[list[int], str]:
+        """Zero-cost proposals from ``state``: the grammar's forced string, else a prompt lookup."""
+        if self.grammar_strings is not None:
+            tokens = self.grammar_strings.tokens(state)
+            if tokens:
+                return list(tokens), "grammar"
+        if self.lookup:
+            return prompt_lookup(self.committed + drafted), "lookup"
+        return [], ""
+
+    def propose(self, k: int) -> tuple[list[int], torch.Tensor, list[int], list[str]]:
+        """Draft up to k tokens; returns tokens, their q rows [n, V], states [n+1], sources [n].
+
+        Per position: a grammar-forced single token, else the next token of a zero-cost proposal
+        (grammar-forced string or prompt lookup, a point mass), else a draw from the draft model's
+        masked q. Which applies is a function of the drafted prefix only, so q is always the
+        distribution the token was really drawn from.
+        """
         t0 = time.perf_counter()
         state = self.matcher.state
-        states, drafted, rows = [state], [], []
+        states, drafted, rows, sources = [state], [], [], []
+        plan: list[int] = []
+        plan_source = ""
         for _ in range(k):
             forced = self.matcher.forced_token(state)
             if forced is not None:  # q is a point mass: no draft forward needed
-                token = forced
-                q = torch.zeros(self.vocab_size)
-                q[token] = 1.0
+                token, q, source = forced, self._point_mass(forced), "forced"
+                plan = []
             else:
-                assert self.draft is not None
-                pending = (self.committed + drafted)[self.draft.length :]
-                logits = self.draft.extend(pending)[-1:]
-                self.stats.draft_forwards += 1
-                allowed = self._allowed(state).unsqueeze(0)
-                q = effective_probs(logits, allowed, self.params.temperature, self.params.top_k, self.params.top_p)[0]
-                token = int(draw(q, self._uniform(1))[0])
+                if not plan:
+                    plan, plan_source = self._free_proposal(state, drafted)
+                if plan and self.matcher.step(state, plan[0]) is not None:
+                    token = plan.pop(0)
+                    q, source = self._point_mass(token), plan_source
+                elif self.draft is not None:
+                    plan = []
+                    pending = (self.committed + drafted)[self.draft.length :]
+                    t_fwd = time.perf_counter()
+                    logits = self.draft.extend(pending)[-1:]
+                    if self.draft_length is not None:
+                        self.draft_length.draft.observe(1, time.perf_counter() - t_fwd)
+                    self.stats.draft_forwards += 1
+                    allowed = self._allowed(state).unsqueeze(0)
+                    q = effective_probs(logits, allowed, self.params.temperature, self.params.top_k, self.params.top_p)[0]
+                    token, source = int(draw(q, self._uniform(1))[0]), "model"
+                else:
+                    break  # nothing to propose
             drafted.append(token)
             rows.append(q)
+            sources.append(source)
             state = self.matcher.step(state, token)
             states.append(state)
             if self.matcher.is_eos(token):
                 break
         self.stats.drafted_tokens += len(drafted)
+        self.stats.model_proposed += sources.count("model")
+        self.stats.grammar_proposed += sources.count("grammar")
+        self.stats.lookup_proposed += sources.count("lookup")
         self.stats.draft_seconds += time.perf_counter() - t0
         q_rows = torch.stack(rows) if rows else torch.zeros(0, self.vocab_size)
-        return drafted, q_rows, states
+        return drafted, q_rows, states, sources
 
     def verify_block(self, drafted: list[int], q_rows: torch.Tensor, states: list[int]) -> VerifyResult:
         """One target forward over pending + drafted tokens, then the verify math."""
@@ -226,6 +278,8 @@ class SpeculativeDecoder:
         logits = self.target.extend(pending + drafted)[-(len(drafted) + 1) :]
         self.stats.target_forwards += 1
         t1 = time.perf_counter()
+        if self.draft_length is not None:
+            self.draft_length.target.observe(len(pending) + len(drafted), t1 - t0)
         self.stats.verify_seconds += t1 - t0
         masks = torch.stack([self.matcher.bitmask(s) for s in states])
         t2 = time.perf_counter()
@@ -244,9 +298,16 @@ class SpeculativeDecoder:
         self.stats.sampling_seconds += time.perf_counter() - t2
         return result
 
-    def accept_and_rollback(self, drafted: list[int], result: VerifyResult) -> None:
+    def accept_and_rollback(self, drafted: list[int], result: VerifyResult, sources: list[str] | None = None) -> None:
         """Commit the kept prefix and the next token; crop both caches to the accepted prefix."""
         n = int(result.accepted[0])
+        if sources:
+            kept = sources[:n]
+            self.stats.grammar_accepted += kept.count("grammar")
+            self.stats.lookup_accepted += kept.count("lookup")
+            if self.draft_length is not None:
+                probs = result.accept_prob[0, : min(n + 1, len(drafted))].tolist()
+                self.draft_length.observe_block(len(drafted), sources.count("model"), probs)
         base = len(self.committed)
         self.target.crop(base + n)  # the cache keeps committed + kept drafts; next token is pending
         if self.draft is not None:

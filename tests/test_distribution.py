@@ -68,13 +68,13 @@ def exact_distribution(automaton, policy: SamplingPolicy) -> dict[tuple[int, ...
     return out
 
 
-def sample(automaton, policy: SamplingPolicy, k: int, n: int, verifier=verify, draft_scale: float = 2.0) -> Counter:
+def sample(automaton, policy: SamplingPolicy, k: int, n: int, verifier=verify, draft_scale: float = 2.0, **options) -> Counter:
     target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=draft_scale)
     gen = torch.Generator().manual_seed(1234 + k)
     counts: Counter = Counter()
     for _ in range(n):
         dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=k,
-                                 max_new_tokens=16, verifier=verifier, generator=gen)
+                                 max_new_tokens=16, verifier=verifier, generator=gen, **options)
         res = dec.run(PROMPT)
         counts[tuple(dec.generated)] += 1
     return counts
@@ -195,3 +195,37 @@ def test_unmasked_draft_is_still_exact_but_wastes_drafts(automaton):
         m_drafted += dec.stats.drafted_tokens
         m_kept += dec.stats.accepted_tokens
     assert kept / drafted < m_kept / m_drafted
+
+
+FORCED_REGEX = r"(a|b)cab(c|b)[abc]{0,2}"  # after the first letter the grammar forces a string
+
+
+def letters_encode(text: str) -> list[int]:
+    """A canonical tokenization for the letters vocabulary (greedy longest match)."""
+    vocab = {b.decode(): i for i, b in letters_vocab().tokens.items()}
+    out, i = [], 0
+    while i < len(text):
+        for size in (3, 2, 1):
+            if text[i : i + size] in vocab:
+                out.append(vocab[text[i : i + size]])
+                i += size
+                break
+    return out
+
+
+@pytest.mark.parametrize("policy", [
+    pytest.param(SamplingPolicy(temperature=1.0), id="T1"),
+    pytest.param(SamplingPolicy(temperature=0.7, top_k=4), id="T0.7-topk4", marks=pytest.mark.slow),
+])
+def test_point_mass_proposals_grammar_strings_and_lookup_stay_exact(policy):
+    """Grammar-forced strings and prompt lookup propose with q = a point mass; still exact."""
+    from constrained_spec.proposers import GrammarStrings
+
+    automaton = AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(FORCED_REGEX)
+    strings = GrammarStrings(automaton, letters_encode)
+    assert strings.tokens(automaton.next_state(automaton.initial_state, 0)), "the grammar must force a string here"
+    exact = exact_distribution(automaton, policy)
+    counts = sample(automaton, policy, 3, SAMPLES, grammar_strings=strings, lookup=True)
+    pvalue = chi2_pvalue(counts, exact)
+    print(f"point-mass proposals: p-value {pvalue:.4f} over {len(exact)} outcomes")
+    assert pvalue > ALPHA

@@ -1,0 +1,76 @@
+"""Adaptive draft length: pick k per step from measured acceptance and measured forward costs.
+
+Expected tokens from a block of k proposals with per-token acceptance a is (1 - a^(k+1)) / (1 - a)
+(the kept prefix plus the correction or bonus token); its cost is the draft forwards it needs plus
+one target forward over k+1 tokens, whose cost is measured per length (on CPUs it is far from
+linear: flat to 3 tokens in fp32 here, then a step). k maximises expected tokens per second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def expected_tokens(acceptance: float, k: int) -> float:
+    """Expected tokens committed by one verify of k proposals (kept prefix + next token)."""
+    a = min(max(acceptance, 0.0), 0.999999)
+    return (1 - a ** (k + 1)) / (1 - a)
+
+
+@dataclass
+class CostCurve:
+    """Seconds of a forward by number of tokens fed, as exponential moving averages."""
+
+    decay: float = 0.7
+    seconds: dict[int, float] = field(default_factory=dict)
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        old = self.seconds.get(tokens)
+        self.seconds[tokens] = seconds if old is None else self.decay * old + (1 - self.decay) * seconds
+
+    def __call__(self, tokens: int) -> float:
+        if tokens in self.seconds:
+            return self.seconds[tokens]
+        if not self.seconds:
+            return float(tokens)  # no data: proportional (only relative values matter before data)
+        known = sorted(self.seconds)
+        lower = [n for n in known if n < tokens]
+        upper = [n for n in known if n > tokens]
+        if lower and upper:
+            a, b = lower[-1], upper[0]
+            t = (tokens - a) / (b - a)
+            return self.seconds[a] * (1 - t) + self.seconds[b] * t
+        nearest = lower[-1] if lower else upper[0]
+        return self.seconds[nearest]
+
+
+@dataclass
+class AdaptiveDraftLength:
+    """Chooses k in [0, max_k] maximising expected tokens per second; learns online."""
+
+    max_k: int = 8
+    acceptance: float = 0.8
+    model_share: float = 1.0  # share of proposed positions that needed a draft-model forward
+    decay: float = 0.9
+    target: CostCurve = field(default_factory=CostCurve)
+    draft: CostCurve = field(default_factory=CostCurve)
+
+    def observe_block(self, proposed: int, model_proposed: int, accept_probs: list[float]) -> None:
+        """After a verify: the acceptance probabilities of the positions up to the first rejection."""
+        for p in accept_probs:
+            self.acceptance = self.decay * self.acceptance + (1 - self.decay) * float(p)
+        if proposed:
+            self.model_share = self.decay * self.model_share + (1 - self.decay) * (model_proposed / proposed)
+
+    def rate(self, k: int) -> float:
+        """Predicted tokens per second for a block of k proposals."""
+        seconds = self.model_share * k * self.draft(1) + self.target(k + 1)
+        return expected_tokens(self.acceptance, k) / max(seconds, 1e-9)
+
+    def choose(self, limit: int | None = None) -> int:
+        top = self.max_k if limit is None else min(self.max_k, limit)
+        return max(range(top + 1), key=self.rate) if top > 0 else 0
+
+    @property
+    def calibrated(self) -> bool:
+        return len(self.target.seconds) > 1 and bool(self.draft.seconds)

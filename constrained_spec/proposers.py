@@ -1,0 +1,83 @@
+"""Proposals that cost no model forward: grammar-forced strings and prompt lookup.
+
+Each proposes tokens with a point-mass q. The speculative construction is exact for any proposal
+distribution, as long as q is the distribution the token was really drawn from: with q a point mass
+the target keeps the token with probability p(token) and on rejection draws from
+norm(max(0, p - q)), i.e. p without that token, renormalised. Greedy keeps it iff it is the
+target's masked argmax.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .grammar.automaton import CompiledAutomaton
+
+
+class GrammarStrings:
+    """For one automaton and tokenizer: the string the grammar forces from a state, as tokens.
+
+    From a state with exactly one outgoing byte (and not final), the grammar forces that byte; the
+    run of such bytes is the forced string (a property name with its quotes and colon, a closing
+    bracket, the rest of an enum value once it is unambiguous). Its canonical tokenization by the
+    target's tokenizer is the proposal, cut where the automaton would not accept a token.
+    """
+
+    def __init__(self, automaton: CompiledAutomaton, encode: Callable[[str], list[int]], max_bytes: int = 256) -> None:
+        self.automaton = automaton
+        self.encode = encode
+        self.max_bytes = max_bytes
+        self._cache: dict[int, tuple[int, ...]] = {}
+        self._lock = threading.Lock()
+
+    def forced_bytes(self, state: int) -> bytes:
+        dfa, dead = self.automaton.dfa, self.automaton.dead
+        out = bytearray()
+        while len(out) < self.max_bytes and not self.automaton.is_final(state):
+            live = np.flatnonzero(dfa[state] != dead)
+            if live.size != 1:
+                break
+            out.append(int(live[0]))
+            state = int(dfa[state, live[0]])
+        return bytes(out)
+
+    def tokens(self, state: int) -> tuple[int, ...]:
+        """Canonical tokens of the forced string from ``state`` (empty if nothing is forced)."""
+        hit = self._cache.get(state)
+        if hit is not None:
+            return hit
+        raw = self.forced_bytes(state)
+        text = raw.decode("utf-8", errors="ignore")  # drop a trailing partial character
+        proposal: list[int] = []
+        if text:
+            s: int | None = state
+            for token in self.encode(text):
+                s = self.automaton.next_state(s, token)
+                if s is None:
+                    break
+                proposal.append(token)
+        result = tuple(proposal)
+        with self._lock:
+            self._cache[state] = result
+        return result
+
+
+def prompt_lookup(context: Sequence[int], max_ngram: int = 3, min_ngram: int = 2, max_tokens: int = 8) -> list[int]:
+    """Tokens that followed the latest earlier occurrence of the context's last n-gram (n from max down).
+
+    The classic prompt-lookup proposal: in extraction-style prompts values repeat the input.
+    """
+    length = len(context)
+    for n in range(max_ngram, min_ngram - 1, -1):
+        if length <= n:
+            continue
+        tail = list(context[-n:])
+        for start in range(length - n - 1, -1, -1):
+            if list(context[start : start + n]) == tail:
+                follow = list(context[start + n : start + n + max_tokens])
+                if follow:
+                    return follow
+    return []
