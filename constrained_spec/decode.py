@@ -49,6 +49,7 @@ class DecodeStats:
     grammar_accepted: int = 0
     lookup_proposed: int = 0  # prompt-lookup n-gram continuations (point-mass q)
     lookup_accepted: int = 0
+    restricted_head_forwards: int = 0  # draft forwards that computed the head for allowed tokens only
     steps: int = 0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
@@ -114,6 +115,7 @@ class SpeculativeDecoder:
         grammar_strings: GrammarStrings | None = None,
         lookup: bool = False,
         draft_length: AdaptiveDraftLength | None = None,
+        restrict_head: bool = True,
     ) -> None:
         if num_draft_tokens < 0:
             raise ValueError("num_draft_tokens must be >= 0")
@@ -126,6 +128,7 @@ class SpeculativeDecoder:
         self.grammar_strings = grammar_strings
         self.lookup = lookup
         self.draft_length = draft_length
+        self.restrict_head = restrict_head
         has_proposer = draft is not None or grammar_strings is not None or lookup
         self.k = num_draft_tokens if has_proposer else 0
         self.max_new_tokens = max_new_tokens
@@ -209,6 +212,16 @@ class SpeculativeDecoder:
         q[token] = 1.0
         return q
 
+    def _draft_logits(self, pending: list[int], state: int) -> torch.Tensor:
+        """The draft's logits [1, V] for the next position; where few tokens are allowed and the model
+        supports it, the output head is computed for the allowed tokens only (same masked q)."""
+        if self.restrict_head and getattr(self.draft, "can_restrict_head", False):
+            allowed = self.matcher.automaton.allowed_ids(state)
+            if allowed.size <= self.vocab_size // 8:
+                self.stats.restricted_head_forwards += 1
+                return self.draft.extend_last(pending, torch.from_numpy(allowed)).unsqueeze(0)
+        return self.draft.extend(pending)[-1:]
+
     def _free_proposal(self, state: int, drafted: list[int]) -> tuple[list[int], str]:
         """Zero-cost proposals from ``state``: the grammar's forced string, else a prompt lookup."""
         if self.grammar_strings is not None:
@@ -247,7 +260,7 @@ class SpeculativeDecoder:
                     plan = []
                     pending = (self.committed + drafted)[self.draft.length :]
                     t_fwd = time.perf_counter()
-                    logits = self.draft.extend(pending)[-1:]
+                    logits = self._draft_logits(pending, state)
                     if self.draft_length is not None:
                         self.draft_length.draft.observe(1, time.perf_counter() - t_fwd)
                     self.stats.draft_forwards += 1

@@ -67,6 +67,39 @@ class HFModel:
         self._length += len(tokens)
         return out.logits[0, :, : self.vocab_size].float()
 
+    #: model types whose output head is a plain linear map of the final hidden state
+    RESTRICTABLE = {"llama", "qwen2", "qwen3", "mistral", "phi3", "smollm3"}
+
+    @property
+    def can_restrict_head(self) -> bool:
+        head = self.model.get_output_embeddings()
+        return (
+            getattr(self.config, "model_type", "") in self.RESTRICTABLE
+            and isinstance(head, torch.nn.Linear)
+            and getattr(self.config, "final_logit_softcapping", None) is None
+        )
+
+    @torch.inference_mode()
+    def extend_last(self, tokens: list[int], allowed_ids: torch.Tensor) -> torch.Tensor:
+        """Append ``tokens``; return logits [V] for the last position, computing the output head only
+        for ``allowed_ids`` (others are -inf). After the grammar mask, the distribution is the same
+        as the full head's; the head is about a quarter of a 0.5B model's compute."""
+        from transformers import DynamicCache
+
+        if self._cache is None:
+            self._cache = DynamicCache(config=self.config)
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        hidden = self.model.base_model(input_ids=ids, cache=self._cache, use_cache=True).last_hidden_state[0, -1]
+        self._length += len(tokens)
+        head = self.model.get_output_embeddings()
+        rows = allowed_ids.to(self.device)
+        sub = head.weight.index_select(0, rows) @ hidden
+        if head.bias is not None:
+            sub = sub + head.bias.index_select(0, rows)
+        logits = torch.full((self.vocab_size,), float("-inf"), device=self.device)
+        logits[rows] = sub.float()
+        return logits
+
     def crop(self, length: int) -> None:
         if length > self._length or length < 0:
             raise ValueError(f"cannot crop a cache of {self._length} tokens to {length}")

@@ -48,3 +48,23 @@ def test_caches_follow_the_accepted_prefix_after_many_rejections(gpt2_tokenizer)
                 full = model(input_ids=torch.tensor([committed])).logits[0, -1].float()
             assert torch.allclose(inc, full, atol=1e-3), float((inc - full).abs().max())
     assert rejections >= 10, "the test needs many rejections to mean anything"
+
+
+def test_restricted_head_gives_the_same_masked_distribution():
+    from constrained_spec.sampling import effective_probs
+
+    model = tiny_llama(500, seed=3)
+    full, restricted = HFModel(model), HFModel(model)
+    assert restricted.can_restrict_head
+    ids = torch.randint(0, 500, (12,)).tolist()
+    allowed_ids = torch.tensor(sorted(set(torch.randint(0, 500, (40,)).tolist())))
+    allowed = torch.zeros(1, 500, dtype=torch.bool)
+    allowed[0, allowed_ids] = True
+    a = full.extend(ids)[-1:]
+    b = restricted.extend_last(ids, allowed_ids).unsqueeze(0)
+    assert restricted.length == full.length == 12 and restricted.cache_length() == 12
+    one = torch.ones(1)
+    pa = effective_probs(a, allowed, one, torch.zeros(1, dtype=torch.long), one)
+    pb = effective_probs(b, allowed, one, torch.zeros(1, dtype=torch.long), one)
+    assert torch.allclose(pa, pb, atol=1e-5)
+    assert torch.isinf(b[0, ~allowed[0]]).all()
