@@ -9,6 +9,12 @@ from greedy target-only output) and prints the figures that ``dtype="auto"`` is 
     python benchmarks/dtype_probe.py                      # both Qwen models, n = 1 and 5
     python benchmarks/dtype_probe.py --new 1 2 3 5 9 --repeats 7
     python benchmarks/dtype_probe.py --models smollm2-135m
+    python benchmarks/dtype_probe.py --threads 1           # on a busy machine: see below
+
+Wall times are only meaningful on a quiet machine. On a shared 2-core box with a load average of
+5-7, torch's default 2 threads spin and wait on each other and a forward takes 3-7x longer than
+with ``--threads 1``; the CPU-time column [..] and ``--threads 1`` runs stay comparable. fp32 and
+bf16 are timed in alternation so that load changes hit both alike.
 
 Needs the converted models (``constrained-spec fetch-models``; it converts them if missing).
 """
@@ -161,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 {n: statistics.median(v) for n, v in cpu[dtype].items()},
             ))
         print(f"{'':26s} load average now {os.getloadavg()[0]:.2f}", flush=True)
-        del slots, model
+        del slots, slot, model
         gc.collect()
     print()
     for name in args.models:

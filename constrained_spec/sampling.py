@@ -101,6 +101,9 @@ def effective_probs(
     temp = _bcast(temperature.float(), logits)
     greedy = temp == 0
     any_greedy = bool(greedy.any())
+    if any_greedy and bool(greedy.all()):  # fast path: no softmax needed for point masses
+        point = torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        return point * allowed.any(-1, keepdim=True)
     scaled = logits / torch.where(greedy, torch.ones_like(temp), temp) if any_greedy else logits / temp
     probs = torch.softmax(scaled, dim=-1).nan_to_num_(nan=0.0)  # a row with nothing allowed -> zeros
 

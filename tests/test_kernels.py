@@ -74,6 +74,10 @@ def test_torch_mask_logits() -> None:
     same = logits.clone()
     ret = torch_verify.mask_logits(same, bitmask, inplace=True)
     assert ret.data_ptr() == same.data_ptr() and torch.equal(same, out)
+    one = torch_verify.mask_logits(logits, bitmask[0, 0])  # one mask broadcast over all rows
+    assert torch.equal(one, torch.stack([torch_verify.mask_logits(row, bitmask[0, 0]) for row in logits.reshape(-1, 70)]).reshape(2, 3, 70))
+    with pytest.raises(ValueError):
+        torch_verify.mask_logits(logits, bitmask[:, :2])
 
 
 # ------------------------------------------------------------------------------------------
@@ -224,12 +228,15 @@ def _make_case(kind: str, g: torch.Generator) -> dict:
     if kind == "half_logits":
         target = target.half()
         q = q.half()
+    bitmask = pack_bitmask(allowed)
+    if kind == "random" and torch.rand((), generator=g).item() < 0.3:
+        bitmask[..., -1] |= -(1 << (V % 32))  # garbage in the padding bits past V: ignored
     return dict(
         kind=kind,
         target_logits=target.contiguous(),
         draft_probs=q.contiguous(),
         draft_tokens=tokens.contiguous(),
-        bitmask=pack_bitmask(allowed),
+        bitmask=bitmask,
         temperature=temps,
         top_k=zeros_k,
         top_p=ones_p,
@@ -316,6 +323,10 @@ def test_triton_matches_torch_reference(tmp_path: Path) -> None:
         logits = torch.randn(*shape, generator=g)
         mask_cases.append((logits, pack_bitmask(torch.rand(*shape, generator=g) < 0.5)))
     mask_cases.append((torch.randn(4, V, generator=g).half(), mask_cases[0][1].repeat(2, 1)[:4]))
+    mask_cases.append((torch.randn(2, 3, V, generator=g), mask_cases[0][1][:1]))  # broadcast mask
+    dirty = mask_cases[2][1].clone()
+    dirty[..., -1] |= -2  # garbage in the padding bits past V = 33 must be ignored
+    mask_cases.append((mask_cases[2][0], dirty))
 
     start = time.time()
     out = run_triton_workers(cases, mask_cases, tmp_path)
@@ -344,7 +355,7 @@ def test_triton_matches_torch_reference(tmp_path: Path) -> None:
 
     summary = (
         f"{len(cases)} cases, {rows} rows: {exact_rows} identical, {len(tolerated)} tolerated boundary "
-        f"cases, {len(mismatches)} mismatches; interpreter {out['seconds']:.1f}s of CPU over {WORKERS} "
+        f"cases, {len(mismatches)} mismatches; interpreter {out['seconds']:.1f}s summed over {WORKERS} "
         f"workers, {time.time() - start:.1f}s wall"
     )
     print(summary, *tolerated, sep="\n")

@@ -10,8 +10,9 @@ Backends:
 * ``"triton"`` — :mod:`.triton_verify` (two launches per verify step; batches that use top-k /
   top-p go to the torch path). Needs triton and CUDA, or ``TRITON_INTERPRET=1`` (CPU interpreter,
   slow, for tests); otherwise asking for it raises :class:`~constrained_spec.errors.ConstrainedSpecError`;
-* ``"auto"``   — Triton when ``torch.cuda.is_available()`` and triton imports, else torch.
-  (``auto`` never picks the interpreter.)
+* ``"auto"``   — Triton when ``torch.cuda.is_available()`` and triton imports, else torch
+  (on a CUDA machine it still sends non-CUDA tensors to torch; ``auto`` never picks the
+  interpreter).
 """
 
 from __future__ import annotations
@@ -51,18 +52,43 @@ def resolve_backend(backend: str = "auto") -> str:
 
 def get_verifier(backend: str = "auto") -> Callable:
     """A ``verify(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p,
-    uniforms) -> VerifyResult`` for ``backend``."""
-    if resolve_backend(backend) == "triton":
+    uniforms) -> VerifyResult`` for ``backend``.
+
+    ``"auto"`` on a CUDA machine returns a dispatcher that sends CUDA logits to the Triton kernels
+    and logits on any other device (a model kept on the CPU) to the torch path; a forced
+    ``"triton"`` raises on non-CUDA logits instead (unless interpreting).
+    """
+    chosen = resolve_backend(backend)
+    if chosen == "triton":
         from . import triton_verify
 
-        return triton_verify.verify
+        return triton_verify.verify if backend == "triton" else _auto_verify
     return torch_verify.verify
+
+
+def _auto_verify(target_logits, *args, **kwargs):
+    """``auto`` on a CUDA machine: Triton for CUDA logits, the torch path otherwise."""
+    if target_logits.is_cuda:
+        from . import triton_verify
+
+        return triton_verify.verify(target_logits, *args, **kwargs)
+    return torch_verify.verify(target_logits, *args)
+
+
+def _auto_mask(logits, bitmask, **kwargs):
+    """``auto`` on a CUDA machine: Triton for CUDA logits, torch ops otherwise."""
+    if logits.is_cuda:
+        from . import triton_verify
+
+        return triton_verify.mask_logits(logits, bitmask, **kwargs)
+    return torch_verify.mask_logits(logits, bitmask, inplace=kwargs.get("inplace", False))
 
 
 def get_mask_fn(backend: str = "auto") -> Callable:
     """A ``mask_logits(logits, bitmask, *, inplace=False) -> Tensor`` for ``backend``."""
-    if resolve_backend(backend) == "triton":
+    chosen = resolve_backend(backend)
+    if chosen == "triton":
         from . import triton_verify
 
-        return triton_verify.mask_logits
+        return triton_verify.mask_logits if backend == "triton" else _auto_mask
     return torch_verify.mask_logits
