@@ -1,0 +1,44 @@
+"""Shared by the examples: the default Qwen2.5-Coder pair, or ``--tiny`` random models (offline).
+
+``--tiny`` builds two small random-weight Llama models over the GPT-2 vocabulary: they need no
+download beyond the GPT-2 tokenizer and produce nonsense, but the output still follows its type.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+
+def add_model_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--model", default=None, help="target model (default: the library's default)")
+    p.add_argument("--draft", default=None, help="draft model, or 'none' (default: the library's default)")
+    p.add_argument("--tiny", action="store_true", help="random tiny models: runs offline, output is valid nonsense")
+    return p
+
+
+def tiny_model(vocab_size: int, seed: int):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    return LlamaForCausalLM(config).eval()
+
+
+def make_generator(args: argparse.Namespace, **options):
+    from constrained_spec import Generator
+    from constrained_spec.api import DEFAULT_DRAFT, DEFAULT_TARGET
+
+    if args.tiny:
+        from transformers import AutoTokenizer
+
+        from constrained_spec.tokenizer_assets import ensure_vocab_tokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(ensure_vocab_tokenizer("gpt-2")))
+        options.setdefault("max_new_tokens", 200)
+        return Generator(tiny_model(len(tokenizer), 1), tiny_model(len(tokenizer), 2), tokenizer=tokenizer,
+                         cache_dir=tempfile.mkdtemp(prefix="constrained-spec-example-"), progress=False, **options)
+    draft = args.draft or DEFAULT_DRAFT
+    return Generator(args.model or DEFAULT_TARGET, None if draft.lower() == "none" else draft, **options)

@@ -1,0 +1,82 @@
+"""Talk to ``constrained-spec serve`` with OpenAI-style requests: a JSON Schema reply, then a tool call.
+
+Start a server, then run this script:
+
+    constrained-spec serve --port 8000             # or: python -m constrained_spec.server
+    python examples/openai_client.py --base-url http://127.0.0.1:8000/v1
+
+Uses the ``openai`` package when it is installed, plain ``httpx`` otherwise. ``--in-process``
+skips the server process and drives the app in process with random tiny models (offline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer", "minimum": 0, "maximum": 130}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}}, "required": ["city"]}}}
+
+
+def requests() -> list[dict]:
+    return [
+        {"messages": [{"role": "user", "content": "Invent a person."}], "seed": 1,
+         "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}},
+        {"messages": [{"role": "user", "content": "What's the weather in Oslo?"}], "seed": 1,
+         "tools": [WEATHER_TOOL], "tool_choice": "required"},
+    ]
+
+
+def show(body: dict) -> None:
+    if "error" in body:
+        print("error:", body["error"]["message"])
+        return
+    message = body["choices"][0]["message"]
+    for call in message.get("tool_calls") or []:
+        print(f"tool call: {call['function']['name']}({call['function']['arguments']})")
+    if message.get("content") is not None:
+        print("content:", message["content"])
+    stats = body.get("constrained_spec", {}).get("stats", {})
+    print(f"  usage {body.get('usage')}, acceptance {stats.get('acceptance_rate')}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
+    p.add_argument("--in-process", action="store_true", help="no server: run the app in process on random tiny models")
+    args = p.parse_args()
+    if args.in_process:
+        from fastapi.testclient import TestClient
+
+        from _models import make_generator
+        from constrained_spec.server import create_app
+
+        with TestClient(create_app(make_generator(argparse.Namespace(tiny=True)))) as client:
+            for req in requests():
+                show(client.post("/v1/chat/completions", json=req).json())
+        return
+    try:
+        from openai import OpenAI
+    except ImportError:
+        import httpx
+
+        for req in requests():
+            show(httpx.post(args.base_url.rstrip("/") + "/chat/completions", json={"model": "default", **req}, timeout=600).json())
+        return
+    client = OpenAI(base_url=args.base_url, api_key="unused")
+    for req in requests():
+        completion = client.chat.completions.create(model="default", **req)
+        show(completion.model_dump())
+        if completion.choices[0].message.content:
+            print("  parsed:", json.loads(completion.choices[0].message.content))
+
+
+if __name__ == "__main__":
+    main()

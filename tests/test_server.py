@@ -1,0 +1,316 @@
+"""The OpenAI-compatible server, through FastAPI's TestClient (in process, no socket bound)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from types import SimpleNamespace
+
+import jsonschema
+import pytest
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from constrained_spec import server  # noqa: E402
+from constrained_spec.decode import DecodeStats  # noqa: E402
+from constrained_spec.server import create_app  # noqa: E402
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 10}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+        "required": ["city", "days"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["a", "b"], "additionalProperties": False}}},
+]
+PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+USER = [{"role": "user", "content": "Tell me about a person."}]
+
+
+def json_format(schema, name="person"):
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+
+
+@pytest.fixture(scope="module")
+def generator(gpt2_tokenizer, tmp_path_factory):
+    from constrained_spec.api import Generator
+    from tiny_models import tiny_llama
+
+    return Generator(tiny_llama(50257, 1), tiny_llama(50257, 2), tokenizer=gpt2_tokenizer, max_new_tokens=200,
+                     num_draft_tokens=3, progress=False, cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def client(generator):
+    with TestClient(create_app(generator, model_name="tiny")) as c:
+        yield c
+
+
+def post(client, **body):
+    body.setdefault("messages", USER)
+    body.setdefault("seed", 1)
+    return client.post("/v1/chat/completions", json=body)
+
+
+def test_health_and_models(client):
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and health["model"] == "tiny" and health["queue"]["pending"] == 0
+    models = client.get("/v1/models").json()
+    assert models["object"] == "list" and models["data"][0]["id"] == "tiny"
+
+
+def test_json_schema_response_validates(client):
+    r = post(client, response_format=json_format(PERSON), temperature=1.0, max_tokens=100)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "chat.completion" and body["model"] == "tiny"
+    choice = body["choices"][0]
+    assert choice["message"]["role"] == "assistant" and choice["finish_reason"] in ("stop", "length")
+    jsonschema.validate(json.loads(choice["message"]["content"]), PERSON)
+    usage = body["usage"]
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    stats = body["constrained_spec"]["stats"]
+    assert stats["generated_tokens"] == usage["completion_tokens"] and stats["target_forwards"] >= 1
+
+
+def test_same_seed_same_answer(client):
+    a = post(client, response_format=json_format(PERSON), temperature=1.0, seed=7).json()
+    b = post(client, response_format=json_format(PERSON), temperature=1.0, seed=7).json()
+    assert a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "add"}}])
+def test_tools_response_has_a_valid_tool_call(client, tool_choice):
+    r = post(client, messages=[{"role": "user", "content": "Add 2 and 3."}], tools=TOOLS, tool_choice=tool_choice, temperature=1.0, seed=3)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    [call] = choice["message"]["tool_calls"]
+    assert call["type"] == "function" and call["id"].startswith("call_")
+    name = call["function"]["name"]
+    if isinstance(tool_choice, dict):
+        assert name == "add"
+    jsonschema.validate(json.loads(call["function"]["arguments"]), PARAMS[name])
+
+
+def test_tools_auto_with_response_format(client):
+    history = [
+        {"role": "user", "content": "Weather in Rome, then a person."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome", "days": 1}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
+    for seed in (1, 2):
+        r = post(client, messages=history, tools=TOOLS, response_format=json_format(PERSON), temperature=1.0, seed=seed)
+        assert r.status_code == 200, r.text
+        message = r.json()["choices"][0]["message"]
+        if message.get("tool_calls"):
+            for call in message["tool_calls"]:
+                jsonschema.validate(json.loads(call["function"]["arguments"]), PARAMS[call["function"]["name"]])
+        else:
+            jsonschema.validate(json.loads(message["content"]), PERSON)
+
+
+def test_free_text_without_response_format(client):
+    r = post(client, max_tokens=8, temperature=1.0)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert isinstance(choice["message"]["content"], str) and choice["finish_reason"] in ("stop", "length")
+
+
+def test_unsupported_keyword_is_a_400_naming_it(client):
+    schema = {"type": "array", "items": {"type": "object"}, "uniqueItems": True}
+    r = post(client, response_format=json_format(schema))
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert "uniqueItems" in err["message"] and err["code"] == "unsupported_schema_keyword"
+    assert err["type"] == "invalid_request_error"
+
+
+def test_malformed_schema_is_a_400(client):
+    r = post(client, response_format=json_format({"type": 5}))
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_schema"
+    r = post(client, response_format={"type": "json_schema", "json_schema": {"name": "x"}})
+    assert r.status_code == 400 and "schema" in r.json()["error"]["message"]
+    r = post(client, response_format={"type": "xml"})
+    assert r.status_code == 400 and "xml" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"n": 2}, "n"),
+    ({"stop": ["\n"]}, "stop"),
+    ({"logprobs": True}, "logprobs"),
+    ({"temperature": 5}, "temperature"),
+    ({"messages": []}, "messages"),
+    ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tools"),
+])
+def test_bad_requests_are_400(client, extra, param):
+    r = post(client, **extra)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"].startswith(param) and err["message"]
+
+
+def test_n_2_message_is_clear(client):
+    assert "n=1" in post(client, n=2).json()["error"]["message"]
+
+
+def test_token_budget_exhausted_is_a_400_saying_so(client):
+    r = post(client, response_format=json_format(PERSON), max_tokens=2)
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["code"] == "token_budget_exceeded" and "ran out" in err["message"] and "max_tokens" in err["message"]
+
+
+def test_stream_sends_sse_chunks_then_done(client):
+    body = {"messages": USER, "seed": 1, "temperature": 1.0, "response_format": json_format(PERSON), "stream": True,
+            "stream_options": {"include_usage": True}}
+    with client.stream("POST", "/v1/chat/completions", json=body) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in r.iter_lines() if line]
+    assert all(line.startswith("data: ") for line in lines)
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[6:]) for line in lines[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    jsonschema.validate(json.loads(text), PERSON)
+    finals = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert len(finals) == 1 and "stats" in finals[0]["constrained_spec"]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
+
+
+def test_stream_of_a_tool_call(client):
+    body = {"messages": USER, "seed": 2, "temperature": 1.0, "tools": TOOLS, "tool_choice": "required", "stream": True}
+    with client.stream("POST", "/v1/chat/completions", json=body) as r:
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[6:]) for line in lines[:-1]]
+    calls = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls", [])]
+    assert len(calls) == 1 and calls[0]["index"] == 0
+    jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), PARAMS[calls[0]["function"]["name"]])
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+# -- queue and timeout, with a generator that blocks until released --------------------------
+
+
+class BlockingGenerator:
+    """Answers '{}' once ``release`` is set; counts the runs that started."""
+
+    def __init__(self):
+        self.release = threading.Event()
+        self.started = 0
+
+    def run(self, prompt, output_type, **options):
+        self.started += 1
+        self.release.wait(10)
+        return SimpleNamespace(value={}, text="{}", token_ids=[1, 2], stats=DecodeStats(generated_tokens=2, stop_reason="eos"))
+
+
+def _wait_for(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.01)
+
+
+def test_queue_full_is_a_429():
+    gen = BlockingGenerator()
+    app = create_app(gen, max_queue=1, request_timeout=20)
+    body = {"messages": USER, "response_format": {"type": "json_object"}}
+    with TestClient(app) as c:
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(c.post("/v1/chat/completions", json=body))) for _ in range(2)]
+        threads[0].start()
+        _wait_for(lambda: gen.started == 1)
+        threads[1].start()
+        _wait_for(lambda: app.state.queue.pending == 2)  # one running, one waiting: the queue is full
+        assert c.get("/health").json()["queue"]["waiting"] == 1
+        r = c.post("/v1/chat/completions", json=body)
+        assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full" and r.headers["retry-after"]
+        gen.release.set()
+        for t in threads:
+            t.join(10)
+        assert [x.status_code for x in results] == [200, 200]
+        assert results[0].json()["choices"][0]["message"]["content"] == "{}"
+        assert app.state.queue.pending == 0
+
+
+def test_request_timeout_is_a_504_and_the_waiting_job_is_dropped():
+    gen = BlockingGenerator()
+    app = create_app(gen, max_queue=4, request_timeout=0.3)
+    body = {"messages": USER, "response_format": {"type": "json_object"}}
+    with TestClient(app) as c:
+        first = threading.Thread(target=lambda: c.post("/v1/chat/completions", json=body))
+        first.start()
+        _wait_for(lambda: gen.started == 1)
+        r = c.post("/v1/chat/completions", json=body)  # waits behind the blocked one, then times out
+        assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
+        gen.release.set()
+        first.join(10)
+        _wait_for(lambda: app.state.queue.pending == 0)
+        assert gen.started == 1  # the timed-out request never ran
+
+
+# -- the serve entry point -------------------------------------------------------------------
+
+
+def test_main_builds_the_generator_and_runs_uvicorn_on_loopback(monkeypatch):
+    import uvicorn
+
+    import constrained_spec.api as api
+
+    made, ran = {}, {}
+
+    class FakeGenerator:
+        def __init__(self, model, draft, **kwargs):
+            made.update(model=model, draft=draft, **kwargs)
+
+    monkeypatch.setattr(api, "Generator", FakeGenerator)
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.update(app=app, **kw))
+    assert server.main(["--model", "m", "--draft", "none", "-k", "3", "--port", "8123", "--max-queue", "2"]) == 0
+    assert made["model"] == "m" and made["draft"] is None and made["num_draft_tokens"] == 3
+    assert ran["host"] == "127.0.0.1" and ran["port"] == 8123
+    assert ran["app"].state.queue.max_queue == 2 and ran["app"].state.model_name == "m"
+
+
+class ScriptedGenerator:
+    """Returns a fixed value, as if the model had generated it."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def run(self, prompt, output_type, **options):
+        text = json.dumps(self.value, separators=(",", ":"))
+        return SimpleNamespace(value=self.value, text=text, token_ids=[1] * 5, stats=DecodeStats(generated_tokens=5, stop_reason="eos"))
+
+
+def test_auto_text_branch_becomes_message_content():
+    with TestClient(create_app(ScriptedGenerator({"content": "hello"}))) as c:
+        r = c.post("/v1/chat/completions", json={"messages": USER, "tools": TOOLS})
+        choice = r.json()["choices"][0]
+        assert choice["message"]["content"] == "hello" and "tool_calls" not in choice["message"]
+        assert choice["finish_reason"] == "stop"
+    with TestClient(create_app(ScriptedGenerator({"content": {"name": "Al", "age": 3}}))) as c:
+        r = c.post("/v1/chat/completions", json={"messages": USER, "tools": TOOLS, "response_format": json_format(PERSON)})
+        assert json.loads(r.json()["choices"][0]["message"]["content"]) == {"name": "Al", "age": 3}
+
+
+def test_parallel_tool_calls_come_back_as_several_entries():
+    calls = {"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}, {"name": "get_weather", "arguments": {"city": "Rome", "days": 1}}]}
+    with TestClient(create_app(ScriptedGenerator(calls))) as c:
+        r = c.post("/v1/chat/completions", json={"messages": USER, "tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": True})
+        entries = r.json()["choices"][0]["message"]["tool_calls"]
+        assert [e["function"]["name"] for e in entries] == ["add", "get_weather"] and len({e["id"] for e in entries}) == 2
