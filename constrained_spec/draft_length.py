@@ -67,9 +67,23 @@ class AdaptiveDraftLength:
         seconds = self.model_share * k * self.draft(1) + self.target(k + 1)
         return expected_tokens(self.acceptance, k) / max(seconds, 1e-9)
 
+    explore_every: int = 8  # after this many k = 0 steps, try the best k > 0 once (acceptance goes stale)
+    _idle: int = 0
+
     def choose(self, limit: int | None = None) -> int:
+        """The k with the best predicted rate; a periodic k > 0 probe keeps the acceptance estimate fresh."""
         top = self.max_k if limit is None else min(self.max_k, limit)
-        return max(range(top + 1), key=self.rate) if top > 0 else 0
+        if top <= 0:
+            return 0
+        best = max(range(top + 1), key=self.rate)
+        if best == 0:
+            self._idle += 1
+            if self._idle >= self.explore_every:
+                self._idle = 0
+                best = max(range(1, top + 1), key=self.rate)
+        else:
+            self._idle = 0
+        return best
 
     @property
     def calibrated(self) -> bool:

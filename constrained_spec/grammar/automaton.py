@@ -123,12 +123,19 @@ class CompiledAutomaton:
         cached = self._allowed_cache.get(state)
         if cached is not None:
             return cached
-        table, dfa = self._table, self.dfa
+        table, dfa, dead = self._table, self.dfa, self.dead
+        # Walk every token's bytes at once; tokens that die drop out, so structural states
+        # (where most tokens die on their first byte) cost a fraction of string states.
+        alive = np.arange(len(table.ids))
         walk = np.full(len(table.ids), state, dtype=np.int32)
         for column in table.columns:
-            n = len(column)
-            walk[:n] = dfa[walk[:n], column]
-        allowed = table.ids[walk != self.dead]
+            alive = alive[: np.searchsorted(alive, len(column))]  # tokens at least this long
+            if not alive.size:
+                break
+            nxt = dfa[walk[alive], column[alive]]
+            walk[alive] = nxt
+            alive = alive[nxt != dead]
+        allowed = table.ids[walk != dead]
         if self.is_final(state):
             allowed = np.concatenate([allowed, self._eos])
         allowed = np.sort(allowed)
