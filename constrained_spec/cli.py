@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .errors import ConstrainedSpecError
+from .errors import ConstrainedSpecError, GrammarError
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -29,8 +29,15 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from .grammar import Regex
     from .grammar.json_schema import SchemaOptions
 
-    if args.schema and args.regex:
-        raise ConstrainedSpecError("pass either --schema or --regex, not both")
+    if sum(bool(x) for x in (args.schema, args.regex, args.grammar)) > 1:
+        raise ConstrainedSpecError("pass one of --schema, --regex or --grammar")
+    if args.grammar:
+        path = Path(args.grammar)
+        if path.suffix == ".lark":
+            raise GrammarError(f"{args.grammar}: Lark (context-free) grammars are not supported yet; use a .regex file or a JSON Schema")
+        if not path.exists():
+            raise ConstrainedSpecError(f"grammar file {args.grammar!r} does not exist")
+        args.regex = path.read_text().strip()
     if args.regex:
         output_type: object = Regex(args.regex)
     elif args.schema:
@@ -39,7 +46,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             raise ConstrainedSpecError(f"schema file {args.schema!r} does not exist")
         output_type = path.read_text()
     else:
-        raise ConstrainedSpecError("pass --schema FILE or --regex PATTERN")
+        raise ConstrainedSpecError("pass --schema FILE, --regex PATTERN or --grammar FILE.regex")
     options = SchemaOptions(whitespace=args.whitespace, property_order=args.property_order)
     draft = None if str(args.draft).lower() in {"none", ""} else args.draft
     gen = Generator(args.model, draft, num_draft_tokens=args.num_draft_tokens, schema_options=options,
@@ -87,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate one value for a JSON Schema or regex")
     g.add_argument("--schema", help="JSON Schema file")
     g.add_argument("--regex", help="a regex the whole output must match (instead of --schema)")
+    g.add_argument("--grammar", help="a .regex file from grammars/ (instead of --schema)")
     g.add_argument("--prompt", required=True, help="the user prompt")
     _add_model_args(g)
     g.add_argument("--num-draft-tokens", "-k", type=int, default=4, help="draft length k (0 = target only)")

@@ -52,3 +52,17 @@ def test_errors_are_one_clear_line(model_dirs, tmp_path):
     assert "uniqueItems" in out.stderr and "Traceback" not in out.stderr
     out = run_cli("generate", "--schema", "schemas/person.json", "--prompt", "x", "--model", "/no/such/model", cache=tmp_path)
     assert out.returncode == 2 and "does not exist" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_grammar_files_compile_and_lark_is_refused(model_dirs, tmp_path):
+    from constrained_spec.grammar.automaton import AutomatonCompiler
+    from constrained_spec.vocab import TokenVocabulary
+
+    vocab = TokenVocabulary(tokens={i: bytes([i]) for i in range(32, 127)}, eos_token_ids=(0,), size=128)
+    for path in (ROOT / "grammars").glob("*.regex"):
+        automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(path.read_text().strip())
+        assert automaton.num_states > 1
+    lark = tmp_path / "g.lark"
+    lark.write_text('start: "a"')
+    out = run_cli("generate", "--grammar", str(lark), "--prompt", "x", "--model", model_dirs[0], "--draft", "none", cache=tmp_path)
+    assert out.returncode == 2 and "not supported" in out.stderr
