@@ -196,7 +196,9 @@ class SpeculativeDecoder:
     def step(self, remaining: int) -> None:
         """One forced token, or one draft-verify-accept-rollback round."""
         self.stats.steps += 1
-        forced = self.matcher.forced_token()
+        t0 = time.perf_counter()
+        forced = self.matcher.forced_token()  # builds the state's mask on first visit
+        self.stats.mask_seconds += time.perf_counter() - t0
         if forced is not None:
             self._commit(forced)
             self.stats.forced_tokens += 1
@@ -245,8 +247,11 @@ class SpeculativeDecoder:
         states, drafted, rows, sources = [state], [], [], []
         plan: list[int] = []
         plan_source = ""
+        mask_before = self.stats.mask_seconds  # mask work inside drafting is booked as mask time
         for _ in range(k):
+            t_mask = time.perf_counter()
             forced = self.matcher.forced_token(state)
+            self.stats.mask_seconds += time.perf_counter() - t_mask
             if forced is not None:  # q is a point mass: no draft forward needed
                 token, q, source = forced, self._point_mass(forced), "forced"
                 plan = []
@@ -280,7 +285,7 @@ class SpeculativeDecoder:
         self.stats.model_proposed += sources.count("model")
         self.stats.grammar_proposed += sources.count("grammar")
         self.stats.lookup_proposed += sources.count("lookup")
-        self.stats.draft_seconds += time.perf_counter() - t0
+        self.stats.draft_seconds += time.perf_counter() - t0 - (self.stats.mask_seconds - mask_before)
         q_rows = torch.stack(rows) if rows else torch.zeros(0, self.vocab_size)
         return drafted, q_rows, states, sources
 

@@ -1,0 +1,1030 @@
+"""``constrained-spec bench``: speed of constrained speculative decoding against its baselines.
+
+Runs a fixed workload (``benchmarks/workload.py``: extraction and generative prompts over the
+example schemas) through these modes, interleaved - for every prompt and setting, every mode runs
+before the next prompt starts, so machine drift hits all modes alike:
+
+* ``target``            constrained decoding with the target alone (k = 0): the baseline;
+* ``k{K}``              constrained speculative decoding, fixed draft length K, draft proposer only;
+* ``k{K}+grammar``      ... plus grammar-forced proposals; ``k{K}+grammar+lookup`` plus prompt lookup;
+* ``adaptive``          adaptive draft length (cap = the largest K), all proposers available;
+* ``peer:outlines``     outlines (transformers backend, outlines-core index) on the same target
+                        model, schemas and prompts, in a subprocess of its own virtual environment;
+* ``hf-assist``         transformers' ``generate(assistant_model=draft)``, unconstrained greedy: a
+                        tokens/s reference only (its output is not constrained JSON).
+
+Settings: greedy, and sampled (temperature 0.7). It prints figures and writes ``results.json``,
+``table.md`` and ``chart.png`` into ``--out``. It asserts nothing about time: it is a measuring
+command, not a test. ``run_benchmark`` takes an already built :class:`~constrained_spec.api.Generator`
+so tests can run the machinery on tiny models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import json
+import math
+import os
+import platform
+import queue
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BENCH_DIR = REPO_ROOT / "benchmarks"
+DEFAULT_KS = (1, 2, 3, 4, 5, 6, 7, 8)
+QUICK_KS = (2, 4)
+ALL_PROPOSERS = ("draft", "grammar", "lookup")
+FAMILIES = ("target", "fixed", "proposers", "adaptive", "peer", "hf-assist")
+PEER_NAME = "peer:outlines"
+HF_NAME = "hf-assist"
+
+# ----------------------------------------------------------------------------- modes
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way of decoding a request."""
+
+    name: str
+    family: str  # one of FAMILIES
+    k: int = 0
+    proposers: tuple[str, ...] | None = None  # None: do not pass the option
+    adaptive: bool = False
+
+    @property
+    def kind(self) -> str:
+        return {"peer": "peer", "hf-assist": "hf-assist"}.get(self.family, "project")
+
+
+def build_modes(
+    ks: Sequence[int] = DEFAULT_KS,
+    proposer_k: int | None = None,
+    *,
+    fixed: bool = True,
+    proposers: bool = True,
+    adaptive: bool = True,
+    peer: bool = True,
+    hf_assist: bool = True,
+    select: Sequence[str] | None = None,
+) -> list[Mode]:
+    """The mode list, baseline first. ``select``: family names or mode names to keep."""
+    ks = sorted({int(k) for k in ks if int(k) > 0})
+    pk = proposer_k if proposer_k is not None else (4 if 4 in ks or not ks else ks[len(ks) // 2])
+    modes = [Mode("target", "target", 0)]
+    if fixed:
+        modes += [Mode(f"k{k}", "fixed", k, ("draft",)) for k in ks]
+    if proposers:
+        modes += [Mode(f"k{pk}+grammar", "proposers", pk, ("draft", "grammar")),
+                  Mode(f"k{pk}+grammar+lookup", "proposers", pk, ALL_PROPOSERS)]
+    if adaptive:
+        modes.append(Mode("adaptive", "adaptive", max(ks) if ks else pk, ALL_PROPOSERS, adaptive=True))
+    if peer:
+        modes.append(Mode(PEER_NAME, "peer"))
+    if hf_assist:
+        modes.append(Mode(HF_NAME, "hf-assist"))
+    if select:
+        wanted = {s.strip() for s in select if s.strip()}
+        unknown = wanted - set(FAMILIES) - {m.name for m in modes} - {"peer"}
+        if unknown:
+            raise ValueError(f"unknown mode(s) {sorted(unknown)}; families: {', '.join(FAMILIES)}; modes: {', '.join(m.name for m in modes)}")
+        modes = [m for m in modes if m.family in wanted or m.name in wanted or m.name == "target"]
+    return modes
+
+
+# ----------------------------------------------------------------------------- measuring helpers
+
+
+def _rss_mb() -> float:
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss / 2**20
+    except Exception:  # noqa: BLE001
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class PeakRSS:
+    """Highest resident set size seen while the block runs (sampled every 20 ms), in MiB."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.interval = interval
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _rss_mb())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "PeakRSS":
+        self.peak = _rss_mb()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_mb())
+
+
+class MaskTimer:
+    """Times the grammar's per-state work on one compiled automaton, restoring it afterwards.
+
+    Wraps the instance's ``allowed_ids`` (the per-state token walk), ``single_allowed`` (the
+    forced-token check), ``bitmask`` and ``allowed_mask``; only the outermost call of nested ones
+    is timed, so nothing is counted twice. Unlike ``stats.mask_seconds`` (which leaves out the
+    forced-token checks, where a state's masks are often first built), this charges every mode
+    for all mask work it caused, wherever in the loop it happened.
+    """
+
+    METHODS = ("allowed_ids", "single_allowed", "bitmask", "allowed_mask")
+
+    def __init__(self, automaton: Any) -> None:
+        self.automaton = automaton
+        self.calls_us: list[float] = []
+        self._set: list[str] = []
+        self._depth = 0
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.calls_us) / 1e6
+
+    def __enter__(self) -> "MaskTimer":
+        for name in self.METHODS:
+            original = getattr(self.automaton, name, None)
+            if original is None or name in vars(self.automaton):
+                continue
+
+            def timed(*a: Any, _f: Callable = original, **kw: Any) -> Any:
+                self._depth += 1
+                t0 = time.perf_counter()
+                try:
+                    return _f(*a, **kw)
+                finally:
+                    self._depth -= 1
+                    if self._depth == 0:
+                        self.calls_us.append((time.perf_counter() - t0) * 1e6)
+
+            setattr(self.automaton, name, timed)
+            self._set.append(name)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for name in self._set:
+            self.automaton.__dict__.pop(name, None)
+        self._set = []
+
+
+def cold_masks(automaton: Any) -> None:
+    """Forget the automaton's lazily built per-state masks, so every run pays for the states it visits."""
+    for attr in ("_mask_cache", "_allowed_cache", "_bool_cache"):
+        cache = getattr(automaton, attr, None)
+        if hasattr(cache, "clear"):
+            cache.clear()
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in 0..100) of the finite values, or None if there are none."""
+    xs = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not xs:
+        return None
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def median(values: Sequence[float | None]) -> float | None:
+    return percentile([v for v in values if v is not None], 50)
+
+
+def predicted_speedup(spec: Any, base: Any) -> tuple[float | None, str]:
+    """Speedup predicted from measured acceptance and per-forward costs; (value, source).
+
+    Uses ``constrained_spec.cost_model.predicted_speedup`` when present. Otherwise:
+    ``(E[tokens/step] / (k_model * c_draft + c_verify(k+1))) / (1 / c_target(1))`` with
+    E[tokens/step] = accepted / steps + 1 over model steps (target forwards; grammar-forced
+    steps cost no forward in either mode), k_model = draft forwards per step, c_draft the mean
+    draft forward (with its masking and sampling), c_verify the mean verify forward of this run,
+    c_target(1) the mean target forward of the target-only run of the same request.
+    """
+    try:
+        from . import cost_model  # type: ignore[attr-defined]
+
+        fn = getattr(cost_model, "predicted_speedup", None)
+        if fn is not None:
+            value = fn(spec, base)
+            value = value.get("speedup") if isinstance(value, dict) else value
+            if value is not None:
+                return float(value), "cost_model"
+    except Exception:  # noqa: BLE001 - absent or different: fall back to the formula here
+        pass
+    steps = getattr(spec, "target_forwards", 0)
+    if not steps or not getattr(base, "target_forwards", 0) or not spec.verify_seconds or not spec.drafted_tokens:
+        return None, "bench"
+    e_tokens = spec.accepted_tokens / steps + 1.0
+    k_model = spec.draft_forwards / steps
+    c_draft = spec.draft_seconds / spec.draft_forwards if spec.draft_forwards else 0.0
+    c_verify = spec.verify_seconds / steps
+    c_target1 = base.verify_seconds / base.target_forwards
+    cost = k_model * c_draft + c_verify
+    return (e_tokens / cost) * c_target1 if cost > 0 else None, "bench"
+
+
+# ----------------------------------------------------------------------------- the peer
+
+
+def find_peer_python(explicit: str | None = None) -> str | None:
+    """The interpreter that has ``outlines``: explicit, $CONSTRAINED_SPEC_PEER_PYTHON, a .venv-peer, or ours."""
+    candidates = [explicit, os.environ.get("CONSTRAINED_SPEC_PEER_PYTHON"),
+                  str(REPO_ROOT / ".venv-peer" / "bin" / "python"), str(REPO_ROOT.parent / ".venv-peer" / "bin" / "python")]
+    for c in candidates:
+        if c and Path(c).exists():
+            return c
+    if importlib.util.find_spec("outlines") is not None:
+        return sys.executable
+    return None
+
+
+class PeerError(RuntimeError):
+    pass
+
+
+class PeerClient:
+    """Talks to ``benchmarks/peer_outlines.py`` over a JSON-lines pipe (one request at a time)."""
+
+    def __init__(self, python: str, model_path: str, threads: int | None = None, timeout: float = 1800.0,
+                 log_path: str | Path | None = None, script: str | Path | None = None, dtype: str | None = None) -> None:
+        self.python, self.model_path, self.threads, self.timeout, self.dtype = python, model_path, threads, timeout, dtype
+        self.script = str(script or BENCH_DIR / "peer_outlines.py")
+        self.log_path = Path(log_path) if log_path else None
+        self.proc: subprocess.Popen | None = None
+        self.info: dict[str, Any] = {}
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self.compiled: dict[str, dict[str, Any]] = {}
+
+    def start(self) -> dict[str, Any]:
+        cmd = [self.python, self.script, "--model", self.model_path] + (["--threads", str(self.threads)] if self.threads else []) \
+            + (["--dtype", self.dtype] if self.dtype else [])
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, env=env)
+        threading.Thread(target=self._reader, daemon=True).start()
+        reply = self._read(self.timeout)
+        if not reply.get("ready"):
+            self.close()
+            raise PeerError(f"the peer did not start: {reply.get('error', reply)}")
+        self.info = reply
+        self.compiled = {}
+        return reply
+
+    def _reader(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _read(self, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.close()
+                raise PeerError(f"the peer gave no answer within {timeout:.0f} s (killed)")
+            try:
+                line = self._lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                code = self.proc.poll() if self.proc else None
+                self.proc = None
+                raise PeerError(f"the peer process ended (exit status {code}); see its log")
+            line = line.strip()
+            if line.startswith("{"):
+                return json.loads(line)
+
+    def request(self, payload: dict[str, Any]) -> dict[str, Any]:
+        if self.proc is None:
+            self.start()
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(payload) + "\n")
+        self.proc.stdin.flush()
+        return self._read(self.timeout)
+
+    def compile(self, key: str, schema: Any) -> dict[str, Any]:
+        if key not in self.compiled:
+            self.compiled[key] = self.request({"op": "compile", "key": key, "schema": schema})
+        return self.compiled[key]
+
+    def generate(self, key: str, schema: Any, prompt: str, prompt_ids: list[int], max_new_tokens: int,
+                 temperature: float, seed: int) -> dict[str, Any]:
+        compiled = self.compile(key, schema)
+        if not compiled.get("ok"):
+            return compiled
+        return self.request({"op": "generate", "key": key, "prompt": prompt, "prompt_ids": prompt_ids,
+                             "max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed})
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.proc.stdin.flush()
+            self.proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+# ----------------------------------------------------------------------------- running one request
+
+
+@dataclass
+class BenchConfig:
+    ks: tuple[int, ...] = DEFAULT_KS
+    max_new_tokens: int = 320
+    temperatures: tuple[float, ...] = (0.0, 0.7)
+    seed: int = 0
+    cold_masks: bool = True
+    progress: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def setting_name(temperature: float) -> str:
+    return "greedy" if temperature == 0 else f"sampled-t{temperature:g}"
+
+
+def run_options_supported(gen: Any) -> set[str]:
+    """Keyword options of ``gen.run`` (all of them if it takes ``**kwargs``)."""
+    try:
+        params = inspect.signature(gen.run).parameters
+    except (TypeError, ValueError):
+        return set()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return {"*"}
+    return set(params)
+
+
+def mode_unavailable_reason(gen: Any, mode: Mode, supported: set[str]) -> str | None:
+    if mode.kind != "project" or mode.k == 0:
+        return None
+    if getattr(gen, "draft", None) is None:
+        return "no draft model"
+    if "*" in supported:
+        return None
+    if mode.adaptive and "adaptive" not in supported:
+        return "Generator.run has no `adaptive` option in this checkout"
+    if mode.proposers is not None and mode.proposers != ("draft",) and "proposers" not in supported:
+        return "Generator.run has no `proposers` option in this checkout"
+    return None
+
+
+def _stat(stats: Any, name: str, default: Any = None) -> Any:
+    value = getattr(stats, name, default)
+    return value() if callable(value) else value
+
+
+def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature: float, seed: int,
+                    max_new_tokens: int, supported: set[str], cold: bool) -> dict[str, Any]:
+    import jsonschema
+
+    kwargs: dict[str, Any] = {"num_draft_tokens": mode.k, "temperature": temperature, "seed": seed,
+                              "max_new_tokens": max_new_tokens}
+    if mode.proposers is not None and ("proposers" in supported or "*" in supported):
+        kwargs["proposers"] = mode.proposers
+    if mode.adaptive:
+        kwargs["adaptive"] = True
+    rec: dict[str, Any] = {"proposers": list(kwargs.get("proposers", ())) or "default", "k": mode.k, "adaptive": mode.adaptive}
+    if cold:
+        cold_masks(compiled.automaton)
+    with PeakRSS() as mem, MaskTimer(compiled.automaton) as masks:
+        t0 = time.perf_counter()
+        try:
+            result = gen.run(item.prompt, item.schema, **kwargs)
+            error = None
+        except TypeError as exc:
+            if "unexpected keyword" in str(exc) or "got an unexpected" in str(exc):
+                return {**rec, "ok": False, "unavailable": f"Generator.run rejected the options: {exc}"}
+            result, error = None, f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - a failed request is a figure, not a crash
+            result, error = None, f"{type(exc).__name__}: {str(exc)[:300]}"
+        latency = time.perf_counter() - t0
+    rec.update(latency_s=latency, peak_rss_mb=mem.peak, _mask_calls=masks.calls_us, mask_calls=len(masks.calls_us),
+               mask_us_per_call_p50=percentile(masks.calls_us, 50), mask_us_per_call_p99=percentile(masks.calls_us, 99))
+    if result is None:
+        return {**rec, "ok": False, "valid": False, "error": error}
+    s = result.stats
+    valid = True
+    try:
+        jsonschema.validate(json.loads(result.text), item.schema)
+    except Exception:  # noqa: BLE001
+        valid = False
+    gen_tokens = s.generated_tokens
+    decode_s = s.wall_seconds - s.prefill_seconds
+    rec.update(
+        ok=True, valid=valid, text=result.text, token_ids=list(result.token_ids), stats=s.as_dict() if hasattr(s, "as_dict") else {},
+        generated_tokens=gen_tokens, tokens_per_second=s.tokens_per_second, wall_s=s.wall_seconds,
+        prefill_s=s.prefill_seconds, decode_s=decode_s, target_forwards=s.target_forwards,
+        draft_forwards=s.draft_forwards, drafted_tokens=s.drafted_tokens, accepted_tokens=s.accepted_tokens,
+        forced_tokens=s.forced_tokens, steps=getattr(s, "steps", None), acceptance_rate=s.acceptance_rate if s.drafted_tokens else None,
+        mean_accepted_len=(s.accepted_tokens / s.target_forwards) if (s.target_forwards and mode.k) else None,
+        target_forwards_per_token=(s.target_forwards / gen_tokens) if gen_tokens else None,
+        forced_share=(s.forced_tokens / gen_tokens) if gen_tokens else None,
+        mask_us_per_token=(masks.total_seconds / gen_tokens * 1e6) if gen_tokens else None,
+        mask_us_per_token_stats=(s.mask_seconds / gen_tokens * 1e6) if gen_tokens else None,
+        model_proposed=_stat(s, "model_proposed"), grammar_proposed=_stat(s, "grammar_proposed"),
+        grammar_accepted=_stat(s, "grammar_accepted"), lookup_proposed=_stat(s, "lookup_proposed"),
+        lookup_accepted=_stat(s, "lookup_accepted"),
+        _stats_obj=s,
+    )
+    return rec
+
+
+def _peer_record(peer: PeerClient, item: Any, prompt_text: str, prompt_ids: list[int], temperature: float,
+                 seed: int, max_new_tokens: int) -> dict[str, Any]:
+    import jsonschema
+
+    t0 = time.perf_counter()
+    try:
+        reply = peer.generate(item.schema_name, item.schema, prompt_text, prompt_ids, max_new_tokens, temperature, seed)
+    except PeerError as exc:
+        return {"ok": False, "valid": False, "error": str(exc), "latency_s": time.perf_counter() - t0}
+    if not reply.get("ok"):
+        return {"ok": False, "valid": False, "error": reply.get("error", "peer failed")}
+    valid = True
+    try:
+        jsonschema.validate(json.loads(reply["text"]), item.schema)
+    except Exception:  # noqa: BLE001
+        valid = False
+    n = reply["generated_tokens"]
+    return {
+        "ok": True, "valid": valid, "text": reply["text"], "token_ids": reply["token_ids"], "generated_tokens": n,
+        "tokens_per_second": reply["tokens_per_second"], "latency_s": reply["wall_s"], "wall_s": reply["wall_s"],
+        "prefill_s": reply["prefill_s"], "decode_s": reply["decode_s"], "target_forwards": reply["forwards"],
+        "target_forwards_per_token": reply["forwards"] / n if n else None, "peak_rss_mb": reply.get("peak_rss_mb"),
+        "prompt_ids_match": reply.get("prompt_ids_match"), "stop": reply.get("stop"),
+    }
+
+
+def _hf_assist_record(gen: Any, prompt_ids: list[int], max_new_tokens: int) -> dict[str, Any]:
+    import torch
+
+    target = getattr(gen.target, "model", None)
+    draft = getattr(gen.draft, "model", None) if gen.draft is not None else None
+    if target is None or draft is None or not hasattr(target, "generate"):
+        return {"ok": False, "unavailable": "needs transformers target and draft models"}
+    times: dict[str, list[list[float]]] = {"target": [], "draft": []}
+    handles = []
+    for role, m in (("target", target), ("draft", draft)):
+        handles.append(m.register_forward_pre_hook(lambda *_a, _r=role: times[_r].append([time.perf_counter(), 0.0])))
+        handles.append(m.register_forward_hook(lambda *_a, _r=role: times[_r][-1].__setitem__(1, time.perf_counter())))
+    eos = list(gen.vocab.eos_token_ids)
+    ids = torch.tensor([prompt_ids], dtype=torch.long, device=getattr(target, "device", "cpu"))
+    pad = gen.tokenizer.pad_token_id if getattr(gen.tokenizer, "pad_token_id", None) is not None else eos[0]
+    try:
+        with PeakRSS() as mem, torch.inference_mode():
+            t0 = time.perf_counter()
+            out = target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=draft, do_sample=False,
+                                  max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad)
+            wall = time.perf_counter() - t0
+    except Exception as exc:  # noqa: BLE001
+        return {"ok": False, "valid": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    finally:
+        for h in handles:
+            h.remove()
+    new = out[0, len(prompt_ids):].tolist()
+    tokens = []
+    for t in new:
+        if t in eos:
+            break
+        tokens.append(t)
+    tf = [b - a for a, b in times["target"] if b]
+    df = [b - a for a, b in times["draft"] if b]
+    # Prefill: the draft's first forward (the prompt) and the target's first one (prompt + first
+    # candidates) less one typical verify forward, so that the decode time counts the same forwards
+    # as the project's loop (whose prefill excludes the last prompt token).
+    typical = statistics.median(tf[1:]) if len(tf) > 1 else 0.0
+    prefill = (df[0] if df else 0.0) + max((tf[0] if tf else 0.0) - typical, 0.0)
+    decode = max(wall - prefill, 1e-9)
+    return {
+        "ok": True, "valid": None, "text": gen.vocab.decode(tokens) if hasattr(gen.vocab, "decode") else "",
+        "token_ids": tokens, "generated_tokens": len(tokens), "tokens_per_second": len(tokens) / decode,
+        "latency_s": wall, "wall_s": wall, "prefill_s": prefill, "decode_s": decode, "target_forwards": len(tf),
+        "draft_forwards": len(df), "target_forwards_per_token": len(tf) / len(tokens) if tokens else None,
+        "peak_rss_mb": mem.peak,
+    }
+
+
+def user_message(gen: Any, item: Any, spec: Any) -> str:
+    """The user message ``Generator.prompt_ids`` sends (prompt plus the schema hint), for the peer."""
+    if spec is not None and getattr(spec, "schema", None) is not None:
+        return item.prompt + "\n\nAnswer with a single JSON value that follows this JSON Schema:\n" + json.dumps(spec.schema)
+    return item.prompt
+
+
+def compile_cold(gen: Any, schema: Any) -> float:
+    """Seconds to compile ``schema`` with no disk or memory cache (lazy masks excluded: they are
+    built per visited state during decoding and counted in mask time)."""
+    from .grammar import output_spec
+    from .grammar.automaton import AutomatonCompiler
+
+    spec = output_spec(schema, getattr(gen, "schema_options", None))
+    compiler = AutomatonCompiler(gen.vocab, disk_cache=False, compile_timeout=getattr(gen.compiler, "compile_timeout", 120.0))
+    t0 = time.perf_counter()
+    compiler.compile(spec.regex)
+    return time.perf_counter() - t0
+
+
+# ----------------------------------------------------------------------------- the benchmark
+
+
+def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], config: BenchConfig,
+                  peer: PeerClient | None = None, log: Callable[[str], None] | None = None,
+                  on_record: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run every prompt x setting x mode (interleaved); returns the results document.
+
+    ``on_record`` sees every finished run as it comes (``main`` appends them to ``records.jsonl``,
+    so an interrupted run keeps what it measured)."""
+    from tqdm import tqdm
+
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    supported = run_options_supported(gen)
+    unavailable: dict[str, str] = {}
+    for m in modes:
+        reason = mode_unavailable_reason(gen, m, supported)
+        if reason:
+            unavailable[m.name] = reason
+    if peer is None and any(m.kind == "peer" for m in modes):
+        unavailable.setdefault(PEER_NAME, "no peer runner (--no-peer, or outlines not installed)")
+    if any(m.kind == "hf-assist" for m in modes) and (getattr(gen.draft, "model", None) is None or getattr(gen.target, "model", None) is None):
+        unavailable.setdefault(HF_NAME, "needs transformers target and draft models")
+
+    # Compile: cold (no cache) once per schema, then the Generator's own compile for the runs.
+    compile_info: dict[str, dict[str, Any]] = {}
+    for item in workload:
+        if item.schema_name in compile_info:
+            continue
+        info: dict[str, Any] = {}
+        try:
+            info["project_cold_s"] = compile_cold(gen, item.schema)
+        except Exception as exc:  # noqa: BLE001
+            info["project_error"] = f"{type(exc).__name__}: {exc}"
+        t0 = time.perf_counter()
+        gen.compile(item.schema)
+        info["project_cached_s"] = time.perf_counter() - t0
+        if peer is not None and PEER_NAME not in unavailable and any(m.kind == "peer" for m in modes):
+            try:
+                reply = peer.compile(item.schema_name, item.schema)
+                info["peer_s"] = reply.get("compile_s")
+                if not reply.get("ok"):
+                    info["peer_error"] = reply.get("error")
+            except PeerError as exc:
+                info["peer_error"] = str(exc)
+        compile_info[item.schema_name] = info
+
+    calibrate_s = None
+    if any(m.adaptive for m in modes if m.name not in unavailable) and workload and hasattr(gen, "calibrate"):
+        # Adaptive k measures forward costs once per Generator; do it here, not inside a timed run.
+        dl = getattr(gen, "draft_length", None)
+        if dl is not None and not getattr(dl, "calibrated", True):
+            first = gen.compile(workload[0].schema)
+            t0 = time.perf_counter()
+            gen.calibrate(gen.prompt_ids(workload[0].prompt, first.spec))
+            calibrate_s = time.perf_counter() - t0
+            log(f"[bench] adaptive k: calibrated forward costs in {calibrate_s:.1f} s (max k {getattr(dl, 'max_k', '?')})")
+
+    settings = [setting_name(t) for t in config.temperatures]
+    active = [m for m in modes if m.name not in unavailable]
+    runs = [(item, t, m) for item in workload for t in config.temperatures for m in active
+            if not (m.kind == "hf-assist" and t != 0)]
+    records: list[dict[str, Any]] = []
+    bar = tqdm(total=len(runs), desc="bench", unit="run", disable=not config.progress, file=sys.stderr, dynamic_ncols=True)
+    baselines: dict[tuple[str, str], dict[str, Any]] = {}
+    for item in workload:
+        compiled = gen.compile(item.schema)
+        prompt_ids = gen.prompt_ids(item.prompt, compiled.spec)
+        prompt_text = user_message(gen, item, compiled.spec)
+        for pi, temperature in enumerate(config.temperatures):
+            setting = setting_name(temperature)
+            seed = config.seed + pi
+            for mode in modes:
+                if mode.name in unavailable or (mode.kind == "hf-assist" and temperature != 0):
+                    continue
+                bar.set_postfix_str(f"{item.id} {setting} {mode.name}")
+                if mode.kind == "project":
+                    rec = _project_record(gen, item, compiled, mode, temperature, seed, config.max_new_tokens, supported, config.cold_masks)
+                elif mode.kind == "peer":
+                    assert peer is not None
+                    rec = _peer_record(peer, item, prompt_text, prompt_ids, temperature, seed, config.max_new_tokens)
+                else:
+                    rec = _hf_assist_record(gen, prompt_ids, config.max_new_tokens)
+                bar.update(1)
+                if rec.get("unavailable"):
+                    unavailable[mode.name] = rec["unavailable"]
+                    log(f"[bench] {mode.name}: not available ({rec['unavailable']})")
+                    continue
+                rec.update(prompt=item.id, schema=item.schema_name, kind=item.kind, setting=setting, mode=mode.name,
+                           family=mode.family, prompt_tokens=len(prompt_ids))
+                if not rec.get("ok"):
+                    log(f"[bench] {item.id} {setting} {mode.name}: FAILED {rec.get('error')}")
+                key = (item.id, setting)
+                if mode.name == "target" and rec.get("ok"):
+                    baselines[key] = rec
+                base = baselines.get(key)
+                if base is not None and rec.get("ok") and mode.name != "target":
+                    if temperature == 0 and mode.kind != "hf-assist":
+                        same = rec["token_ids"] == base["token_ids"]
+                        rec["same_as_target"] = same
+                        if not same:
+                            a, b = rec["token_ids"], base["token_ids"]
+                            rec["first_divergence"] = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                            if mode.kind == "project":
+                                log(f"[bench] GREEDY MISMATCH {item.id} {mode.name}: differs from target-only at token {rec['first_divergence']}")
+                    if base.get("tokens_per_second") and rec.get("tokens_per_second"):
+                        rec["speedup_vs_target"] = rec["tokens_per_second"] / base["tokens_per_second"]
+                    if mode.kind == "project" and "_stats_obj" in rec and "_stats_obj" in base:
+                        rec["predicted_speedup"], rec["prediction_source"] = predicted_speedup(rec["_stats_obj"], base["_stats_obj"])
+                records.append(rec)
+                if on_record is not None:
+                    on_record({k: v for k, v in rec.items() if not k.startswith("_")})
+    bar.close()
+    for rec in records:  # pair each record with the peer's run of the same request
+        rec.pop("_stats_obj", None)
+        peer_rec = next((r for r in records if r["mode"] == PEER_NAME and r["prompt"] == rec["prompt"]
+                         and r["setting"] == rec["setting"] and r.get("ok")), None)
+        if peer_rec and rec.get("ok") and rec.get("tokens_per_second") and rec is not peer_rec:
+            rec["speedup_vs_peer"] = rec["tokens_per_second"] / peer_rec["tokens_per_second"]
+    summary = summarize(records, [m for m in modes if m.name not in unavailable], settings, compile_info)
+    for rec in records:
+        rec.pop("_mask_calls", None)
+    meta = environment(gen, config, peer)
+    meta["adaptive_calibrate_s"] = calibrate_s
+    meta["adaptive_max_k"] = getattr(getattr(gen, "draft_length", None), "max_k", None)
+    return {
+        "meta": meta,
+        "workload": [{"id": w.id, "schema": w.schema_name, "kind": w.kind, "prompt": w.prompt} for w in workload],
+        "modes": [asdict(m) | {"available": m.name not in unavailable, "unavailable_reason": unavailable.get(m.name)} for m in modes],
+        "unavailable": unavailable,
+        "compile": compile_info,
+        "summary": summary,
+        "records": records,
+    }
+
+
+def summarize(records: list[dict[str, Any]], modes: Sequence[Mode], settings: Sequence[str],
+              compile_info: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per setting and mode: medians over prompts, shares, ratios (paired per prompt)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    project_compile = [c["project_cold_s"] for c in compile_info.values() if c.get("project_cold_s") is not None]
+    peer_compile = [c["peer_s"] for c in compile_info.values() if c.get("peer_s") is not None]
+    for setting in settings:
+        out[setting] = {}
+        for mode in modes:
+            rs = [r for r in records if r["setting"] == setting and r["mode"] == mode.name]
+            if not rs:
+                continue
+            ok = [r for r in rs if r.get("ok")]
+            tok = sum(r.get("generated_tokens", 0) for r in ok)
+            drafted = sum(r.get("drafted_tokens") or 0 for r in ok)
+            tf = sum(r.get("target_forwards") or 0 for r in ok)
+            valid = [r.get("valid") for r in rs]
+            same = [r["same_as_target"] for r in rs if "same_as_target" in r]
+            calls = [c for r in ok for c in r.get("_mask_calls", [])]
+            entry: dict[str, Any] = {
+                "runs": len(rs), "ok": len(ok),
+                "tokens_per_second_median": median([r.get("tokens_per_second") for r in ok]),
+                "tokens_per_second_aggregate": (tok / sum(r["decode_s"] for r in ok)) if ok and sum(r.get("decode_s", 0) for r in ok) > 0 else None,
+                "latency_s_median": median([r.get("latency_s") for r in ok]),
+                "latency_s_p90": percentile([r.get("latency_s") for r in ok], 90),
+                "generated_tokens_median": median([r.get("generated_tokens") for r in ok]),
+                "target_forwards_per_token": (tf / tok) if tok else None,
+                "acceptance_rate": (sum(r.get("accepted_tokens") or 0 for r in ok) / drafted) if drafted else None,
+                "mean_accepted_len": (sum(r.get("accepted_tokens") or 0 for r in ok) / tf) if (tf and mode.kind == "project" and mode.k) else None,
+                "forced_share": (sum(r.get("forced_tokens") or 0 for r in ok) / tok) if (tok and mode.kind == "project") else None,
+                "mask_us_per_token_p50": percentile([r.get("mask_us_per_token") for r in ok if r.get("mask_us_per_token") is not None], 50),
+                "mask_us_per_token_p99": percentile([r.get("mask_us_per_token") for r in ok if r.get("mask_us_per_token") is not None], 99),
+                "mask_us_per_token_stats_p50": percentile([r.get("mask_us_per_token_stats") for r in ok if r.get("mask_us_per_token_stats") is not None], 50),
+                "mask_us_per_call_p50": percentile(calls, 50), "mask_us_per_call_p99": percentile(calls, 99),
+                "compile_s_mean": (statistics.mean(project_compile) if project_compile else None) if mode.kind == "project"
+                else ((statistics.mean(peer_compile) if peer_compile else None) if mode.kind == "peer" else None),
+                "peak_rss_mb": max((r.get("peak_rss_mb") or 0 for r in rs), default=None) or None,
+                "valid_share": (sum(1 for v in valid if v) / len(valid)) if mode.kind != "hf-assist" else None,
+                "greedy_same_as_target": (sum(same), len(same)) if same else None,
+                "speedup_vs_target_median": median([r.get("speedup_vs_target") for r in ok if r.get("speedup_vs_target")]),
+                "speedup_vs_peer_median": median([r.get("speedup_vs_peer") for r in ok if r.get("speedup_vs_peer")]),
+                "predicted_speedup_median": median([r.get("predicted_speedup") for r in ok if r.get("predicted_speedup")]),
+                **{f: (sum(r.get(f) or 0 for r in ok) if any(r.get(f) is not None for r in ok) else None)
+                   for f in ("model_proposed", "grammar_proposed", "grammar_accepted", "lookup_proposed", "lookup_accepted")},
+                "errors": [f"{r['prompt']}: {r.get('error')}" for r in rs if not r.get("ok")],
+            }
+            if mode.name == "target":
+                entry["speedup_vs_target_median"] = 1.0
+            out[setting][mode.name] = entry
+    return out
+
+
+def environment(gen: Any, config: BenchConfig, peer: PeerClient | None) -> dict[str, Any]:
+    import torch
+
+    def _name(m: Any) -> str:
+        inner = getattr(m, "model", m)
+        return str(getattr(getattr(inner, "config", None), "_name_or_path", "") or type(inner).__name__)
+
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    return {
+        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
+        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "loadavg_at_end": load,
+        "target": _name(gen.target), "draft": _name(gen.draft) if gen.draft is not None else None,
+        "dtype": str(getattr(getattr(gen.target, "model", None), "dtype", "")),
+        "max_new_tokens": config.max_new_tokens, "ks": list(config.ks), "temperatures": list(config.temperatures),
+        "cold_masks": config.cold_masks, "process_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peer": peer.info if peer is not None else None, **config.extra,
+    }
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def _f(value: Any, fmt: str = "{:.2f}", none: str = "–") -> str:
+    if value is None:
+        return none
+    try:
+        return fmt.format(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _props(e: dict[str, Any]) -> str:
+    vals = [e.get("model_proposed"), e.get("grammar_proposed"), e.get("lookup_proposed")]
+    return "–" if all(v is None for v in vals) or not any(vals) else "/".join(_f(v, "{:d}", "0") for v in vals)
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """The tables the README can quote: one per setting, one row per mode."""
+    meta = results["meta"]
+    lines = [f"Benchmark {meta['date_utc']}: target `{meta['target']}`, draft `{meta['draft']}` ({meta['dtype']}), "
+             f"{len(results['workload'])} prompts, max {meta['max_new_tokens']} new tokens, "
+             f"{meta['torch_threads']} torch threads on {meta['cpu_count']} CPUs.", ""]
+    header = ("| mode | tok/s p50 | × target | × peer | pred. × | latency p50 s | target fwd/token | accept | "
+              "acc. len | props m/g/l | forced | mask µs/tok p50/p99 | compile s | peak RSS GB | valid | greedy = target |")
+    for setting, rows in results["summary"].items():
+        lines += [f"**{setting}**", "", header, "|" + "---|" * 16]
+        for name, e in rows.items():
+            same = e.get("greedy_same_as_target")
+            lines.append("| " + " | ".join([
+                name, _f(e["tokens_per_second_median"]), _f(e["speedup_vs_target_median"], "{:.2f}×"),
+                _f(e["speedup_vs_peer_median"], "{:.2f}×"), _f(e["predicted_speedup_median"], "{:.2f}×"),
+                _f(e["latency_s_median"], "{:.1f}"), _f(e["target_forwards_per_token"], "{:.3f}"),
+                _f(e["acceptance_rate"], "{:.0%}"), _f(e["mean_accepted_len"]), _props(e), _f(e["forced_share"], "{:.0%}"),
+                f"{_f(e['mask_us_per_token_p50'], '{:.0f}')}/{_f(e['mask_us_per_token_p99'], '{:.0f}')}",
+                _f(e["compile_s_mean"]), _f((e["peak_rss_mb"] or 0) / 1024 if e["peak_rss_mb"] else None, "{:.1f}"),
+                _f(e["valid_share"], "{:.0%}"), f"{same[0]}/{same[1]}" if same else "–",
+            ]) + " |")
+        lines.append("")
+    if results["unavailable"]:
+        lines.append("Not available: " + "; ".join(f"`{k}`: {v}" for k, v in results["unavailable"].items()) + ".")
+        lines.append("")
+    lines.append("tok/s: generated tokens per second of decoding (prefill excluded), median over prompts; "
+                 "× target / × peer: median of per-prompt ratios; props m/g/l: tokens proposed by the draft model / "
+                 "grammar-forced strings / prompt lookup; mask µs/tok: all per-state grammar work (token walks, bitmasks, "
+                 "forced-token checks) per generated token, masks cold at the start of every run; pred. ×: predicted from measured acceptance and "
+                 "forward costs; hf-assist is unconstrained (tokens/s reference only).")
+    return "\n".join(lines) + "\n"
+
+
+def write_chart(results: dict[str, Any], path: Path) -> bool:
+    """Bar chart of median tokens/s per mode (one group per setting) plus measured vs predicted speedup."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:  # noqa: BLE001
+        return False
+    summary = results["summary"]
+    names = list(dict.fromkeys(n for rows in summary.values() for n in rows))
+    if not names:
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(max(10, 1.1 * len(names) + 6), 5), gridspec_kw={"width_ratios": [3, 2]})
+    width = 0.8 / max(1, len(summary))
+    for i, (setting, rows) in enumerate(summary.items()):
+        xs = [j + i * width for j in range(len(names))]
+        ys = [(rows.get(n) or {}).get("tokens_per_second_median") or 0 for n in names]
+        bars = axes[0].bar(xs, ys, width, label=setting)
+        for b, n in zip(bars, names):
+            s = (rows.get(n) or {}).get("speedup_vs_target_median")
+            if s:
+                axes[0].annotate(f"{s:.2f}×", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=7)
+    axes[0].set_xticks([j + width * (len(summary) - 1) / 2 for j in range(len(names))])
+    axes[0].set_xticklabels(names, rotation=40, ha="right", fontsize=8)
+    axes[0].set_ylabel("tokens/s (median over prompts)")
+    axes[0].set_title("decode speed")
+    axes[0].legend(fontsize=8)
+    first = next(iter(summary.values()))
+    spec = [n for n in names if n in first and first[n].get("predicted_speedup_median")]
+    axes[1].bar([j - 0.2 for j in range(len(spec))], [first[n]["speedup_vs_target_median"] or 0 for n in spec], 0.4, label="measured")
+    axes[1].bar([j + 0.2 for j in range(len(spec))], [first[n]["predicted_speedup_median"] or 0 for n in spec], 0.4, label="predicted")
+    axes[1].axhline(1.0, color="grey", lw=0.8)
+    axes[1].set_xticks(range(len(spec)))
+    axes[1].set_xticklabels(spec, rotation=40, ha="right", fontsize=8)
+    axes[1].set_title(f"speedup vs target-only ({next(iter(summary))})")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def write_outputs(results: dict[str, Any], out_dir: str | Path, chart: bool = True) -> dict[str, Path]:
+    """``results.json``, ``table.md`` and ``chart.png`` (if matplotlib is there) in ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "results.json", "markdown": out / "table.md", "chart": out / "chart.png"}
+    paths["json"].write_text(json.dumps(results, indent=1, default=str))
+    paths["markdown"].write_text(markdown_table(results))
+    if not chart or not write_chart(results, paths["chart"]):
+        paths.pop("chart")
+    return paths
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def load_workload_module(path: str | Path | None = None) -> Any:
+    path = Path(path) if path else BENCH_DIR / "workload.py"
+    if not path.exists():
+        raise FileNotFoundError(f"benchmark workload {path} not found (bench runs from a source checkout)")
+    spec = importlib.util.spec_from_file_location("constrained_spec_bench_workload", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # type: ignore[union-attr]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .api import DEFAULT_DRAFT, DEFAULT_TARGET
+
+    p = argparse.ArgumentParser(prog="constrained-spec bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=DEFAULT_TARGET, help=f"target model (default {DEFAULT_TARGET})")
+    p.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model (default {DEFAULT_DRAFT})")
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--out", default=None, help="output folder (default results/bench-<UTC timestamp>)")
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, ks 2,4, greedy only")
+    p.add_argument("--prompts", type=int, default=None, help="use the first N prompts of the workload (default all)")
+    p.add_argument("--ks", type=_ints, default=None, help="fixed draft lengths, e.g. 2,3,4 (default 1..8)")
+    p.add_argument("--proposer-k", type=int, default=None, help="k of the proposer variants (default 4, or the middle of --ks)")
+    p.add_argument("--modes", default=None, help="comma list of families (target,fixed,proposers,adaptive,peer,hf-assist) or mode names")
+    p.add_argument("--no-fixed", action="store_true", help="skip the fixed-k sweep")
+    p.add_argument("--no-proposers", action="store_true", help="skip the +grammar / +grammar+lookup variants")
+    p.add_argument("--no-adaptive", action="store_true", help="skip adaptive k")
+    p.add_argument("--no-peer", action="store_true", help="skip the outlines peer")
+    p.add_argument("--no-hf-assist", action="store_true", help="skip transformers' assisted generation")
+    p.add_argument("--no-sampled", action="store_true", help="greedy only")
+    p.add_argument("--temperature", type=float, default=0.7, help="temperature of the sampled setting (default 0.7)")
+    p.add_argument("--max-new-tokens", type=int, default=320)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--warm-masks", action="store_true", help="keep per-state masks across runs (default: every run starts cold)")
+    p.add_argument("--peer-python", default=None, help="interpreter with outlines installed (default: $CONSTRAINED_SPEC_PEER_PYTHON or .venv-peer)")
+    p.add_argument("--peer-model", default=None, help="model folder for the peer (default: the converted --model folder)")
+    p.add_argument("--peer-timeout", type=float, default=1800.0, help="seconds to wait for one peer answer")
+    p.add_argument("--workload", default=None, help="a workload .py file (default benchmarks/workload.py)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads for every mode and the peer (default: torch's; on a shared machine 1 avoids oversubscription)")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-chart", action="store_true", help="skip chart.png (matplotlib)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: Sequence[Any] | None = None) -> int:
+    """``constrained-spec bench ARGS``; ``generator``/``workload`` may be injected (tests)."""
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    ks = args.ks or (QUICK_KS if args.quick else DEFAULT_KS)
+    n_prompts = args.prompts if args.prompts is not None else (2 if args.quick else None)
+    temps = (0.0,) if (args.quick or args.no_sampled) else (0.0, args.temperature)
+    if workload is None:
+        workload = load_workload_module(args.workload).load_workload(n_prompts)
+    elif n_prompts is not None:
+        workload = list(workload)[:n_prompts]
+    select = args.modes.split(",") if args.modes else None
+    modes = build_modes(ks, args.proposer_k, fixed=not args.no_fixed, proposers=not args.no_proposers,
+                        adaptive=not args.no_adaptive, peer=not args.no_peer, hf_assist=not args.no_hf_assist, select=select)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(args.out) if args.out else Path("results") / f"bench-{stamp}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    progress = not args.no_progress
+    config = BenchConfig(ks=tuple(ks), max_new_tokens=args.max_new_tokens, temperatures=temps, seed=args.seed,
+                         cold_masks=not args.warm_masks, progress=progress, extra={"argv": list(argv or sys.argv[1:])})
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    if generator is None:
+        from .api import Generator
+
+        draft = None if str(args.draft).lower() in {"none", ""} else args.draft
+        # num_draft_tokens = the largest k: it is also the cap of adaptive k (its cost curve's length)
+        generator = Generator(args.model, draft, cache_dir=args.cache_dir, dtype=args.dtype, progress=progress,
+                              max_new_tokens=args.max_new_tokens, num_draft_tokens=max(ks))
+        config.extra["load_s"] = time.perf_counter() - t0
+    _warm_up(generator)
+
+    peer = None
+    if any(m.kind == "peer" for m in modes):
+        python = find_peer_python(args.peer_python)
+        model_path, peer_dtype = args.peer_model, (None if args.dtype == "auto" else args.dtype)
+        if model_path is None and isinstance(args.model, str):
+            try:
+                from .model_store import resolve_model_path
+
+                r = resolve_model_path(args.model, cache_dir=args.cache_dir, dtype=args.dtype, progress=False)
+                model_path = r.path if r.kind in {"short-name", "folder"} else None
+                peer_dtype = r.dtype
+            except Exception as exc:  # noqa: BLE001
+                print(f"[bench] peer: cannot resolve the model folder: {exc}", file=sys.stderr)
+        if python is None:
+            print("[bench] peer: no interpreter with outlines (see benchmarks/README.md); skipped", file=sys.stderr)
+        elif model_path is None:
+            print("[bench] peer: needs a transformers model folder (--peer-model); skipped", file=sys.stderr)
+        else:
+            peer = PeerClient(python, model_path, threads=_torch_threads(), timeout=args.peer_timeout,
+                              log_path=out_dir / "peer.log", dtype=peer_dtype)
+            try:
+                info = peer.start()
+                print(f"[bench] peer ready: outlines {info.get('versions', {}).get('outlines')} via {python} "
+                      f"(load {info.get('load_s', 0):.1f} s)", file=sys.stderr)
+            except PeerError as exc:
+                print(f"[bench] peer: {exc}; skipped", file=sys.stderr)
+                peer = None
+    jsonl = out_dir / "records.jsonl"
+
+    def save(rec: dict[str, Any]) -> None:
+        with open(jsonl, "a") as fh:
+            fh.write(json.dumps(rec, default=str) + "\n")
+
+    try:
+        results = run_benchmark(generator, workload, modes, config, peer=peer, on_record=save)
+    finally:
+        if peer is not None:
+            peer.close()
+    results["meta"]["total_s"] = time.perf_counter() - t0
+    paths = write_outputs(results, out_dir, chart=not args.no_chart)
+    print(markdown_table(results))
+    print("wrote " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)
+    bad = [f"{s}/{m}" for s, rows in results["summary"].items() for m, e in rows.items()
+           if e.get("valid_share") is not None and e["valid_share"] < 1.0 and not m.startswith("peer")]
+    mism = [f"{s}/{m}" for s, rows in results["summary"].items() for m, e in rows.items()
+            if e.get("greedy_same_as_target") and e["greedy_same_as_target"][0] < e["greedy_same_as_target"][1] and not m.startswith("peer")]
+    if bad:
+        print(f"[bench] WARNING: outputs that do not validate in {', '.join(bad)}", file=sys.stderr)
+    if mism:
+        print(f"[bench] WARNING: greedy outputs differ from target-only in {', '.join(mism)}", file=sys.stderr)
+    return 0
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _warm_up(gen: Any) -> None:
+    """One short forward per model, so one-time initialisation is not charged to the first run."""
+    ids = list(range(1, 9))
+    for m in (gen.target, gen.draft):
+        if m is None:
+            continue
+        try:
+            m.reset()
+            m.extend(ids)
+            m.reset()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
