@@ -547,21 +547,45 @@ def emit_set(r: Ranges) -> Optional[str]:
     for a, b in esc:
         for cp in range(a, b + 1):
             if cp in (0x22, 0x5C):
-                alts.append(escape_literal(json_escape_char(cp)))
+                short.append(chr(cp))
             elif cp in _JSON_SHORT:
                 short.append(_JSON_SHORT[cp][1])
             else:
                 by_hi[cp >> 4].append(cp & 15)
     if short:
-        alts.append("\\\\" + (short[0] if len(short) == 1 else "[" + "".join(sorted(short)) + "]"))
+        cls = "".join(("\\" + c) if c in _CLASS_META else c for c in sorted(short))
+        alts.append("\\\\" + (cls if len(short) == 1 else "[" + cls + "]"))
     for h, lows in by_hi.items():
         if not lows:
             continue
-        digs = "".join("0123456789abcdef"[x] for x in sorted(lows))
-        alts.append("\\\\u00%d" % h + (digs if len(digs) == 1 else "[" + digs + "]"))
+        alts.append("\\\\u00%d" % h + _hex_class(lows))
     if len(alts) == 1:
         return alts[0]
     return "(" + "|".join(alts) + ")"
+
+
+def _hex_class(lows: list) -> str:
+    """Class of hex digits (lower case) for the given nibble values."""
+    lows = sorted(set(lows))
+    if len(lows) == 1:
+        return "0123456789abcdef"[lows[0]]
+    runs = []
+    start = prev = lows[0]
+    for x in lows[1:] + [None]:
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        runs.append((start, prev))
+        if x is not None:
+            start = prev = x
+    out = ""
+    for a, b in runs:
+        # do not let a range cross from '9' to 'a'
+        parts = [(a, b)] if (b <= 9 or a >= 10) else [(a, 9), (10, b)]
+        for x, y in parts:
+            cx, cy = "0123456789abcdef"[x], "0123456789abcdef"[y]
+            out += cx if x == y else (cx + cy if y == x + 1 else cx + "-" + cy)
+    return "[" + out + "]"
 
 
 class Unsatisfiable(Exception):

@@ -42,7 +42,8 @@ def _ipv6() -> str:
     return "(" + "|".join(alts) + ")"
 
 
-_LABEL = "[A-Za-z0-9]([A-Za-z0-9-]{0,59}[A-Za-z0-9])?"
+# a DNS label without consecutive hyphens (so no IDNA "xn--" A-labels), at most 61 chars
+_LABEL = "[A-Za-z0-9]([A-Za-z0-9]|-[A-Za-z0-9]){0,30}"
 _HOSTNAME = f"{_LABEL}(\\.{_LABEL}){{0,3}}"
 _LOCAL = "[A-Za-z0-9_%+-]+(\\.[A-Za-z0-9_%+-]+)*"
 _DOMAIN = f"{_LABEL}(\\.{_LABEL})+"
@@ -55,10 +56,12 @@ _URI = (
     f"(\\?({_PCHAR}|[/?])*)?"
     f"(#({_PCHAR}|[/?])*)?"
 )
-_URI_REF = f"({_URI}|(/?{_PCHAR}+)(/{_PCHAR}*)*(\\?({_PCHAR}|[/?])*)?(#({_PCHAR}|[/?])*)?)"
+_PCHAR_NC = "[A-Za-z0-9._~!$&'()*+,;=@-]"  # no ':' in the first segment of a relative path
+_URI_REF = f"({_URI}|(/{_PCHAR}+|{_PCHAR_NC}+)(/{_PCHAR}*)*(\\?({_PCHAR}|[/?])*)?(#({_PCHAR}|[/?])*)?)"
 _UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-_DUR_T = "T([0-9]+H([0-9]+M)?([0-9]+S)?|[0-9]+M([0-9]+S)?|[0-9]+S)"
-_DURATION = f"P(([0-9]+Y([0-9]+M)?([0-9]+D)?|[0-9]+M([0-9]+D)?|[0-9]+D)({_DUR_T})?|{_DUR_T}|[0-9]+W)"
+# RFC 3339 appendix A: each unit may only be followed by the next smaller one
+_DUR_T = "T([0-9]+H([0-9]+M([0-9]+S)?)?|[0-9]+M([0-9]+S)?|[0-9]+S)"
+_DURATION = f"P(([0-9]+Y([0-9]+M([0-9]+D)?)?|[0-9]+M([0-9]+D)?|[0-9]+D)({_DUR_T})?|{_DUR_T}|[0-9]+W)"
 _JSON_POINTER = "(/([A-Za-z0-9 ._:@$!*+,;=-]|~[01])*)*"
 _REL_JSON_POINTER = f"(0|[1-9][0-9]*)(#|{_JSON_POINTER})"
 

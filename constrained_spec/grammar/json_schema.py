@@ -77,6 +77,7 @@ class SchemaOptions:
     any_value_depth: int = 2
     max_any_order_properties: int = 4
     additional_properties: str = "declared"
+    linear_objects: bool = False
     unknown_formats: str = "error"
 
     def __post_init__(self) -> None:
@@ -124,33 +125,32 @@ def schema_to_regex(
     try:
         return comp.run()
     except CompileLimitError as e:
-        if getattr(e, "kind", "") != "size":
+        if getattr(e, "kind", "") != "size" or not comp.reducible:
             raise
         first_error = e
     # Too large: retry with tighter (still sound) restrictions -- shallower free-form
     # values and shallower recursion.
     import dataclasses
 
-    tried = {(options.any_value_depth, options.max_recursion_depth)}
-    plan = []
+    tried = {(options.any_value_depth, options.max_recursion_depth, options.linear_objects)}
     ad, rd = options.any_value_depth, options.max_recursion_depth
-    while ad > 1 or rd > 1:
-        if ad > 1:
-            ad -= 1
-        elif rd > 1:
-            rd -= 1
-        plan.append((ad, rd))
-    plan += [(0, min(rd, 1)), (0, 0)]
-    for ad, rd in plan:
-        if (ad, rd) in tried:
+    plan = [(min(ad, 1), rd, options.linear_objects), (min(ad, 1), rd, True)]
+    while rd > 1:
+        rd -= 1
+        plan.append((min(ad, 1), rd, True))
+    plan += [(0, min(rd, 1), True), (0, 0, True)]
+    for ad, rd, lin in plan:
+        if (ad, rd, lin) in tried:
             continue
-        tried.add((ad, rd))
+        tried.add((ad, rd, lin))
         budget = options.time_budget_s
         if budget is not None:
             budget = budget - (time.monotonic() - start)
             if budget <= 0:
                 break
-        opts2 = dataclasses.replace(options, any_value_depth=ad, max_recursion_depth=rd, time_budget_s=budget)
+        opts2 = dataclasses.replace(
+            options, any_value_depth=ad, max_recursion_depth=rd, linear_objects=lin, time_budget_s=budget
+        )
         try:
             return _Compiler(schema, opts2).run()
         except CompileLimitError as e:
@@ -170,6 +170,20 @@ _IGNORED = {
     "$schema", "$id", "id", "$comment", "$anchor", "$dynamicAnchor", "$vocabulary", "title",
     "description", "default", "examples", "example", "readOnly", "writeOnly", "deprecated",
     "contentEncoding", "contentMediaType", "contentSchema", "$defs", "definitions", "nullable",
+}
+
+
+# characters of generated extra property names: printable ASCII without '"' and '\\'
+# (a restriction that keeps the name-exclusion regexes small)
+_KEY_RANGES = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7E))
+
+_LOCAL_OBJECT_CAP = 20_000
+# cap on (bounded count x expanded element size) for array repetitions
+_UNROLL_BUDGET = 60_000
+
+_STRUCTURAL = {
+    "additionalProperties", "patternProperties", "unevaluatedProperties", "unevaluatedItems",
+    "prefixItems", "items", "additionalItems",
 }
 
 
@@ -224,6 +238,12 @@ class _Ctx:
         return _Ctx(sub, p, self.resolver)
 
 
+class _NegCtx(_Ctx):
+    """A subschema that must NOT hold (used for the negation of an ``if``)."""
+
+    __slots__ = ()
+
+
 class _Owner:
     """additionalProperties / patternProperties of one schema object (they depend on the
     sibling ``properties`` of that same object)."""
@@ -268,6 +288,7 @@ class _Flat:
         self.nots: list = []  # ctx
         self.refs: list = []  # ref keys followed
         self.unevaluated: list = []
+        self.constrained = False
 
     def copy(self) -> "_Flat":
         f = _Flat.__new__(_Flat)
@@ -327,13 +348,13 @@ class _Compiler:
         )
         self._any_cache: dict = {}
         self._val_cache: dict = {}
+        self._keep: list = []
+        self.reducible = False  # whether a retry with tighter restrictions can shrink the regex
         c = ecma.emit_set(ecma.ANY_RANGES)
         self.canon_char = c
         # generic (non-canonical spellings allowed) character of a JSON string; no
         # surrogate escapes so that lengths count code points exactly
-        self.str_char = (
-            '([^"\\\\\\x00-\\x1f]|\\\\["\\\\/bfnrt]|\\\\u([0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))'
-        )
+        self.str_char = '([^"\\\\\\x00-\\x1f]|\\\\(["\\\\/bfnrt]|u[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}))'
 
     # -- bookkeeping -------------------------------------------------------
 
@@ -385,8 +406,13 @@ class _Compiler:
     # -- validation oracle -------------------------------------------------
 
     def valid(self, ctx: _Ctx, value: Any) -> bool:
-        try:
+        key = (id(ctx.schema), id(ctx.resolver))
+        v = self._val_cache.get(key)
+        if v is None:
             v = self.validator.evolve(schema=ctx.schema, _resolver=ctx.resolver)
+            self._val_cache[key] = v
+            self._keep.append(ctx)  # keep ids stable
+        try:
             return v.is_valid(value)
         except RecursionError:
             return False
@@ -439,6 +465,7 @@ class _Compiler:
             return
         if s is False:
             flat.types = set()
+            flat.constrained = True
             return
         if not isinstance(s, dict):
             return
@@ -460,7 +487,10 @@ class _Compiler:
                 continue
             h = getattr(self, "_kw_" + k.replace("$", "_"), None)
             if h is not None:
+                flat.constrained = True
                 h(flat, ctx, v, ptr + "/" + k, depth)
+            elif k in _STRUCTURAL:
+                flat.constrained = True
         # additionalProperties/patternProperties need the sibling properties
         if "additionalProperties" in s or "patternProperties" in s:
             names = set(s.get("properties", {}) or {})
@@ -725,6 +755,8 @@ class _Compiler:
         f.property_names.append(ctx.child(v, "propertyNames"))
 
     def _kw_minProperties(self, f, ctx, v, ptr, depth):
+        if int(v) > f.min_props:
+            f.min_props_ptr = ptr
         f.min_props = max(f.min_props, int(v))
 
     def _kw_maxProperties(self, f, ctx, v, ptr, depth):
@@ -769,7 +801,11 @@ class _Compiler:
             self.absorb(flat, arg, False)
         elif kind == "forbid":
             flat.forbidden.add(arg)
-        elif kind == "require":
+        elif kind == "types":
+            pass
+        if kind in ("forbid", "require", "types"):
+            flat.constrained = True
+        if kind == "require":
             for n in arg:
                 if n not in flat.required:
                     flat.required.append(n)
@@ -777,6 +813,10 @@ class _Compiler:
             flat.types = set(arg) if flat.types is None else _intersect_types(flat.types, set(arg))
 
     def compile_flat(self, flat: _Flat) -> Optional[str]:
+        return self.check_size(_alt(self.flat_parts(flat)))
+
+    def flat_parts(self, flat: _Flat) -> list:
+        """Alternatives (one per JSON type and branch, deduplicated) of a flat schema."""
         self.tick()
         if flat.groups:
             n_combos = 1
@@ -792,14 +832,21 @@ class _Compiler:
             if kind == "oneOf":
                 branches = self.one_of_branches(branches, ptr)
             outs = []
-            for br in branches:
+            for bi, br in enumerate(branches):
                 f2 = rest.copy()
-                for act in br:
-                    self.apply_action(f2, act)
-                r = self.compile_flat(f2)
-                if r is not None:
-                    outs.append(r)
-            return self.check_size(_alt(outs))
+                try:
+                    for act in br:
+                        self.apply_action(f2, act)
+                    parts = self.flat_parts(f2)
+                except UnsupportedKeywordError as e:
+                    if kind == "if" and bi == 1 and e.keyword == "not":
+                        continue  # dropping the 'else' side is a sound restriction
+                    raise
+                for r in parts:
+                    if r not in outs:
+                        outs.append(r)
+            self.check_size("".join(outs))
+            return outs
         # recursion accounting
         for key in set(flat.refs):
             self.active[key] = self.active.get(key, 0) + 1
@@ -810,8 +857,11 @@ class _Compiler:
                     self.max_seen_depth = max(self.max_seen_depth, min(self.active[k] - 1, self.opts.max_recursion_depth))
             if over:
                 self.max_seen_depth = max(self.max_seen_depth, self.opts.max_recursion_depth)
-                return _EMPTY
-            return self.check_size(self.compile_leaf(flat))
+                self.reducible = True
+                return []
+            parts = self.compile_leaf(flat)
+            self.check_size("".join(parts))
+            return parts
         finally:
             for key in set(flat.refs):
                 self.active[key] -= 1
@@ -909,6 +959,9 @@ class _Compiler:
             for p in fi.props:
                 if p in fj.props and self._props_disjoint(fi, fj, p):
                     return [("require", [p])]
+            for p in fi.props:
+                if self._forbids(fj, p) and not self._forbids(fi, p):
+                    return [("require", [p])]
             if self._disjoint_type(t, fi, fj, 0):
                 return []
             return None
@@ -918,6 +971,8 @@ class _Compiler:
         if len(fa.props[p]) != 1 or len(fb.props[p]) != 1:
             return False
         ca, cb = fa.props[p][0], fb.props[p][0]
+        if isinstance(ca, _NegCtx) or isinstance(cb, _NegCtx):
+            return False
         x, y = _Flat(), _Flat()
         try:
             self.absorb(x, ca)
@@ -959,6 +1014,10 @@ class _Compiler:
                     return True
             return False
         if t == "string":
+            for pa, _, _ in fa.patterns:
+                for pb, _, _ in fb.patterns:
+                    if _first_chars_disjoint(pa, pb):
+                        return True
             if fa.max_len is not None and fa.max_len < fb.min_len:
                 return True
             if fb.max_len is not None and fb.max_len < fa.min_len:
@@ -998,7 +1057,7 @@ class _Compiler:
 
     def _forbids(self, f: _Flat, name: str) -> bool:
         for c in f.props.get(name, []):
-            if c.schema is False:
+            if c.schema is False and not isinstance(c, _NegCtx):
                 return True
         for o in f.owners:
             if name in o.names:
@@ -1011,15 +1070,30 @@ class _Compiler:
 
     # -- leaf ----------------------------------------------------------------
 
-    def compile_leaf(self, flat: _Flat) -> Optional[str]:
+    def compile_leaf(self, flat: _Flat) -> list:
+        if not flat.constrained and not flat.nots:
+            return [self.any_value()]
         types = set(_ALL_TYPES) if flat.types is None else set(flat.types)
         # 'not' subschemas
         for nctx in flat.nots:
             self.apply_not(flat, nctx, types)
         if flat.enum is not None:
-            return self.compile_enum(flat)
+            r = self.compile_enum(flat)
+            return [] if r is None else [r]
+        excluded = [v for _, vals in getattr(flat, "excluded", []) for v in vals]
+        if excluded:
+            ex_types = {_type_of(v) for v in excluded}
+            if True in excluded and False in excluded:
+                types.discard("boolean")
+            for t in ("object", "array"):
+                if t in ex_types and t in types:
+                    self.unsupported("not", getattr(flat, "excluded")[0][0].ptr, f"excluding {t} constants is not supported")
+            if ex_types & {"integer", "number"} and types & {"integer", "number"}:
+                self.unsupported("not", getattr(flat, "excluded")[0][0].ptr, "excluding numeric constants is not supported")
+            if None in excluded:
+                types.discard("null")
         if not types:
-            return _EMPTY
+            return []
         out = []
         if "object" in types:
             out.append(self.compile_object(flat))
@@ -1032,10 +1106,11 @@ class _Compiler:
         elif "integer" in types:
             out.append(self.compile_number(flat, integer=True))
         if "boolean" in types:
-            out.append("(true|false)")
+            exb = [v for _, vals in getattr(flat, "excluded", []) for v in vals if isinstance(v, bool)]
+            out.append("false" if True in exb else "true" if False in exb else "(true|false)")
         if "null" in types:
             out.append("null")
-        return _alt([r for r in out if r is not None])
+        return [r for r in out if r is not None]
 
     def apply_not(self, flat: _Flat, nctx: _Ctx, types: set) -> None:
         s = nctx.schema
@@ -1076,29 +1151,49 @@ class _Compiler:
                 # strings/numbers/objects: values not in a finite set
                 flat.excluded = getattr(flat, "excluded", []) + [(nctx, nf.enum)]
                 return
+            # not {properties: {p: S}, required: [p]?}: p present with a value failing S
+            if (
+                keys
+                and keys <= {"properties", "required", "type"}
+                and isinstance(s.get("properties"), dict)
+                and len(s["properties"]) == 1
+                and set(s.get("required", [])) <= set(s["properties"])
+                and s.get("type", "object") == "object"
+            ):
+                (p, sub), = s["properties"].items()
+                if p not in flat.required:
+                    flat.required.append(p)
+                flat.props.setdefault(p, []).append(_NegCtx(sub, nctx.ptr + "/properties/" + p, nctx.resolver))
+                types.intersection_update({"object"})
+                return
             # not {required: [...]}
             if keys and keys <= {"required", "type"} and nf.required and (nf.types is None or nf.types == {"object"}):
-                if nf.types == {"object"}:
-                    pass
                 flat.forbidden.add(nf.required[0])
                 if nf.types is None:
-                    return
+                    # {required: [...]} holds for every non-object: its negation does not
+                    types.intersection_update({"object"})
                 return
             if keys and keys <= {"anyOf"} and all(
                 isinstance(b, dict) and set(b) <= {"required"} and b.get("required") for b in s["anyOf"]
             ):
                 for b in s["anyOf"]:
-                    flat.forbidden.add(b["required"][0]) if len(b["required"]) == 1 else flat.forbidden.add(b["required"][0])
+                    flat.forbidden.add(b["required"][0])
+                types.intersection_update({"object"})
                 return
         self.unsupported("not", nctx.ptr, "only 'not' of types, constants and required properties is supported")
 
     def compile_enum(self, flat: _Flat) -> Optional[str]:
         outs = []
+        size = 0
         for v in flat.enum:
             self.tick()
             if not self.valid_all(flat.sources, v):
                 continue
-            outs.append(self.value_regex(v))
+            r = self.value_regex(v)
+            size += len(r) + 1
+            if size > self.opts.max_regex_chars:
+                self.check_size("x" * size)
+            outs.append(r)
         return _alt(outs)
 
     def value_regex(self, v: Any) -> str:
@@ -1135,6 +1230,8 @@ class _Compiler:
 
     def any_value(self, depth: Optional[int] = None) -> str:
         d = self.opts.any_value_depth if depth is None else depth
+        if d > 0:
+            self.reducible = True
         if d in self._any_cache:
             return self._any_cache[d]
         ws = self.ws
@@ -1162,9 +1259,6 @@ class _Compiler:
             lo, lo_s = -big, False
         if hi is not None and hi > big:
             hi, hi_s = big, False
-        excluded = getattr(flat, "excluded", [])
-        if excluded:
-            self.unsupported("not", excluded[0][0].ptr, "excluding constants from numbers is not supported")
         mults = [m for m, _ in flat.multiple_of]
         if any(m <= 0 for m in mults):
             return _EMPTY
@@ -1306,7 +1400,8 @@ class _Compiler:
         lo, hi = flat.min_len, flat.max_len
         if hi is not None and hi < lo:
             return _EMPTY
-        excluded = getattr(flat, "excluded", [])
+        excluded = [(c, [v for v in vals if isinstance(v, str)]) for c, vals in getattr(flat, "excluded", [])]
+        excluded = [(c, vals) for c, vals in excluded if vals]
         pats = flat.patterns
         if excluded:
             if pats:
@@ -1320,6 +1415,9 @@ class _Compiler:
         if not pats:
             return '"' + _rep(self.str_char, lo, hi) + '"'
         if len(pats) > 1:
+            body = self.intersect_patterns(pats, lo, hi)
+            if body is not False:
+                return _EMPTY if body is None else '"' + body + '"'
             kws = [k for _, _, k in pats]
             kw = "pattern" if "pattern" in kws else "format"
             self.unsupported(kw, pats[1][1], "several patterns/formats on one string need a regex intersection")
@@ -1333,11 +1431,97 @@ class _Compiler:
             return _EMPTY
         return '"' + body + '"'
 
+    def intersect_patterns(self, pats, lo, hi):
+        """Content regex for strings matching all patterns, where all but one of them
+        only fix a finite set of prefixes (``^(https?|file)://``) or are a finite set of
+        whole strings.  Returns False when not possible, None when empty."""
+        finite = []
+        others = []
+        for p, ptr, kw in pats:
+            try:
+                brs = ecma.anchored_branches(ecma.parse(p))
+            except ecma.PatternError:
+                return False
+            words = []
+            kind = None
+            for b, sa, ea in brs:
+                ws = _finite_strings(b, 32)
+                if ws is None or not sa:
+                    words = None
+                    break
+                k = "whole" if ea else "prefix"
+                if kind not in (None, k):
+                    words = None
+                    break
+                kind = k
+                words += ws
+            if words is None:
+                others.append((p, ptr, kw))
+            else:
+                finite.append((kind, words, p))
+        if len(others) > 1 or not finite:
+            return False
+        if others:
+            onode = ecma.parse(others[0][0])
+            anyrep = ("rep", ("set", ecma.ANY_RANGES), 0, None)
+            alts = []
+            for b, sa, ea in ecma.anchored_branches(onode):
+                alts.append(("seq", ([] if sa else [anyrep]) + [b] + ([] if ea else [anyrep])))
+            base = alts[0] if len(alts) == 1 else ("alt", alts)
+        else:
+            base = ("seq", [("rep", ("set", ecma.ANY_RANGES), 0, None)])
+        # intersect the finite constraints one after the other
+        outs = [("", base)]
+        for kind, words, p in finite:
+            new = []
+            for prefix, node in outs:
+                for w in dict.fromkeys(words):
+                    d = node
+                    for ch in w:
+                        d = _deriv(d, ord(ch))
+                        if d is None:
+                            break
+                    if d is None:
+                        continue
+                    if kind == "whole":
+                        if _nullable_node(d):
+                            new.append((prefix + w, ("seq", [])))
+                    else:
+                        new.append((prefix + w, d))
+            outs = new
+            if len(outs) > 64:
+                return False
+        res = []
+        for prefix, node in outs:
+            full = ("seq", [("seq", [("set", ((ord(c), ord(c)),)) for c in prefix]), node])
+            full = self.constrain_length(full, lo, hi, pats[0][1])
+            if full is None:
+                continue
+            r = ecma.emit(full)
+            if r is not None:
+                res.append(r)
+        return _alt(res)
+
     def pattern_content(self, pattern: str, lo: int, hi: Optional[int], ptr: str) -> Optional[str]:
         node = ecma.parse(pattern)
         anyrep = ("rep", ("set", ecma.ANY_RANGES), 0, None)
         outs = []
         for b, sa, ea in ecma.anchored_branches(node):
+            b = _trim_unanchored(b, sa, ea)
+            if b is None:
+                # the pattern matches the empty string somewhere: every string qualifies
+                b, sa, ea = ("seq", []), True, False
+            if not sa and not ea and hi is not None:
+                bmin, bmax = ecma.node_len(b)
+                if bmax is not None and bmin >= lo and 0 <= hi - bmax <= 12:
+                    # the match may sit anywhere: enumerate the prefix length
+                    room = hi - bmax
+                    for i in range(room + 1):
+                        seq = ("seq", [("rep", anyrep[1], i, i), b, ("rep", anyrep[1], 0, room - i)])
+                        r = ecma.emit(seq)
+                        if r is not None:
+                            outs.append(r)
+                    continue
             items = ([] if sa else [anyrep]) + [b] + ([] if ea else [anyrep])
             seq = ("seq", items)
             seq = self.constrain_length(seq, lo, hi, ptr)
@@ -1349,6 +1533,11 @@ class _Compiler:
         return _alt(outs)
 
     def constrain_length(self, seq, lo: int, hi: Optional[int], ptr: str):
+        """Restrict a pattern node so that every match has lo <= length <= hi.
+
+        Upper bounds shrink the node (a sub-language, so sound); lower bounds raise the
+        counts of fixed-width repetitions.  Raises (or records) 'minLength'/'maxLength'
+        when that is not possible."""
         mn, mx = ecma.node_len(seq)
         if mn >= lo and (hi is None or (mx is not None and mx <= hi)):
             return seq
@@ -1356,79 +1545,23 @@ class _Compiler:
             return None
         if mx is not None and mx < lo:
             return None
-        # flatten the sequence
-        items = []
-
-        def flat_seq(n):
-            if n[0] == "seq":
-                for x in n[1]:
-                    flat_seq(x)
-            else:
-                items.append(n)
-
-        flat_seq(seq)
-        # adjustable items: repetitions of fixed-width nodes (or single sets)
-        info = []
-        for it in items:
-            if it[0] == "rep":
-                w = ecma.node_len(it[1])
-                if w[0] == w[1] and w[0] >= 1:
-                    info.append([it[1], w[0], it[2], it[3], True])
-                    continue
-            a, b = ecma.node_len(it)
-            info.append([it, None, a, b, False])
-        fixed_lo = sum(x[2] for x in info if not x[4])
-        fixed_hi_parts = [x[3] for x in info if not x[4]]
-        fixed_hi = None if any(v is None for v in fixed_hi_parts) else sum(fixed_hi_parts)
-        adj = [x for x in info if x[4]]
-        if hi is not None:
-            if fixed_hi is None:
-                self.unsupported("maxLength", ptr, "pattern with unbounded parts that cannot be length-limited")
-                return seq
-            room = hi - fixed_hi - sum(x[1] * x[2] for x in adj)
-            if room < 0:
-                self.unsupported("maxLength", ptr, "pattern and maxLength cannot be combined exactly")
-                return seq
-            # distribute the room evenly among the adjustable items
-            open_items = [x for x in adj if x[3] is None or x[3] > x[2]]
-            k = len(open_items)
-            for idx, x in enumerate(open_items):
-                share = room // k if k else 0
-                if idx == 0:
-                    share += room - (room // k) * k if k else 0
-                extra = share // x[1]
-                new_hi = x[2] + extra
-                if x[3] is not None:
-                    new_hi = min(new_hi, x[3])
-                x[3] = new_hi
-        # lower bound
-        cur_lo = fixed_lo + sum(x[1] * x[2] for x in adj)
-        if cur_lo < lo:
-            deficit = lo - cur_lo
-            for x in adj:
-                if deficit <= 0:
-                    break
-                cap = x[3] if x[3] is not None else x[2] + deficit
-                add = min(cap - x[2], -(-deficit // x[1]))
-                if add > 0:
-                    x[2] += add
-                    deficit -= add * x[1]
-            if deficit > 0:
-                # non-adjustable parts with variable length cannot be forced longer
+        node = seq
+        if hi is not None and (mx is None or mx > hi):
+            node = _shrink(node, hi)
+            if node is None:
+                return None
+        mn, mx = ecma.node_len(node)
+        if mn < lo:
+            node = _grow(node, lo)
+            if node is None:
                 self.unsupported("minLength", ptr, "pattern and minLength cannot be combined exactly")
-        out = []
-        for x in info:
-            if x[4]:
-                out.append(("rep", x[0], x[2], x[3]))
-            else:
-                out.append(x[0])
-        res = ("seq", out)
-        mn, mx = ecma.node_len(res)
-        if mn < lo or (hi is not None and (mx is None or mx > hi)):
-            # could not make it exact
-            if not self.opts.allow_unenforced:
-                self.unsupported("maxLength" if hi is not None and (mx is None or mx > hi) else "minLength", ptr, "pattern and length bounds cannot be combined exactly")
-        return res
+                return seq
+            mn, mx = ecma.node_len(node)
+            if mn < lo:
+                self.unsupported("minLength", ptr, "pattern and minLength cannot be combined exactly")
+        if hi is not None and (mx is None or mx > hi):
+            self.unsupported("maxLength", ptr, "pattern and maxLength cannot be combined exactly")
+        return node
 
     def content_excluding(self, words: list, lo: int, hi: Optional[int], ranges=None) -> Optional[str]:
         """Canonical string content not equal to any of ``words`` (lengths in [lo, hi]),
@@ -1551,6 +1684,12 @@ class _Compiler:
             if most == 0:
                 return ""
             e = _group(rest)
+            if most is not None and most > need:
+                # bounded repetition is unrolled by the DFA builder: cap the count of heavy
+                # elements (lowering maxItems is a sound restriction)
+                cost = _expanded_size(e) + len(sep) + 1
+                if cost * most > _UNROLL_BUDGET:
+                    most = max(need, _UNROLL_BUDGET // cost, 1)
             if i == 0:
                 inner_lo = max(0, need - 1)
                 inner_hi = None if most is None else most - 1
@@ -1586,7 +1725,7 @@ class _Compiler:
                 seen = set()
                 vals = []
                 for v in values:
-                    k = _json_key(v)
+                    k = _json_key(_norm_numbers(v))
                     if k not in seen:
                         seen.add(k)
                         vals.append(v)
@@ -1642,7 +1781,7 @@ class _Compiler:
             if not ctxs:
                 v = self.any_value()
             else:
-                v = self.compile_ctx(ctxs)
+                v = self.compile([(c, not isinstance(c, _NegCtx)) for c in ctxs])
             if v is None:
                 if is_req:
                     return _EMPTY
@@ -1670,7 +1809,8 @@ class _Compiler:
                 budget = 0
             else:
                 budget -= n_opt
-            extras = [(k, v, min(c, budget) if c is not None else budget) for k, v, c in extras]
+            # the budget is shared: give it to the first extra rule only
+            extras = [(k, v, (min(c, budget) if c is not None else budget) if i == 0 else 0) for i, (k, v, c) in enumerate(extras)]
             extras = [e for e in extras if e[2] != 0]
         if flat.min_props > n_req:
             need = flat.min_props - n_req
@@ -1680,17 +1820,40 @@ class _Compiler:
                 if it[0] == "opt":
                     it[0] = "req"
                     need -= 1
+            plus_extra = False
+            if need == 1 and len(extras) == 1:
+                plus_extra = True  # one extra property is enough (duplicates still count one)
+                need = 0
             if need > 0:
-                self.unsupported("minProperties", "", "minProperties larger than the declared properties")
+                self.unsupported(
+                    "minProperties", getattr(flat, "min_props_ptr", ""),
+                    "minProperties larger than the declared properties (extra properties may repeat a name)",
+                )
+        else:
+            plus_extra = False
+        if self.opts.linear_objects and n_req == 0 and len(items) > 1:
+            items[0][0] = "req"  # a sound restriction that keeps the regex linear
         seq_items = [(it[0], it[1]) for it in items]
         for k, v, count in extras:
-            seq_items.append(("star", (k + ws + ":" + ws + _group(v), count)))
+            e = k + ws + ":" + ws + _group(v)
+            if plus_extra:
+                more = None if count is None else count - 1
+                seq_items.append(("req", _group(e) + _rep("(" + sep + _group(e) + ")", 0, more)))
+            else:
+                seq_items.append(("star", (e, count)))
         if self.opts.property_order == "any" and len(seq_items) <= self.opts.max_any_order_properties and all(
             k in ("req", "opt") for k, _ in seq_items
         ) and len(seq_items) > 1:
             body = self.any_order(seq_items, sep)
         else:
             body = _sequence(seq_items, sep, self)
+            if n_req == 0 and len(items) > 1:
+                self.reducible = True
+            if body is not None and n_req == 0 and len(items) > 1 and len(body) > _LOCAL_OBJECT_CAP:
+                # all-optional objects cost O(n log n) copies; past a size, require the
+                # first property (a sound restriction) so that the regex stays linear
+                seq_items[0] = ("req", seq_items[0][1])
+                body = _sequence(seq_items, sep, self)
         if body is None:
             return _EMPTY
         return "\\{" + ws + body + ws + "\\}"
@@ -1730,10 +1893,8 @@ class _Compiler:
         for p, pc in owner.patterns:
             if pn_ctxs:
                 continue  # would need an intersection
-            if _universal_pattern(p):
-                key = self.content_excluding(sorted(declared_set), 0, None)
-            elif _line_pattern(p):
-                key = self.content_excluding(sorted(declared_set), 0, None, ecma.DOT)
+            if _universal_pattern(p) or _line_pattern(p):
+                key = self.content_excluding(sorted(declared_set), 0, None, _KEY_RANGES)
             elif any(_py_search(p, n) for n in declared_set):
                 continue  # would need a set difference
             else:
@@ -1778,7 +1939,7 @@ class _Compiler:
                 if v is not None:
                     out.append((ks, v, None))
                 return out
-            key = self.content_excluding(sorted(declared_set), 0, None)
+            key = self.content_excluding(sorted(declared_set), 0, None, _KEY_RANGES)
             if key is None:
                 return out
             v = self.compile_ctx(ctxs)
@@ -1799,6 +1960,329 @@ class _Compiler:
 
 # ---------------------------------------------------------------------------
 # sequence construction (comma separated, some items optional)
+
+
+def _shrink(node, limit: int):
+    """A sub-language of node whose strings have at most ``limit`` code points (or None)."""
+    kind = node[0]
+    mn, mx = ecma.node_len(node)
+    if mn > limit:
+        return None
+    if mx is not None and mx <= limit:
+        return node
+    if kind == "alt":
+        bs = [x for x in (_shrink(b, limit) for b in node[1]) if x is not None]
+        return ("alt", bs) if bs else None
+    if kind == "seq":
+        items = list(node[1])
+        lens = [ecma.node_len(x) for x in items]
+        budget = limit - sum(a for a, _ in lens)
+        var = [i for i, (a, b) in enumerate(lens) if b is None or b > a]
+        out = list(items)
+        # bounded variable items that fit are kept; the rest share what is left evenly
+        for i in list(var):
+            pass
+        shares = {}
+        remaining = budget
+        todo = list(var)
+        while todo:
+            each = remaining // len(todo)
+            fixed_now = [i for i in todo if lens[i][1] is not None and lens[i][1] - lens[i][0] <= each]
+            if not fixed_now:
+                for k, i in enumerate(todo):
+                    shares[i] = each + (remaining - each * len(todo) if k == 0 else 0)
+                break
+            for i in fixed_now:
+                shares[i] = lens[i][1] - lens[i][0]
+                remaining -= shares[i]
+                todo.remove(i)
+        for i, extra in shares.items():
+            sub = _shrink(items[i], lens[i][0] + extra)
+            if sub is None:
+                return None
+            out[i] = sub
+        return ("seq", out)
+    if kind == "rep":
+        body, a, b = node[1], node[2], node[3]
+        bmn, bmx = ecma.node_len(body)
+        if bmx is not None and bmn == bmx:
+            if bmn == 0:
+                return ("rep", body, a, a)
+            c = limit // bmn
+            if c < a:
+                return None
+            return ("rep", body, a, c if b is None else min(b, c))
+        # variable-width body: keep as few copies as possible
+        copies = max(a, 1)
+        per = limit // copies
+        sub = _shrink(body, per)
+        if sub is None:
+            return None if a > 0 else ("seq", [])
+        return ("rep", sub, a, copies if b is None else min(b, copies))
+    return node if (mx is not None and mx <= limit) else None
+
+
+def _grow(node, need: int):
+    """Raise the minimum length of node to ``need`` by raising fixed-width repetitions."""
+    mn, mx = ecma.node_len(node)
+    if mn >= need:
+        return node
+    if mx is not None and mx < need:
+        return None
+    kind = node[0]
+    if kind == "rep":
+        body, a, b = node[1], node[2], node[3]
+        bmn, bmx = ecma.node_len(body)
+        if bmn == bmx and bmn > 0:
+            c = -(-need // bmn)
+            if b is not None and c > b:
+                return None
+            return ("rep", body, c, b)
+        return None
+    if kind == "seq":
+        items = list(node[1])
+        deficit = need - mn
+        for i, it in enumerate(items):
+            if deficit <= 0:
+                break
+            a, b = ecma.node_len(it)
+            if b is None or b > a:
+                target = a + deficit if b is None else min(b, a + deficit)
+                g = _grow(it, target)
+                if g is not None:
+                    got = ecma.node_len(g)[0] - a
+                    items[i] = g
+                    deficit -= got
+        return ("seq", items) if deficit <= 0 else None
+    if kind == "alt":
+        bs = [x for x in (_grow(b, need) for b in node[1]) if x is not None]
+        return ("alt", bs) if bs else None
+    return None
+
+
+def _expanded_size(r: str) -> int:
+    """Size of a regex with bounded repetitions unrolled ({a,b} counts b copies)."""
+    stack = [0]
+    last = 0  # size of the last atom/group (for a following quantifier)
+    i = 0
+    n = len(r)
+    while i < n:
+        c = r[i]
+        if c == "\\":
+            j = i + 2
+            if r.startswith("u", i + 1):
+                j = i + 6
+            elif r.startswith("x", i + 1):
+                j = i + 4
+            elif r.startswith("U", i + 1):
+                j = i + 10
+            last = j - i
+            stack[-1] += last
+            i = j
+        elif c == "[":
+            j = i + 1
+            if j < n and r[j] == "^":
+                j += 1
+            if j < n and r[j] == "]":
+                j += 1
+            while j < n and r[j] != "]":
+                j += 2 if r[j] == "\\" else 1
+            last = 1
+            stack[-1] += 1
+            i = j + 1
+        elif c == "(":
+            stack.append(0)
+            i += 1
+        elif c == ")":
+            inner = stack.pop() if len(stack) > 1 else 0
+            last = inner + 2
+            stack[-1] += last
+            i += 1
+        elif c == "{":
+            j = r.find("}", i)
+            body = r[i + 1 : j]
+            try:
+                hi = int(body.split(",")[-1]) if body.split(",")[-1] else int(body.split(",")[0]) + 1
+            except ValueError:
+                hi = 1
+            stack[-1] += last * max(hi - 1, 0)
+            i = j + 1
+        elif c == "|":
+            stack[-1] += 1
+            i += 1
+        else:
+            last = 1
+            stack[-1] += 1
+            i += 1
+    return stack[0]
+
+
+def _finite_strings(node, limit: int):
+    """The finite language of a node as a list of strings (None if infinite or large)."""
+    kind = node[0]
+    if kind == "set":
+        r = node[1]
+        n = sum(b - a + 1 for a, b in r)
+        if n > limit:
+            return None
+        return [chr(c) for a, b in r for c in range(a, b + 1)]
+    if kind == "seq":
+        acc = [""]
+        for it in node[1]:
+            ws = _finite_strings(it, limit)
+            if ws is None:
+                return None
+            acc = [x + y for x in acc for y in ws]
+            if len(acc) > limit:
+                return None
+        return acc
+    if kind == "alt":
+        acc = []
+        for b in node[1]:
+            ws = _finite_strings(b, limit)
+            if ws is None:
+                return None
+            acc += ws
+            if len(acc) > limit:
+                return None
+        return acc
+    if kind == "rep":
+        if node[3] is None:
+            return None
+        ws = _finite_strings(node[1], limit)
+        if ws is None:
+            return None
+        acc = []
+        cur = [""]
+        for i in range(node[3] + 1):
+            if i >= node[2]:
+                acc += cur
+            if len(acc) > limit:
+                return None
+            if i < node[3]:
+                cur = [x + y for x in cur for y in ws]
+                if len(cur) > limit:
+                    return None
+        return acc
+    return None
+
+
+def _nullable_node(node) -> bool:
+    return ecma.node_len(node)[0] == 0
+
+
+def _deriv(node, c: int):
+    """Brzozowski derivative of a (anchor-free) node by code point c; None = empty."""
+    kind = node[0]
+    if kind == "set":
+        return ("seq", []) if ecma.contains(node[1], c) else None
+    if kind == "seq":
+        items = node[1]
+        alts = []
+        for i, it in enumerate(items):
+            d = _deriv(it, c)
+            if d is not None:
+                alts.append(("seq", [d] + list(items[i + 1 :])))
+            if not _nullable_node(it):
+                break
+        if not alts:
+            return None
+        return alts[0] if len(alts) == 1 else ("alt", alts)
+    if kind == "alt":
+        alts = [d for d in (_deriv(b, c) for b in node[1]) if d is not None]
+        if not alts:
+            return None
+        return alts[0] if len(alts) == 1 else ("alt", alts)
+    if kind == "rep":
+        body, a, b = node[1], node[2], node[3]
+        if b == 0:
+            return None
+        d = _deriv(body, c)
+        if d is None:
+            return None
+        rest = ("rep", body, max(a - 1, 0), None if b is None else b - 1)
+        return ("seq", [d, rest])
+    return None
+
+
+def _trim_unanchored(b, sa: bool, ea: bool):
+    """Drop unbounded repetitions at unanchored ends (``.*`` absorbs them); None when the
+    branch can match the empty string at an unanchored end (then every string matches)."""
+    if not sa or not ea:
+        if ecma.node_len(b)[0] == 0 and _nullable(b):
+            return None
+    if b[0] != "seq":
+        b = ("seq", [b])
+    items = list(b[1])
+    while len(items) == 1 and items[0][0] == "seq":
+        items = list(items[0][1])
+    changed = True
+    while changed and items:
+        changed = False
+        if not sa and items and items[0][0] == "rep" and items[0][3] is None:
+            body, a = items[0][1], items[0][2]
+            items = ([("rep", body, a, a)] if a else []) + items[1:]
+            changed = True
+        if not ea and items and items[-1][0] == "rep" and items[-1][3] is None:
+            body, a = items[-1][1], items[-1][2]
+            items = items[:-1] + ([("rep", body, a, a)] if a else [])
+            changed = True
+    if not items and (not sa or not ea):
+        return None
+    return ("seq", items)
+
+
+def _nullable(node) -> bool:
+    return ecma.node_len(node)[0] == 0
+
+
+def _first(node):
+    """(first code points, nullable) of a pattern node."""
+    kind = node[0]
+    if kind == "set":
+        return node[1], False
+    if kind in ("bol", "eol"):
+        return (), True
+    if kind == "seq":
+        acc = ()
+        for it in node[1]:
+            f, n = _first(it)
+            acc = ecma.union(acc, f)
+            if not n:
+                return acc, False
+        return acc, True
+    if kind == "alt":
+        acc, nul = (), False
+        for b in node[1]:
+            f, n = _first(b)
+            acc = ecma.union(acc, f)
+            nul = nul or n
+        return acc, nul
+    if kind == "rep":
+        f, n = _first(node[1])
+        return f, n or node[2] == 0
+    return ecma.ANY_RANGES, True
+
+
+def _first_chars_disjoint(pa: str, pb: str) -> bool:
+    """True when no string matches both (search) patterns, judged by their first
+    characters: both must be start-anchored and non-nullable with disjoint first sets."""
+    try:
+        sets = []
+        for p in (pa, pb):
+            brs = ecma.anchored_branches(ecma.parse(p))
+            acc = ()
+            for b, sa, _ in brs:
+                if not sa:
+                    return False
+                f, n = _first(b)
+                if n:
+                    return False
+                acc = ecma.union(acc, f)
+            sets.append(acc)
+        return not ecma.intersect(sets[0], sets[1])
+    except ecma.PatternError:
+        return False
 
 
 def _rep(e: str, lo: int, hi: Optional[int]) -> str:
@@ -1909,6 +2393,22 @@ def _universal_pattern(p: str) -> bool:
 def _line_pattern(p: str) -> bool:
     """Patterns matching exactly the strings without line terminators."""
     return p in ("^.*$", "^(.*)$", "^.*?$")
+
+
+def _norm_numbers(v: Any) -> Any:
+    """Numbers replaced by a canonical decimal text, so that 1 and 1.0 compare equal."""
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, (int, float)):
+        try:
+            return "#num:" + str(_dec(v).normalize())
+        except (InvalidOperation, ValueError, OverflowError):
+            return "#num:" + repr(v)
+    if isinstance(v, list):
+        return [_norm_numbers(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _norm_numbers(x) for k, x in v.items()}
+    return v
 
 
 def _type_of(v: Any) -> str:
