@@ -78,7 +78,7 @@ class SchemaOptions:
     max_any_order_properties: int = 4
     additional_properties: str = "declared"
     linear_objects: bool = False
-    unknown_formats: str = "error"
+    unknown_formats: str = "error"  # "ignore": skip formats that jsonschema does not know either
 
     def __post_init__(self) -> None:
         if self.whitespace not in ("compact", "flexible"):
@@ -680,8 +680,8 @@ class _Compiler:
     def _kw_format(self, f, ctx, v, ptr, depth):
         p = format_pattern(v)
         if p is None:
-            if self.opts.unknown_formats == "ignore":
-                return  # validators ignore formats they do not know
+            if self.opts.unknown_formats == "ignore" and v not in getattr(self.cls, "FORMAT_CHECKER").checkers:
+                return  # neither we nor the validator know it: an annotation only
             self.unsupported("format", ptr, f"format {v!r} is not supported")
             return
         if (p, "format") not in [(q, k) for q, _, k in f.patterns]:
