@@ -193,27 +193,33 @@ _BYTE_EOS = 256
 
 
 def _build_index(regex: str, vocab: TokenVocabulary | None = None) -> Any:
-    """outlines-core's Index over the 256 single bytes: the regex's byte-level DFA."""
+    """outlines-core's Index over the 256 single bytes: the regex's byte-level DFA.
+
+    The regex is built behind a NUL sentinel byte (``\x00(?:regex)``) whose transition gives the real
+    start state: outlines-core 0.2.14 hangs building some regexes that start with a quote (for
+    example a bounded JSON string) and builds the same ones instantly behind any other first byte.
+    """
     from outlines_core import Index, Vocabulary
 
-    return Index(regex, Vocabulary(_BYTE_EOS, {bytes([b]): [b] for b in range(256)}))
+    return Index("\\x00(?:" + regex + ")", Vocabulary(_BYTE_EOS, {bytes([b]): [b] for b in range(256)}))
 
 
 def dfa_table(index: Any) -> tuple[np.ndarray, np.ndarray]:
     """Dense transition table int32 [S + 1, 256] (start state 0, dead state S) and final flags."""
     transitions = index.get_transitions()
-    start = index.get_initial_state()
-    states = [start] + sorted(s for s in transitions if s != start)
-    for targets in transitions.values():
-        for nxt in targets.values():
-            if nxt not in transitions and nxt not in states:
-                states.append(nxt)
-    number = {s: i for i, s in enumerate(states)}
-    dead = len(states)
+    start = transitions[index.get_initial_state()][0]  # past the NUL sentinel
+    number = {start: 0}
+    order = [start]
+    for s in order:  # breadth-first over the states reachable from the real start
+        for byte, nxt in transitions.get(s, {}).items():
+            if byte < 256 and nxt not in number:
+                number[nxt] = len(order)
+                order.append(nxt)
+    dead = len(order)
     table = np.full((dead + 1, 256), dead, dtype=np.int32)
-    for s, targets in transitions.items():
+    for s in order:
         row = table[number[s]]
-        for byte, nxt in targets.items():
+        for byte, nxt in transitions.get(s, {}).items():
             if byte < 256:
                 row[byte] = number[nxt]
     finals = np.zeros(dead + 1, dtype=bool)
@@ -279,7 +285,7 @@ class AutomatonCompiler:
     def key(self, regex: str) -> str:
         """Cache key: the byte DFA depends on the regex and the outlines-core version only."""
         h = hashlib.sha256()
-        for part in (regex, _OUTLINES_VERSION, "bytedfa-1"):
+        for part in (regex, _OUTLINES_VERSION, "bytedfa-2"):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:40]
