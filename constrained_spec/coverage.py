@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import random
-import statistics
 import sys
 import time
 from collections import Counter, defaultdict

@@ -28,7 +28,7 @@ from .errors import ConstrainedSpecError, TokenBudgetExceeded
 from .draft_length import AdaptiveDraftLength
 from .models import SequenceModel
 from .proposers import GrammarStrings, prompt_lookup
-from .sampling import PolicyTensors, SamplingPolicy, draw, effective_probs, unpack_bitmask
+from .sampling import PolicyTensors, SamplingPolicy, draw, effective_probs
 from .speculative import VerifyResult, verify
 
 Verifier = Callable[..., VerifyResult]

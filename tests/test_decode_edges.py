@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from constrained_spec.constraint import Matcher
 from constrained_spec.decode import SpeculativeDecoder

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from functools import lru_cache
 
 import pytest
 import torch
@@ -75,7 +74,7 @@ def sample(automaton, policy: SamplingPolicy, k: int, n: int, verifier=verify, d
     for _ in range(n):
         dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=k,
                                  max_new_tokens=16, verifier=verifier, generator=gen, **options)
-        res = dec.run(PROMPT)
+        dec.run(PROMPT)
         counts[tuple(dec.generated)] += 1
     return counts
 
@@ -187,7 +186,6 @@ def test_unmasked_draft_is_still_exact_but_wastes_drafts(automaton):
         drafted += dec.stats.drafted_tokens
         kept += dec.stats.accepted_tokens
     assert chi2_pvalue(counts, exact) > ALPHA
-    masked = Counter()
     m_drafted = m_kept = 0
     for _ in range(2000):
         dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=3, max_new_tokens=16, generator=gen)

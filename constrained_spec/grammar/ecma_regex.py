@@ -24,7 +24,6 @@ Nodes of the parsed pattern (plain tuples):
 from __future__ import annotations
 
 import functools
-import sys
 import unicodedata
 from typing import Optional
 

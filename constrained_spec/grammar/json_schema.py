@@ -18,12 +18,11 @@ Entry point: :func:`schema_to_regex`.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any, Optional, Union
