@@ -63,16 +63,6 @@ class TokenVocabulary:
             h.update(self.tokens[tid])
         return h.hexdigest()[:32]
 
-    def to_outlines(self) -> Any:
-        """An ``outlines_core.Vocabulary`` (bytes keys) for building an ``Index``."""
-        from outlines_core import Vocabulary
-
-        by_bytes: dict[bytes, list[int]] = {}
-        for tid, raw in self.tokens.items():
-            if raw:
-                by_bytes.setdefault(raw, []).append(tid)
-        return Vocabulary(self.eos_token_id, by_bytes)
-
     def decode(self, ids: Iterable[int]) -> str:
         """The text the ids spell (EOS and unknown ids spell nothing)."""
         return b"".join(self.tokens.get(i, b"") for i in ids).decode("utf-8", errors="replace")

@@ -53,8 +53,7 @@ class TokenTable:
         max_len = int(self.lengths[0]) if len(raw) else 0
         self.columns: list[np.ndarray] = []
         for pos in range(max_len):
-            active = int(np.searchsorted(-self.lengths, -pos, side="left"))  # tokens with len > pos
-            active = int((self.lengths > pos).sum()) if active == 0 else active
+            active = int((self.lengths > pos).sum())  # lengths are sorted: a prefix of the array
             self.columns.append(np.frombuffer(b"".join(r[pos : pos + 1] for r in raw[:active]), dtype=np.uint8))
 
 
@@ -192,7 +191,7 @@ def _short(text: str, limit: int = 120) -> str:
 _BYTE_EOS = 256
 
 
-def _build_index(regex: str, vocab: TokenVocabulary | None = None) -> Any:
+def _build_index(regex: str) -> Any:
     """outlines-core's Index over the 256 single bytes: the regex's byte-level DFA.
 
     The regex is built behind a NUL sentinel byte (``\x00(?:regex)``) whose transition gives the real
@@ -229,7 +228,7 @@ def dfa_table(index: Any) -> tuple[np.ndarray, np.ndarray]:
     return table, finals
 
 
-def _build_in_child(regex: str, vocab: TokenVocabulary, conn: Any) -> None:  # pragma: no cover - child
+def _build_in_child(regex: str, conn: Any) -> None:  # pragma: no cover - child
     try:
         conn.send(("ok", pickle.dumps(dfa_table(_build_index(regex)))))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
@@ -238,13 +237,13 @@ def _build_in_child(regex: str, vocab: TokenVocabulary, conn: Any) -> None:  # p
         conn.close()
 
 
-def _build_with_timeout(regex: str, vocab: TokenVocabulary, timeout: float | None) -> tuple[np.ndarray, np.ndarray]:
+def _build_with_timeout(regex: str, timeout: float | None) -> tuple[np.ndarray, np.ndarray]:
     """Build the DFA table; with a timeout the build runs in a forked child, killed on expiry."""
     if timeout is None or "fork" not in mp.get_all_start_methods():
         return dfa_table(_build_index(regex))
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_build_in_child, args=(regex, vocab, child), daemon=True)
+    proc = ctx.Process(target=_build_in_child, args=(regex, child), daemon=True)
     proc.start()
     child.close()
     if not parent.poll(timeout):
@@ -305,7 +304,7 @@ class AutomatonCompiler:
         built = self._load(key)
         if built is None:
             try:
-                built = _build_with_timeout(regex, self.vocab, self.compile_timeout)
+                built = _build_with_timeout(regex, self.compile_timeout)
             except (CompileLimitError, GrammarError):
                 raise
             except Exception as exc:  # outlines-core raises ValueError and friends
