@@ -76,7 +76,26 @@ class PeakRSS:
 
 
 DTYPES = {"fp32": lambda: __import__("torch").float32, "bf16": lambda: __import__("torch").bfloat16,
-          "fp16": lambda: __import__("torch").float16}
+          "fp16": lambda: __import__("torch").float16, "fp16w": lambda: __import__("torch").float32}
+
+
+def _pack_fp16w(model: Any) -> None:
+    """Give the peer the same fp16-packed linear layers as the project's ``fp16w`` target (the
+    module only needs torch, so it is loaded from the source file, not the installed package)."""
+    import importlib.util
+    import types
+
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "constrained_spec")
+    if "constrained_spec" not in sys.modules:  # cpu_linear imports .errors: a bare package shell
+        pkg = types.ModuleType("constrained_spec")
+        pkg.__path__ = [root]
+        sys.modules["constrained_spec"] = pkg
+    for name in ("errors", "cpu_linear"):
+        spec = importlib.util.spec_from_file_location(f"constrained_spec.{name}", os.path.join(root, f"{name}.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    sys.modules["constrained_spec.cpu_linear"].pack_linears(model)
 
 
 class Peer:
@@ -90,6 +109,8 @@ class Peer:
         t0 = time.perf_counter()
         self.hf_tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
         self.hf_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[dtype](), local_files_only=True).eval()
+        if dtype == "fp16w":
+            _pack_fp16w(self.hf_model)
         self.load_s = time.perf_counter() - t0
         self.model = outlines.from_transformers(self.hf_model, self.hf_tokenizer)
         self.generators: dict[str, Any] = {}

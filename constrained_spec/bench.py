@@ -889,7 +889,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=DEFAULT_TARGET, help=f"target model (default {DEFAULT_TARGET})")
     p.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model (default {DEFAULT_DRAFT})")
     p.add_argument("--cache-dir", default=None)
-    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "fp16w", "bf16", "fp16"])
     p.add_argument("--out", default=None, help="output folder (default results/bench-<UTC timestamp>)")
     p.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, ks 2,4, greedy only")
     p.add_argument("--prompts", type=int, default=None, help="use the first N prompts of the workload (default all)")

@@ -72,10 +72,14 @@ class HFModel:
 
     @property
     def can_restrict_head(self) -> bool:
+        from .cpu_linear import PackedFp16Linear
+
         head = self.model.get_output_embeddings()
+        plain = isinstance(head, torch.nn.Linear)
+        packed = isinstance(head, PackedFp16Linear) and head.weight is not None
         return (
             getattr(self.config, "model_type", "") in self.RESTRICTABLE
-            and isinstance(head, torch.nn.Linear)
+            and (plain or packed)
             and getattr(self.config, "final_logit_softcapping", None) is None
         )
 
@@ -93,7 +97,7 @@ class HFModel:
         self._length += len(tokens)
         head = self.model.get_output_embeddings()
         rows = allowed_ids.to(self.device)
-        sub = head.weight.index_select(0, rows) @ hidden
+        sub = head.weight.index_select(0, rows).to(hidden.dtype) @ hidden
         if head.bias is not None:
             sub = sub + head.bias.index_select(0, rows)
         logits = torch.full((self.vocab_size,), float("-inf"), device=self.device)

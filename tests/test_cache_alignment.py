@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from constrained_spec.constraint import Matcher
+from constrained_spec.cpu_linear import pack_linears, packing_available
 from constrained_spec.decode import SpeculativeDecoder
 from constrained_spec.grammar.automaton import AutomatonCompiler
 from constrained_spec.models import HFModel
 from constrained_spec.sampling import SamplingPolicy
 from constrained_spec.vocab import build_vocabulary
 from tiny_models import tiny_llama
+
+PACKING = [False, pytest.param(True, marks=pytest.mark.skipif(not packing_available(), reason="no fbgemm"))]
+
+
+def _model(vocab: int, seed: int, packed: bool):
+    model = tiny_llama(vocab, seed=seed)
+    if packed:
+        pack_linears(model)
+    return model
 
 
 def test_crop_takes_a_length_and_matches_a_fresh_forward():
@@ -25,10 +36,11 @@ def test_crop_takes_a_length_and_matches_a_fresh_forward():
     assert torch.allclose(inc, full, atol=1e-4)
 
 
-def test_caches_follow_the_accepted_prefix_after_many_rejections(gpt2_tokenizer):
+@pytest.mark.parametrize("packed", PACKING, ids=["fp32", "fp16w"])
+def test_caches_follow_the_accepted_prefix_after_many_rejections(gpt2_tokenizer, packed):
     vocab = build_vocabulary(gpt2_tokenizer, 50257)
     automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(r'\{"name":"[a-z ]{5,40}","n":[0-9]{1,6}\}')
-    target_model, draft_model = tiny_llama(50257, seed=1), tiny_llama(50257, seed=2)
+    target_model, draft_model = _model(50257, 1, packed), _model(50257, 2, packed)
     target, draft = HFModel(target_model), HFModel(draft_model)
     prompt = gpt2_tokenizer("Give me a record:")["input_ids"]
     rejections = 0
@@ -50,10 +62,11 @@ def test_caches_follow_the_accepted_prefix_after_many_rejections(gpt2_tokenizer)
     assert rejections >= 10, "the test needs many rejections to mean anything"
 
 
-def test_restricted_head_gives_the_same_masked_distribution():
+@pytest.mark.parametrize("packed", PACKING, ids=["fp32", "fp16w"])
+def test_restricted_head_gives_the_same_masked_distribution(packed):
     from constrained_spec.sampling import effective_probs
 
-    model = tiny_llama(500, seed=3)
+    model = _model(500, 3, packed)
     full, restricted = HFModel(model), HFModel(model)
     assert restricted.can_restrict_head
     ids = torch.randint(0, 500, (12,)).tolist()
