@@ -476,8 +476,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="'spec': generate extra properties wherever the schema allows them",
     )
     ap.add_argument(
-        "--unknown-formats", choices=["error", "ignore"], default="error",
-        help="'ignore': treat formats the compiler does not know as annotations",
+        "--unknown-formats", choices=["annotation", "error"], default="annotation",
+        help="'annotation' (default): ignore format names JSON Schema does not define (validators "
+        "ignore them too) and refuse defined ones the compiler cannot enforce; 'error': refuse "
+        "every format without a pattern",
     )
     ap.add_argument("--timeout", type=float, default=10.0, help="compile time budget per schema (s)")
     ap.add_argument("--optional", action="store_true", help="include optional/ test folders")

@@ -23,7 +23,7 @@ from constrained_spec.errors import (
     UnsupportedKeywordError,
 )
 from constrained_spec.grammar import ecma_regex
-from constrained_spec.grammar.formats import FORMAT_PATTERNS
+from constrained_spec.grammar.formats import FORMAT_PATTERNS, SPEC_FORMATS
 from constrained_spec.grammar.json_schema import SchemaOptions, SchemaRegex, schema_to_regex
 from constrained_spec.grammar.numeric_ranges import decimal_range, int_bounds, integer_range
 
@@ -370,10 +370,13 @@ def test_formats():
             except Exception:  # pragma: no cover
                 ok = True
             assert ok, (fmt, g)
+    strict = SchemaOptions(unknown_formats="error")
     with pytest.raises(UnsupportedKeywordError) as ei:
-        schema_to_regex({"type": "string", "format": "made-up"})
+        schema_to_regex({"type": "string", "format": "made-up"}, strict)
     assert ei.value.keyword == "format"
-    res = schema_to_regex({"type": "string", "format": "made-up"}, SchemaOptions(allow_unenforced=True))
+    res = schema_to_regex(
+        {"type": "string", "format": "made-up"}, SchemaOptions(unknown_formats="error", allow_unenforced=True)
+    )
     assert res.unenforced == ("/format",)
     assert set(FORMAT_PATTERNS) >= {"date", "time", "date-time", "email", "uuid", "uri", "ipv4", "ipv6", "hostname"}
 
@@ -656,3 +659,75 @@ def test_if_then_else_with_negated_discriminator():
     }
     check(schema, good=[{"kind": "x", "n": 1}, {"kind": "y", "s": "a"}, {"kind": "z", "n": 2, "s": "b"}],
           bad=[{"kind": "x", "s": "a"}, {"kind": "y", "n": 1}])
+
+
+# -- format policy: spec-defined formats are enforced or refused, other names are annotations
+
+
+def test_non_standard_format_is_an_ignored_annotation():
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "format": "int32"}, "c": {"type": "string", "format": "color"}},
+        "required": ["n", "c"],
+    }
+    res = check(schema, good=[{"n": 5, "c": "not a colour at all"}], bad=[{"n": "5", "c": "x"}])
+    # reported as ignored annotations, not as unenforced (unsound) keywords
+    assert res.ignored_formats == (("/properties/c/format", "color"), ("/properties/n/format", "int32"))
+    assert res.unenforced == ()
+
+
+def test_spec_format_that_cannot_be_enforced_is_refused_with_its_pointer(monkeypatch):
+    # every format JSON Schema defines has a (restricting) pattern today; take one away to
+    # check that a defined format without a pattern is refused, never ignored
+    from constrained_spec.grammar import formats
+
+    assert SPEC_FORMATS <= set(FORMAT_PATTERNS)
+    monkeypatch.delitem(formats.FORMAT_PATTERNS, "uri-template")
+    schema = {"type": "object", "properties": {"link": {"type": "string", "format": "uri-template"}}}
+    with pytest.raises(UnsupportedKeywordError) as ei:
+        schema_to_regex(schema)
+    assert ei.value.keyword == "format"
+    assert ei.value.pointer == "/properties/link/format"
+    assert "/properties/link/format" in str(ei.value) and "uri-template" in str(ei.value)
+    # opt-in: recorded as unenforced (the caller validates the finished value)
+    res = schema_to_regex(schema, SchemaOptions(allow_unenforced=True))
+    assert res.unenforced == ("/properties/link/format",)
+    assert res.ignored_formats == ()
+
+
+def test_known_formats_are_enforced_not_ignored():
+    for fmt, good, bad in [
+        ("date", "2024-02-29", "2023-02-30"),
+        ("uri-template", "http://example.com/{term:1}/{+path}", "{a,,b}"),
+        ("regex", "^(a|b)*[0-9]{2,}$", "^(abc]"),
+        ("ipv4", "10.0.0.1", "10.0.0.256"),
+    ]:
+        res = schema_to_regex({"type": "string", "format": fmt})
+        assert res.ignored_formats == () and res.unenforced == ()
+        rx = re.compile(res.regex)
+        assert rx.fullmatch(dumps(good)), (fmt, good)
+        assert not rx.fullmatch(dumps(bad)), (fmt, bad)
+
+
+def test_uri_template_and_regex_formats_are_sound():
+    fc = Draft202012Validator.FORMAT_CHECKER
+    ut = re.compile(schema_to_regex({"type": "string", "format": "uri-template"}).regex)
+    for t in ["", "a%41b", "{+var}", "{#var}", "{x,y}", "{a.b}", "{v:1000}", "{var*}", "a'b", "caf\u00e9/{x}"]:
+        assert ut.fullmatch(dumps(t)), t
+    for t in ["{}", "{a,,b}", "{v:0}", "{v:10000}", "foo}bar", "{a..b}", "{v:01}", "a b", "{a,}",
+              "{var=def}", "{,+var}", "{!x}", "a\\b", "a\"b", "%4"]:
+        assert not ut.fullmatch(dumps(t)), t
+    rx = re.compile(schema_to_regex({"type": "string", "format": "regex"}).regex)
+    for t in ["^[a-z]+$", "(a|b)*c{2,}?", "((x))", "(?:ab|)", "^abc$|x", "[0-9A-Z_]", ".*"]:
+        assert rx.fullmatch(dumps(t)), t
+        re.compile(t)  # valid for Python too
+        if "regex" in fc.checkers:
+            assert fc.conforms(t, "regex"), t
+    for t in ["(((x)))", "a**", "[z-a]", "a{2,1}", ")", "(", "[abc", "\\d", "a{"]:
+        assert not rx.fullmatch(dumps(t)), t
+
+
+def test_unknown_formats_option_values():
+    with pytest.raises(ValueError):
+        SchemaOptions(unknown_formats="ignore")
+    assert SchemaOptions().unknown_formats == "annotation"

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["FORMAT_PATTERNS", "format_pattern", "SUPPORTED_FORMATS"]
+__all__ = [
+    "FORMAT_PATTERNS",
+    "format_pattern",
+    "SUPPORTED_FORMATS",
+    "SPEC_FORMATS",
+    "is_spec_format",
+]
 
 _YEAR = "[0-9]{4}"
 # month-day combinations that exist in every year, plus Feb 29 only in leap years
@@ -64,6 +70,33 @@ _DUR_T = "T([0-9]+H([0-9]+M([0-9]+S)?)?|[0-9]+M([0-9]+S)?|[0-9]+S)"
 _DURATION = f"P(([0-9]+Y([0-9]+M([0-9]+D)?)?|[0-9]+M([0-9]+D)?|[0-9]+D)({_DUR_T})?|{_DUR_T}|[0-9]+W)"
 _JSON_POINTER = "(/([A-Za-z0-9 ._:@$!*+,;=-]|~[01])*)*"
 _REL_JSON_POINTER = f"(0|[1-9][0-9]*)(#|{_JSON_POINTER})"
+# RFC 6570 URI Template, levels 1-4: literals (ucschar/iprivate only in the BMP), and
+# expressions without the reserved operators "=,!@|" (which a template processor must refuse)
+_UT_LITERAL = (
+    "([!#$&-;=?-Z\\[\\]_a-z~\\u00a0-\\ud7ff\\ue000-\\ufdcf\\ufdf0-\\uffef]"
+    "|%[0-9A-Fa-f]{2})"
+)
+_UT_VARCHAR = "([A-Za-z0-9_]|%[0-9A-Fa-f]{2})"
+_UT_VARSPEC = f"{_UT_VARCHAR}(\\.?{_UT_VARCHAR})*(:[1-9][0-9]{{0,3}}|\\*)?"
+_URI_TEMPLATE = f"({_UT_LITERAL}|\\{{[+#./;?&]?{_UT_VARSPEC}(,{_UT_VARSPEC})*\\}})*"
+
+
+def _regex_subset(depth: int = 2) -> str:
+    """A regular subset of ECMA-262 (unicode mode) regular expressions: literal characters,
+    ``.``, simple classes (single characters and the ranges ``a-z``, ``A-Z``, ``0-9``), the
+    quantifiers ``* + ? {n} {n,}`` (optionally lazy), ``^``/``$``, alternation, and groups
+    nested at most ``depth`` deep.  No backslash and no quote, so the JSON text is the value."""
+    lit = "[ !#%&',/0-9:;<=>@A-Z_`a-z~-]"
+    cls_item = "([ !#$%&'()*+,./0-9:;<=>?@A-Z_`a-z{|}~]|a-z|A-Z|0-9)"
+    cls = f"\\[\\^?{cls_item}+\\]"
+    quant = "([*+?]|\\{[0-9]{1,3},?\\})\\??"
+    atom = f"({lit}|\\.|{cls})"
+    for _ in range(depth + 1):
+        seq = f"([$^]|{atom}({quant})?)*"
+        alts = f"{seq}(\\|{seq})*"
+        atom = f"({lit}|\\.|{cls}|\\((\\?:)?{alts}\\))"
+    return alts
+
 
 FORMAT_PATTERNS: dict[str, str] = {
     "date": _DATE,
@@ -83,9 +116,35 @@ FORMAT_PATTERNS: dict[str, str] = {
     "duration": _DURATION,
     "json-pointer": _JSON_POINTER,
     "relative-json-pointer": _REL_JSON_POINTER,
+    "uri-template": _URI_TEMPLATE,
+    "regex": _regex_subset(),
 }
 
 SUPPORTED_FORMATS = frozenset(FORMAT_PATTERNS)
+
+# The format names that JSON Schema itself defines (draft-04 to 2020-12; the names are the same
+# in 2019-09 and 2020-12, older drafts define subsets of them).  A fixed list on purpose: it must
+# not depend on which optional packages give ``jsonschema`` its format checkers.  Any other name
+# ("int32", "color", "phone", ...) is not defined by the specification, so validators treat it as
+# an annotation and ignore it; a compiler that ignores it stays sound.  Draft-03 names
+# ("color", "style", "phone", "utc-millisec", "host-name", "ip-address") are listed apart:
+# draft-03 schemas are refused by the compiler, and later drafts do not define them.
+SPEC_FORMATS = frozenset({
+    "date-time", "date", "time", "duration",
+    "email", "idn-email",
+    "hostname", "idn-hostname",
+    "ipv4", "ipv6",
+    "uri", "uri-reference", "iri", "iri-reference", "uuid",
+    "uri-template",
+    "json-pointer", "relative-json-pointer",
+    "regex",
+})
+DRAFT3_ONLY_FORMATS = frozenset({"color", "style", "phone", "utc-millisec", "host-name", "ip-address"})
+
+
+def is_spec_format(name: str) -> bool:
+    """Whether JSON Schema (draft-04 .. 2020-12) defines the format ``name``."""
+    return name in SPEC_FORMATS
 
 
 def format_pattern(name: str) -> Optional[str]:

@@ -34,7 +34,7 @@ from constrained_spec.errors import (
     UnsupportedKeywordError,
 )
 from constrained_spec.grammar import ecma_regex as ecma
-from constrained_spec.grammar.formats import format_pattern
+from constrained_spec.grammar.formats import format_pattern, is_spec_format
 from constrained_spec.grammar.numeric_ranges import decimal_range, int_bounds, integer_range
 
 __all__ = [
@@ -64,6 +64,13 @@ class SchemaOptions:
     (:class:`CompileLimitError`).  ``time_budget_s``: compile time cap
     (:class:`CompileLimitError`).  ``any_value_depth``: nesting depth of free-form values
     (``{}``/``true`` schemas, arrays without ``items``).
+
+    ``unknown_formats``: what to do with a ``format`` the compiler has no pattern for.
+    ``"annotation"`` (default): a name that JSON Schema does not define (``"int32"``,
+    ``"color"``, ...) is an annotation that validators ignore, so it is ignored and listed in
+    ``SchemaRegex.ignored_formats``; a name the specification defines but the compiler cannot
+    enforce (``"regex"``) raises :class:`UnsupportedKeywordError`.  ``"error"``: every format
+    without a pattern raises.
     """
 
     whitespace: str = "compact"
@@ -77,15 +84,15 @@ class SchemaOptions:
     max_any_order_properties: int = 4
     additional_properties: str = "declared"
     linear_objects: bool = False
-    unknown_formats: str = "error"  # "ignore": skip formats that jsonschema does not know either
+    unknown_formats: str = "annotation"
 
     def __post_init__(self) -> None:
         if self.whitespace not in ("compact", "flexible"):
             raise ValueError("whitespace must be 'compact' or 'flexible'")
         if self.additional_properties not in ("declared", "spec"):
             raise ValueError("additional_properties must be 'declared' or 'spec'")
-        if self.unknown_formats not in ("error", "ignore"):
-            raise ValueError("unknown_formats must be 'error' or 'ignore'")
+        if self.unknown_formats not in ("annotation", "error"):
+            raise ValueError("unknown_formats must be 'annotation' or 'error'")
         if self.property_order not in ("schema", "any"):
             raise ValueError("property_order must be 'schema' or 'any'")
         if self.max_whitespace < 0 or self.max_recursion_depth < 0 or self.any_value_depth < 0:
@@ -99,6 +106,9 @@ class SchemaRegex:
     regex: str
     unenforced: tuple[str, ...] = ()
     recursion_depth: int = 0
+    # (JSON pointer of the keyword, format name) of each ``format`` ignored as an annotation
+    # (names JSON Schema does not define; validators ignore them too, so this is sound)
+    ignored_formats: tuple[tuple[str, str], ...] = ()
 
 
 def schema_to_regex(
@@ -340,6 +350,7 @@ class _Compiler:
             raise UnsupportedKeywordError("$schema", "#", "draft-03 schemas are not supported")
         self.ws = "" if options.whitespace == "compact" else "[ \\n\\t]{0,%d}" % options.max_whitespace
         self.unenforced: list[str] = []
+        self.ignored_formats: dict = {}  # pointer -> format name
         self.active: dict = {}
         self.max_seen_depth = 0
         self.deadline = (
@@ -391,7 +402,9 @@ class _Compiler:
             )
             e.kind = "size"
             raise e
-        return SchemaRegex(r, tuple(self.unenforced), self.max_seen_depth)
+        return SchemaRegex(
+            r, tuple(self.unenforced), self.max_seen_depth, tuple(sorted(self.ignored_formats.items()))
+        )
 
     def check_size(self, r: Optional[str]) -> Optional[str]:
         if r is not None and len(r) > self.opts.max_regex_chars:
@@ -679,9 +692,15 @@ class _Compiler:
     def _kw_format(self, f, ctx, v, ptr, depth):
         p = format_pattern(v)
         if p is None:
-            if self.opts.unknown_formats == "ignore" and v not in getattr(self.cls, "FORMAT_CHECKER").checkers:
-                return  # neither we nor the validator know it: an annotation only
-            self.unsupported("format", ptr, f"format {v!r} is not supported")
+            if is_spec_format(v):
+                self.unsupported(
+                    "format", ptr, f"format {v!r} is defined by JSON Schema but cannot be enforced by a regex"
+                )
+            elif self.opts.unknown_formats == "annotation":
+                # not a format the specification defines: validators ignore it, and so do we
+                self.ignored_formats[ptr or "#"] = v
+            else:
+                self.unsupported("format", ptr, f"format {v!r} is not supported")
             return
         if (p, "format") not in [(q, k) for q, _, k in f.patterns]:
             f.patterns.append((p, ptr, "format"))
