@@ -1,4 +1,4 @@
-"""Cost of one cached forward in fp32 and in bf16, for the draft and the target model.
+"""Cost of one cached forward in fp32, fp16w (fp16 weights packed for fbgemm) and bf16, per model.
 
 For each model and dtype: a ~200-token prompt is prefilled once into a DynamicCache; then a forward
 of ``n`` new tokens on top of that cache is timed (the cache is cropped back after each run), for
@@ -13,8 +13,8 @@ from greedy target-only output) and prints the figures that ``dtype="auto"`` is 
 
 Wall times are only meaningful on a quiet machine. On a shared 2-core box with a load average of
 5-7, torch's default 2 threads spin and wait on each other and a forward takes 3-7x longer than
-with ``--threads 1``; the CPU-time column [..] and ``--threads 1`` runs stay comparable. fp32 and
-bf16 are timed in alternation so that load changes hit both alike.
+with ``--threads 1``; the CPU-time column [..] and ``--threads 1`` runs stay comparable. The dtypes
+are timed in alternation so that load changes hit all alike.
 
 Needs the converted models (``constrained-spec fetch-models``; it converts them if missing).
 """
@@ -57,9 +57,13 @@ def _load(name: str, dtype: str, cache_dir: str | None):
     folder = ms.converted_dir(name, "fp32", cache_dir)
     if not (folder / ms.META_FILE).is_file():
         folder = ms.ensure_converted(name, cache_dir, "fp32")
-    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    torch_dtype = {"fp32": torch.float32, "fp16w": torch.float32, "bf16": torch.bfloat16}[dtype]
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, local_files_only=True).eval()
+    if dtype == "fp16w":
+        from constrained_spec.cpu_linear import pack_linears
+
+        pack_linears(model)
     tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     return model, tok, time.perf_counter() - t0
 
@@ -109,7 +113,7 @@ class _Slot:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(DEFAULT_PAIR))
-    ap.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    ap.add_argument("--dtypes", nargs="+", default=["fp32", "fp16w", "bf16"], choices=["fp32", "fp16w", "bf16"])
     ap.add_argument("--new", nargs="+", type=int, default=[1, 5], help="new tokens per forward")
     ap.add_argument("--context", type=int, default=200, help="tokens of context in the cache")
     ap.add_argument("--repeats", type=int, default=5)
@@ -127,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"context {args.context} tokens; ms per forward: wall median (wall min) [CPU median], "
-        f"{args.repeats} runs, fp32 and bf16 timed in alternation\n"
+        f"{args.repeats} runs, dtypes timed in alternation\n"
     )
     rows = []
     for name in args.models:
@@ -172,13 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for name in args.models:
         med = {d: (t, c) for (m, d, t, c) in rows if m == name}
-        if {"fp32", "bf16"} <= med.keys():
-            ratio = "  ".join(
-                f"n={n}: wall {med['bf16'][0][n] / med['fp32'][0][n]:.2f}x, "
-                f"CPU {med['bf16'][1][n] / med['fp32'][1][n]:.2f}x"
-                for n in args.new
-            )
-            print(f"{name:20s} bf16/fp32  {ratio}")
+        for other in ("fp16w", "bf16"):
+            if {"fp32", other} <= med.keys():
+                ratio = "  ".join(
+                    f"n={n}: wall {med[other][0][n] / med['fp32'][0][n]:.2f}x, "
+                    f"CPU {med[other][1][n] / med['fp32'][1][n]:.2f}x"
+                    for n in args.new
+                )
+                print(f"{name:20s} {other}/fp32  {ratio}")
         if len(args.new) > 1 and med:
             for d, (t, _) in med.items():
                 lo, hi = min(args.new), max(args.new)

@@ -27,6 +27,11 @@ from .vocab import TokenVocabulary, build_vocabulary
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b"
+#: end a draft block after a model token the draft gives less than this probability
+DRAFT_CONFIDENCE = 0.3
+#: the draft scores only the first this-many token ids (the common ones in merge order) unless the
+#: grammar allows few tokens; used where the vocabulary is at least twice as large
+DRAFT_HEAD_TOKENS = 48_000
 PROPOSERS = ("draft", "grammar", "lookup")
 
 __all__ = ["Generator", "GenerationResult", "Regex", "generate", "generate_json", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
@@ -111,6 +116,8 @@ class Generator:
         eos_token_ids: Sequence[int] | None = None,
         proposers: Sequence[str] = ("draft", "grammar"),
         adaptive: bool = False,
+        draft_confidence: float = DRAFT_CONFIDENCE,
+        draft_head_tokens: int = DRAFT_HEAD_TOKENS,
     ) -> None:
         from .kernels import get_verifier
 
@@ -120,6 +127,10 @@ class Generator:
         if draft is not None:
             self.draft, draft_tokenizer = _load(draft, None if isinstance(draft, str) else tokenizer, "draft", cache_dir, dtype, progress)
         check_same_vocabulary(self.tokenizer, draft_tokenizer, self.target, self.draft)
+        self.draft_confidence = draft_confidence
+        if draft_head_tokens and self.draft is not None and hasattr(self.draft, "set_head_prefix"):
+            if draft_head_tokens <= self.draft.vocab_size // 2:
+                self.draft.set_head_prefix(draft_head_tokens)
         self.vocab: TokenVocabulary = build_vocabulary(self.tokenizer, self.target.vocab_size, eos_token_ids or self._eos_ids())
         self.compiler = AutomatonCompiler(self.vocab, cache_dir=cache_dir, disk_cache=disk_cache, compile_timeout=compile_timeout)
         self.num_draft_tokens = num_draft_tokens
@@ -210,13 +221,16 @@ class Generator:
         schema_in_prompt: bool = True,
         proposers: Sequence[str] | None = None,
         adaptive: bool | None = None,
+        draft_confidence: float | None = None,
     ) -> GenerationResult:
         """Generate one value of ``output_type``; returns it with its text and stats.
 
         ``proposers`` picks the proposal sources, any of ``"draft"`` (the draft model),
         ``"grammar"`` (strings the grammar forces, at no model cost) and ``"lookup"`` (prompt
         n-gram lookup); ``adaptive`` chooses k per step from measured acceptance and costs, with
-        ``num_draft_tokens`` as the upper bound. Every combination samples the same distribution.
+        ``num_draft_tokens`` as the upper bound; ``draft_confidence`` ends a draft block after a
+        token the draft model gives less than this probability (0 = never). Every combination
+        samples the same distribution.
         """
         compiled = self.compile(output_type)
         policy = SamplingPolicy(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
@@ -244,6 +258,7 @@ class Generator:
                 grammar_strings=self._grammar_strings(compiled) if "grammar" in sources else None,
                 lookup="lookup" in sources,
                 draft_length=self.draft_length if adaptive else None,
+                draft_confidence=self.draft_confidence if draft_confidence is None else draft_confidence,
             )
             result = decoder.run(ids)
         text = self.vocab.decode(result.token_ids)

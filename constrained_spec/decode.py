@@ -50,6 +50,8 @@ class DecodeStats:
     lookup_proposed: int = 0  # prompt-lookup n-gram continuations (point-mass q)
     lookup_accepted: int = 0
     restricted_head_forwards: int = 0  # draft forwards that computed the head for allowed tokens only
+    prefix_head_forwards: int = 0  # draft forwards that scored the leading (common) token ids only
+    confidence_stops: int = 0  # blocks ended early because the draft was unsure of its token
     steps: int = 0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
@@ -116,6 +118,7 @@ class SpeculativeDecoder:
         lookup: bool = False,
         draft_length: AdaptiveDraftLength | None = None,
         restrict_head: bool = True,
+        draft_confidence: float = 0.0,
     ) -> None:
         if num_draft_tokens < 0:
             raise ValueError("num_draft_tokens must be >= 0")
@@ -129,6 +132,7 @@ class SpeculativeDecoder:
         self.lookup = lookup
         self.draft_length = draft_length
         self.restrict_head = restrict_head
+        self.draft_confidence = draft_confidence
         has_proposer = draft is not None or grammar_strings is not None or lookup
         self.k = num_draft_tokens if has_proposer else 0
         self.max_new_tokens = max_new_tokens
@@ -222,7 +226,19 @@ class SpeculativeDecoder:
             if allowed.size <= self.vocab_size // 8:
                 self.stats.restricted_head_forwards += 1
                 return self.draft.extend_last(pending, torch.from_numpy(allowed)).unsqueeze(0)
+            # a head over the common (leading) ids only; used where some allowed token is among them
+            prefix = getattr(self.draft, "head_prefix", 0)
+            if prefix and allowed.size and int(allowed.min()) < prefix:
+                self.stats.prefix_head_forwards += 1
+                return self.draft.extend_prefix_head(pending).unsqueeze(0)
         return self.draft.extend(pending)[-1:]
+
+    def _confidence(self, logits: torch.Tensor, allowed: torch.Tensor, q: torch.Tensor, token: int) -> float:
+        """The draft's probability of its own token: q itself, or the masked softmax where q is a
+        greedy point mass. Ending a block on it depends on the proposal alone, so it stays exact."""
+        if float(self.params.temperature[0]) > 0:
+            return float(q[token])
+        return float(torch.softmax(logits.float().masked_fill(~allowed, float("-inf")), -1)[0, token])
 
     def _free_proposal(self, state: int, drafted: list[int]) -> tuple[list[int], str]:
         """Zero-cost proposals from ``state``: the grammar's forced string, else a prompt lookup."""
@@ -240,13 +256,16 @@ class SpeculativeDecoder:
         Per position: a grammar-forced single token, else the next token of a zero-cost proposal
         (grammar-forced string or prompt lookup, a point mass), else a draw from the draft model's
         masked q. Which applies is a function of the drafted prefix only, so q is always the
-        distribution the token was really drawn from.
+        distribution the token was really drawn from. The block ends early after a model token
+        whose draft probability is below ``draft_confidence`` (it is likely to be rejected, and the
+        forwards after it wasted).
         """
         t0 = time.perf_counter()
         state = self.matcher.state
         states, drafted, rows, sources = [state], [], [], []
         plan: list[int] = []
         plan_source = ""
+        stop = False  # the draft was unsure of its last token: end the block after it
         mask_before = self.stats.mask_seconds  # mask work inside drafting is booked as mask time
         for _ in range(k):
             t_mask = time.perf_counter()
@@ -272,6 +291,8 @@ class SpeculativeDecoder:
                     allowed = self._allowed(state).unsqueeze(0)
                     q = effective_probs(logits, allowed, self.params.temperature, self.params.top_k, self.params.top_p)[0]
                     token, source = int(draw(q, self._uniform(1))[0]), "model"
+                    if self.draft_confidence > 0 and self._confidence(logits, allowed, q, token) < self.draft_confidence:
+                        stop = True
                 else:
                     break  # nothing to propose
             drafted.append(token)
@@ -280,6 +301,9 @@ class SpeculativeDecoder:
             state = self.matcher.step(state, token)
             states.append(state)
             if self.matcher.is_eos(token):
+                break
+            if stop:
+                self.stats.confidence_stops += 1
                 break
         self.stats.drafted_tokens += len(drafted)
         self.stats.model_proposed += sources.count("model")

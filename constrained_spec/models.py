@@ -104,6 +104,49 @@ class HFModel:
         logits[rows] = sub.float()
         return logits
 
+    def set_head_prefix(self, n: int) -> bool:
+        """Keep an output head over the first ``n`` token ids for :meth:`extend_prefix_head`.
+
+        Byte-level BPE vocabularies number tokens in merge order, so the first ids are the common
+        ones; a draft that proposes only among them reads a fraction of its head's weights. Returns
+        False (and keeps nothing) where the head cannot be cut or ``n`` covers the vocabulary.
+        """
+        from .cpu_linear import PackedFp16Linear
+
+        self._prefix_head: Any = None
+        if n <= 0 or n >= self.vocab_size or not self.can_restrict_head:
+            return False
+        head = self.model.get_output_embeddings()
+        cut = torch.nn.Linear(head.in_features, n, bias=head.bias is not None)
+        with torch.no_grad():
+            cut.weight.copy_(head.weight[:n].float())
+            if head.bias is not None:
+                cut.bias.copy_(head.bias[:n].float())
+        self._prefix_head = PackedFp16Linear(cut) if isinstance(head, PackedFp16Linear) else cut.to(head.weight.dtype)
+        return True
+
+    @property
+    def head_prefix(self) -> int:
+        """How many leading token ids :meth:`extend_prefix_head` scores (0: none set)."""
+        head = getattr(self, "_prefix_head", None)
+        return 0 if head is None else int(head.out_features)
+
+    @torch.inference_mode()
+    def extend_prefix_head(self, tokens: list[int]) -> torch.Tensor:
+        """Append ``tokens``; return logits [V] for the last position, computed for the first
+        :attr:`head_prefix` ids only (the others are -inf)."""
+        from transformers import DynamicCache
+
+        if self._cache is None:
+            self._cache = DynamicCache(config=self.config)
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        hidden = self.model.base_model(input_ids=ids, cache=self._cache, use_cache=True).last_hidden_state[0, -1:]
+        self._length += len(tokens)
+        sub = self._prefix_head(hidden)[0].float()
+        logits = torch.full((self.vocab_size,), float("-inf"), device=self.device)
+        logits[: sub.shape[0]] = sub
+        return logits
+
     def crop(self, length: int) -> None:
         if length > self._length or length < 0:
             raise ValueError(f"cannot crop a cache of {self._length} tokens to {length}")

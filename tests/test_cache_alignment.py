@@ -81,3 +81,17 @@ def test_restricted_head_gives_the_same_masked_distribution(packed):
     pb = effective_probs(b, allowed, one, torch.zeros(1, dtype=torch.long), one)
     assert torch.allclose(pa, pb, atol=1e-5)
     assert torch.isinf(b[0, ~allowed[0]]).all()
+
+
+@pytest.mark.parametrize("packed", PACKING, ids=["fp32", "fp16w"])
+def test_prefix_head_scores_the_leading_ids_like_the_full_head(packed):
+    model = _model(500, 5, packed)
+    full, cut = HFModel(model), HFModel(model)
+    assert cut.set_head_prefix(120) and cut.head_prefix == 120
+    ids = torch.randint(0, 500, (9,)).tolist()
+    a = full.extend(ids)[-1]
+    b = cut.extend_prefix_head(ids)
+    assert cut.length == full.length == 9 and cut.cache_length() == 9
+    assert torch.isinf(b[120:]).all() and not torch.isinf(b[:120]).any()
+    assert torch.allclose(a[:120], b[:120], atol=1e-3 * float(a.abs().max()))
+    assert not cut.set_head_prefix(500) and cut.head_prefix == 0  # covers the vocabulary: nothing kept

@@ -147,6 +147,24 @@ def test_speculative_matches_exact_constrained_target(automaton, policy, k):
     assert pvalue > ALPHA
 
 
+def test_blocks_ending_at_unsure_draft_tokens_stay_exact(automaton):
+    policy = SamplingPolicy(temperature=1.0)
+    exact = exact_distribution(automaton, policy)
+    counts = sample(automaton, policy, 4, SAMPLES // 2, draft_confidence=0.5)
+    pvalue = chi2_pvalue(counts, exact)
+    print(f"p-value {pvalue:.4f} over {len(exact)} outcomes")
+    assert pvalue > ALPHA
+    # the option really ends blocks early in this setting
+    target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=2.0)
+    stops = 0
+    for seed in range(20):
+        dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=4, max_new_tokens=16,
+                                 generator=torch.Generator().manual_seed(seed), draft_confidence=0.5)
+        dec.run(PROMPT)
+        stops += dec.stats.confidence_stops
+    assert stops > 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("policy,k", SLOW_CASES)
 def test_speculative_matches_exact_full_grid(automaton, policy, k):

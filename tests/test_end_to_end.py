@@ -75,6 +75,22 @@ def test_greedy_speculative_equals_greedy_target_only(generator, proposers, adap
         assert spec.stats.grammar_proposed > 0 and spec.stats.grammar_accepted > 0
 
 
+def test_draft_head_prefix_and_confidence_stops_keep_greedy_identity(generator):
+    """The draft scoring only the leading ids, and blocks ending at unsure draft tokens, change the
+    proposals but never the output."""
+    schema = json.loads((SCHEMAS / "order.json").read_text())
+    prompt = "Order 17: two pens at 1.50 each for Ada."
+    base = generator.run(prompt, schema, temperature=0.0, num_draft_tokens=0, proposers=())
+    assert generator.draft.set_head_prefix(20000) and generator.draft.head_prefix == 20000
+    try:
+        spec = generator.run(prompt, schema, temperature=0.0, num_draft_tokens=4, proposers=("draft",), draft_confidence=0.9)
+    finally:
+        generator.draft.set_head_prefix(0)
+    assert generator.draft.head_prefix == 0
+    assert spec.token_ids == base.token_ids
+    assert spec.stats.prefix_head_forwards > 0 and spec.stats.confidence_stops > 0
+
+
 def test_budget_too_small_raises_with_partial_text(generator):
     schema = json.loads((SCHEMAS / "order.json").read_text())
     with pytest.raises(TokenBudgetExceeded) as info:
