@@ -60,15 +60,72 @@ def pack_linears(model: Any) -> int:
     """Replace every ``nn.Linear`` of a CPU fp32 model by :class:`PackedFp16Linear`; return how many.
 
     The output head keeps an fp16 copy of its weight for restricted-head logits. Tied input
-    embeddings stay fp32 (a lookup reads one row; they are not on the matmul path).
+    embeddings stay fp32 (a lookup reads one row; they are not on the matmul path). Weights that
+    transformers left memory-mapped from the safetensors file are let go as they are packed and
+    the remaining tensors copied out of the mapping, so the fp32 file does not stay resident
+    beside the packed copy (peak memory about the packed model plus one fp32 layer).
     """
     if not packing_available():
         raise ModelLoadError("fp16 weight packing needs a torch build with fbgemm (x86 CPU)")
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    mapped = _file_mappings()
+    shared = {}  # storage -> how many parameters use it (tied weights must not be let go)
+    for t in model.parameters():
+        key = t.untyped_storage().data_ptr()
+        shared[key] = shared.get(key, 0) + 1
     count = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is torch.nn.Linear:
                 setattr(parent, name, PackedFp16Linear(child, keep_weight=child is head))
+                if shared.get(child.weight.untyped_storage().data_ptr(), 0) == 1:
+                    _release(child.weight, mapped)
                 count += 1
+    for t in [*model.parameters(), *model.buffers()]:
+        if _inside(t, mapped):  # copy out of the file mapping, then let the mapped pages go
+            old = t.data
+            t.data = old.clone()
+            _release(old, mapped)
     return count
+
+
+def _file_mappings() -> list[tuple[int, int]]:
+    """Address ranges of this process that map a file (Linux; empty elsewhere)."""
+    try:
+        with open("/proc/self/maps") as f:
+            lines = f.readlines()
+    except OSError:
+        return []
+    ranges = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 6 and parts[5].startswith("/"):
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            ranges.append((lo, hi))
+    return ranges
+
+
+def _inside(t: torch.Tensor, ranges: list[tuple[int, int]]) -> bool:
+    start = t.data_ptr()
+    end = start + t.numel() * t.element_size()
+    return t.numel() > 0 and any(lo <= start and end <= hi for lo, hi in ranges)
+
+
+def _release(t: torch.Tensor, ranges: list[tuple[int, int]]) -> None:
+    """Drop from this process the resident pages lying wholly inside a file-mapped tensor that is no
+    longer used (MADV_DONTNEED: a later read would fault them in again from the file)."""
+    if not _inside(t, ranges):
+        return
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    start = t.data_ptr()
+    lo = -(-start // page) * page
+    hi = (start + t.numel() * t.element_size()) // page * page
+    if hi > lo:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), 4)  # MADV_DONTNEED
+        except (OSError, AttributeError):
+            pass
