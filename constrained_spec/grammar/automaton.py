@@ -40,7 +40,10 @@ class TokenTable:
     """The vocabulary as byte columns, for walking every token through a byte DFA at once.
 
     Tokens are sorted by length (longest first) so that at byte position ``i`` the tokens still
-    being walked are a prefix of the array: ``columns[i]`` holds their i-th bytes.
+    being walked are a prefix of the array: ``columns[i]`` holds their i-th bytes.  ``by_first``
+    lists the (non-empty) tokens by first byte: ``by_first[start[b]:start[b + 1]]`` are the
+    positions, ascending, of the tokens that start with byte ``b``.  ``empty`` holds the positions
+    of zero-length tokens (allowed wherever the walk starts).
     """
 
     def __init__(self, vocab: TokenVocabulary) -> None:
@@ -55,6 +58,11 @@ class TokenTable:
         for pos in range(max_len):
             active = int((self.lengths > pos).sum())  # lengths are sorted: a prefix of the array
             self.columns.append(np.frombuffer(b"".join(r[pos : pos + 1] for r in raw[:active]), dtype=np.uint8))
+        first = self.columns[0] if self.columns else np.zeros(0, dtype=np.uint8)
+        self.by_first = np.argsort(first, kind="stable").astype(np.int64)  # stable: ascending per byte
+        self.start = np.zeros(257, dtype=np.int64)
+        np.cumsum(np.bincount(first, minlength=256), out=self.start[1:])
+        self.empty = np.arange(len(first), len(self.ids), dtype=np.int64)
 
 
 _TOKEN_TABLES: dict[str, TokenTable] = {}
@@ -68,6 +76,42 @@ def token_table(vocab: TokenVocabulary) -> TokenTable:
         if table is None:
             table = _TOKEN_TABLES[vocab.fingerprint] = TokenTable(vocab)
         return table
+
+
+def table_walk(table: TokenTable, dfa: np.ndarray, dead: int, state: int) -> np.ndarray:
+    """Unsorted ids of the tokens whose bytes all lead from ``state`` to a live state of ``dfa``.
+
+    Only tokens whose first byte is live in ``state`` are walked (structural states, where
+    few bytes are live, touch a fraction of the vocabulary); the walk then proceeds one byte
+    column at a time over the surviving tokens only, dropping the ones that die.
+    """
+    row = dfa[state]
+    live = np.flatnonzero(row[:256] != dead)
+    start = table.start
+    n_first = len(table.columns[0]) if table.columns else 0
+    if live.size == 0:
+        alive = np.zeros(0, dtype=np.int64)
+    elif int((start[live + 1] - start[live]).sum()) * 2 > n_first:
+        alive = np.arange(n_first, dtype=np.int64)  # most tokens start live: skip the buckets
+    else:
+        alive = np.sort(np.concatenate([table.by_first[start[b] : start[b + 1]] for b in live]))
+    done = [table.empty]  # positions of tokens walked to their end without dying
+    if alive.size:
+        cur = row[table.columns[0][alive]]
+        keep = cur != dead
+        alive, cur = alive[keep], cur[keep]
+        for column in table.columns[1:]:
+            cut = int(np.searchsorted(alive, len(column)))  # tokens at least this long: a prefix
+            if cut < alive.size:
+                done.append(alive[cut:])
+                alive, cur = alive[:cut], cur[:cut]
+            if not alive.size:
+                break
+            cur = dfa[cur, column[alive]]
+            keep = cur != dead
+            alive, cur = alive[keep], cur[keep]
+        done.append(alive)
+    return table.ids[np.concatenate(done)]
 
 
 class CompiledAutomaton:
@@ -122,19 +166,7 @@ class CompiledAutomaton:
         cached = self._allowed_cache.get(state)
         if cached is not None:
             return cached
-        table, dfa, dead = self._table, self.dfa, self.dead
-        # Walk every token's bytes at once; tokens that die drop out, so structural states
-        # (where most tokens die on their first byte) cost a fraction of string states.
-        alive = np.arange(len(table.ids))
-        walk = np.full(len(table.ids), state, dtype=np.int32)
-        for column in table.columns:
-            alive = alive[: np.searchsorted(alive, len(column))]  # tokens at least this long
-            if not alive.size:
-                break
-            nxt = dfa[walk[alive], column[alive]]
-            walk[alive] = nxt
-            alive = alive[nxt != dead]
-        allowed = table.ids[walk != dead]
+        allowed = table_walk(self._table, self.dfa, self.dead, state)
         if self.is_final(state):
             allowed = np.concatenate([allowed, self._eos])
         allowed = np.sort(allowed)
