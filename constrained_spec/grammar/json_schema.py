@@ -1007,7 +1007,7 @@ class _Compiler:
         if ca.schema is False or cb.schema is False or fa.types == set() or fb.types == set():
             return True
         # finite sets: check each value against the other schema
-        for (cx, fx), (cy, fy) in (((ca, fa), (cb, fb)), ((cb, fb), (ca, fa))):
+        for (_cx, fx), (cy, _fy) in (((ca, fa), (cb, fb)), ((cb, fb), (ca, fa))):
             if fx.enum is not None:
                 if not any(self.valid_all(fx.sources, v) and self.valid(cy, v) for v in fx.enum):
                     return True
@@ -1023,7 +1023,6 @@ class _Compiler:
 
     def _disjoint_type(self, t, fa, fb, depth) -> bool:
         if t in ("integer", "number"):
-            lo_a, hi_a = fa.lo, fa.hi
             if fa.hi is not None and fb.lo is not None:
                 if fa.hi < fb.lo or (fa.hi == fb.lo and (fa.hi_strict or fb.lo_strict)):
                     return True
@@ -1203,9 +1202,14 @@ class _Compiler:
     def compile_enum(self, flat: _Flat) -> Optional[str]:
         outs = []
         size = 0
+        # the validator oracle ignores `format` (an annotation by default): keep only the
+        # strings that match the compiler's own (restricting) format patterns
+        formats = [p for p, _, k in flat.patterns if k == "format"]
         for v in flat.enum:
             self.tick()
             if not self.valid_all(flat.sources, v):
+                continue
+            if formats and isinstance(v, str) and not all(_py_fullmatch(p, v) for p in formats):
                 continue
             r = self.value_regex(v)
             size += len(r) + 1
@@ -1490,7 +1494,7 @@ class _Compiler:
             base = ("seq", [("rep", ("set", ecma.ANY_RANGES), 0, None)])
         # intersect the finite constraints one after the other
         outs = [("", base)]
-        for kind, words, p in finite:
+        for kind, words, _p in finite:
             new = []
             for prefix, node in outs:
                 for w in dict.fromkeys(words):
@@ -1646,7 +1650,7 @@ class _Compiler:
         if M is not None and M < m:
             return _EMPTY
         contains = [c for c in flat.contains if c[1] > 0]
-        for cctx, mn, mx, ptr in flat.contains:
+        for _cctx, _mn, mx, ptr in flat.contains:
             if mx is not None:
                 self.unsupported("maxContains", ptr.rsplit("/", 1)[0] + "/maxContains", "maxContains is not supported")
         n_contains = max([mn for _, mn, _, _ in contains], default=0)
@@ -1908,7 +1912,7 @@ class _Compiler:
         # value schema for a pattern key: all pattern schemas (conservative when several)
         all_pat_ctxs = [pc for _, pc in owner.patterns]
         declared_set = set(declared) | set(all_names)
-        for p, pc in owner.patterns:
+        for p, _pc in owner.patterns:
             if pn_ctxs:
                 continue  # would need an intersection
             if _universal_pattern(p) or _line_pattern(p):
@@ -1998,8 +2002,6 @@ def _shrink(node, limit: int):
         var = [i for i, (a, b) in enumerate(lens) if b is None or b > a]
         out = list(items)
         # bounded variable items that fit are kept; the rest share what is left evenly
-        for i in list(var):
-            pass
         shares = {}
         remaining = budget
         todo = list(var)
@@ -2371,11 +2373,23 @@ def _sequence(items: list, sep: str, comp=None) -> Optional[str]:
     def tail(lo, hi):
         return "".join(after(k, x) for k, x in items[lo:hi])
 
+    # split at the first trailing 'star' item (extra properties) at the top level, so that
+    # their (often large) regex is copied a constant number of times, not once per level
+    n_decl = len(items)
+    while n_decl > 0 and items[n_decl - 1][0] == "star":
+        n_decl -= 1
+
     def ne(lo, hi):
         if hi - lo == 1:
             k, x = items[lo]
             return one(k, x)
         mid = (lo + hi) // 2
+        if lo < n_decl < hi and hi == len(items):
+            mid = n_decl
+            if hi - mid == 1:
+                # (D | X)(,X)*: X once as the first item, once repeated
+                k, x = items[mid]
+                return "(" + _group(ne(lo, mid)) + "|" + _group(x[0]) + ")" + after(k, x)
         left = ne(lo, mid)
         right = ne(mid, hi)
         return "(" + _cat(_group(left), tail(mid, hi)) + "|" + right + ")"
@@ -2477,6 +2491,14 @@ def _compile_py(p: str):
         r = re.compile(p)
         _PY_RE_CACHE[p] = r
     return r
+
+
+def _py_fullmatch(p: str, s: str) -> bool:
+    """Whether the anchored pattern p matches s; False when Python cannot compile it."""
+    try:
+        return _compile_py(p).fullmatch(s) is not None
+    except re.error:
+        return False
 
 
 def _py_search(p: str, s: str) -> bool:
