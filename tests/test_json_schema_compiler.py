@@ -744,3 +744,25 @@ def test_enum_and_const_values_must_match_an_enforced_format():
         schema_to_regex({"const": "not an e-mail", "format": "email"})
     # a non-standard format stays an annotation for enums too
     assert re.fullmatch(schema_to_regex({"const": "abc", "format": "int32"}).regex, '"abc"')
+
+
+def test_uri_format_accepts_rootless_and_empty_authority_forms():
+    check(
+        {"type": "string", "format": "uri"},
+        good=["mailto:user@example.com", "urn:isbn:0451450523", "did:example:123", "file:///etc/hosts",
+              "https://example.com/a?b=c#d"],
+        bad=["example.com", "http://", "file://", "//host/x", "/abs", "a b:c", "x:", ":x", "1a:b"],
+    )
+
+
+def test_not_required_forbids_an_undeclared_name():
+    # `not: {required: [a, b]}` holds when either is absent: forbid the one the object does
+    # not declare, so that the declared one can still be generated
+    schema = {
+        "type": "object",
+        "properties": {"body": {"type": "string"}},
+        "not": {"required": ["body", "bodyValue"]},
+    }
+    check(schema, good=[{"body": "x"}, {}], bad=[{"body": "x", "bodyValue": "y"}])
+    schema = {"type": "object", "properties": {"a": {}, "b": {}}, "required": ["b"], "not": {"required": ["a", "b"]}}
+    check(schema, good=[{"b": 1}], bad=[{"a": 1, "b": 1}])

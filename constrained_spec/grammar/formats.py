@@ -55,10 +55,14 @@ _LOCAL = "[A-Za-z0-9_%+-]+(\\.[A-Za-z0-9_%+-]+)*"
 _DOMAIN = f"{_LABEL}(\\.{_LABEL})+"
 _EMAIL = f"{_LOCAL}@{_DOMAIN}"
 _PCHAR = "[A-Za-z0-9._~!$&'()*+,;=:@-]"
+# RFC 3986: scheme ":" hier-part, where hier-part is "//" authority path-abempty (a host name,
+# or an empty one before a non-empty path as in file:///x), path-absolute ("/" not followed by "/") or path-rootless
+# (mailto:a@b, urn:isbn:..., did:example:...); path-empty is left out
 _URI = (
-    "[a-zA-Z][a-zA-Z0-9+.-]*://"
-    f"{_LABEL}(\\.{_LABEL})*(:[0-9]{{1,5}})?"
-    f"(/{_PCHAR}*)*"
+    "[a-zA-Z][a-zA-Z0-9+.-]*:"
+    f"(//({_LABEL}(\\.{_LABEL})*(:[0-9]{{1,5}})?(/{_PCHAR}*)*|(/{_PCHAR}*)+)"
+    f"|/({_PCHAR}+(/{_PCHAR}*)*)?"
+    f"|{_PCHAR}+(/{_PCHAR}*)*)"
     f"(\\?({_PCHAR}|[/?])*)?"
     f"(#({_PCHAR}|[/?])*)?"
 )

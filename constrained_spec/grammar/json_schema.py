@@ -1185,7 +1185,12 @@ class _Compiler:
                 return
             # not {required: [...]}
             if keys and keys <= {"required", "type"} and nf.required and (nf.types is None or nf.types == {"object"}):
-                flat.forbidden.add(nf.required[0])
+                # forbidding any one of the names makes `required` fail: pick one that the
+                # object neither requires nor declares, where there is one
+                cands = sorted(
+                    nf.required, key=lambda n: (n in flat.required, n in flat.props, -nf.required.index(n))
+                )
+                flat.forbidden.add(cands[0])
                 if nf.types is None:
                     # {required: [...]} holds for every non-object: its negation does not
                     types.intersection_update({"object"})
