@@ -24,10 +24,10 @@ BENCH = DATA / "jsonschemabench-dev" / "data"
 
 # Floors, set slightly under what was measured when they were recorded (see the report
 # of `python -m constrained_spec.coverage`).  Raise them when the compiler improves.
-JSTS_MIN_PASSING_TESTS = 930  # measured 944 of 1299 non-optional tests (2026-11-29)
+JSTS_MIN_PASSING_TESTS = 950  # measured 956 of 1299 non-optional tests (2026-11-29, format policy)
 BENCH_SAMPLE_SIZE = 300
 BENCH_SAMPLE_SEED = 20240601
-BENCH_MIN_PASS_RATE = 0.94  # measured 0.953 (286/300) on this sample; full split reported separately
+BENCH_MIN_PASS_RATE = 0.95  # measured 0.960 (288/300) on this sample; full split 96.4% (4337/4497)
 
 
 def _require(path: Path) -> None:
