@@ -56,10 +56,11 @@ class PackedFp16Linear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, fp16 packed"
 
 
-def pack_linears(model: Any) -> int:
+def pack_linears(model: Any, keep_head_weight: bool = True) -> int:
     """Replace every ``nn.Linear`` of a CPU fp32 model by :class:`PackedFp16Linear`; return how many.
 
-    The output head keeps an fp16 copy of its weight for restricted-head logits. Tied input
+    The output head keeps an fp16 copy of its weight for restricted-head logits unless
+    ``keep_head_weight`` is False (a target never needs it). Tied input
     embeddings stay fp32 (a lookup reads one row; they are not on the matmul path). Weights that
     transformers left memory-mapped from the safetensors file are let go as they are packed and
     the remaining tensors copied out of the mapping, so the fp32 file does not stay resident
@@ -77,7 +78,7 @@ def pack_linears(model: Any) -> int:
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is torch.nn.Linear:
-                setattr(parent, name, PackedFp16Linear(child, keep_weight=child is head))
+                setattr(parent, name, PackedFp16Linear(child, keep_weight=keep_head_weight and child is head))
                 if shared.get(child.weight.untyped_storage().data_ptr(), 0) == 1:
                     _release(child.weight, mapped)
                 count += 1

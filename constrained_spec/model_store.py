@@ -771,5 +771,5 @@ def resolve_model(
     if r.dtype == "fp16w":
         from .cpu_linear import pack_linears
 
-        pack_linears(model)
+        pack_linears(model, keep_head_weight=role != "target")  # restricted heads are for drafts
     return model, tokenizer

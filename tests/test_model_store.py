@@ -229,7 +229,14 @@ def test_normalize_dtype() -> None:
     assert ms.normalize_dtype("float32") == ms.normalize_dtype(torch.float32) == "fp32"
     assert ms.normalize_dtype("bfloat16") == ms.normalize_dtype(torch.bfloat16) == "bf16"
     assert ms.normalize_dtype(None) == ms.normalize_dtype("auto") == "auto"
-    assert ms.auto_dtype("draft") in {"fp32", "bf16"} and ms.auto_dtype("target") in {"fp32", "bf16"}
+    assert ms.normalize_dtype("packed") == ms.normalize_dtype("fp16w") == "fp16w"
+    from constrained_spec.cpu_linear import packing_available
+
+    expected = "fp16w" if packing_available() and not torch.cuda.is_available() else "fp32"
+    assert ms.auto_dtype("draft") == ms.auto_dtype("target") == expected
+    # fp16w is stored and loaded as the fp32 conversion, then packed
+    assert ms.storage_dtype("fp16w") == "fp32" and ms.storage_dtype("bf16") == "bf16"
+    assert ms.converted_dir("qwen2.5-coder-0.5b", "fp16w").name.endswith("-fp32")
     with pytest.raises(ModelLoadError):
         ms.normalize_dtype("int3")
 
