@@ -41,7 +41,8 @@ class HFModel:
     def __init__(self, model: Any, vocab_size: int | None = None) -> None:
         self.model = model.eval()
         self.config = model.config
-        self.vocab_size = int(vocab_size or model.get_output_embeddings().weight.shape[0])
+        head = model.get_output_embeddings()
+        self.vocab_size = int(vocab_size or getattr(head, "out_features", None) or head.weight.shape[0])
         self.device = next(model.parameters()).device
         self._cache: Any = None
         self._length = 0

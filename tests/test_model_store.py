@@ -295,11 +295,35 @@ def test_real_pair_vocabularies_match() -> None:
     (draft, dtok), (target, ttok) = (ms.resolve_model(n, progress=False) for n in src_mod.DEFAULT_PAIR)
     assert not draft.training and not target.training
     assert draft.config.vocab_size == target.config.vocab_size == 151_936
-    assert draft.get_output_embeddings().weight.shape[0] == target.get_output_embeddings().weight.shape[0]
+    assert draft.get_output_embeddings().out_features == target.get_output_embeddings().out_features
     assert dtok.get_vocab() == ttok.get_vocab()
     assert dtok.eos_token_id == ttok.eos_token_id
     text = '{"name": "Ada", "tags": ["x", 1.5e3]}'
     assert dtok(text).input_ids == ttok(text).input_ids
+
+
+@pytest.mark.real_models
+def test_real_pair_end_to_end_greedy_identity_and_validity() -> None:
+    """The default pair (as the main job loads it): a valid value, and speculative greedy output
+    token for token equal to target-only greedy output."""
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    from constrained_spec.api import Generator
+
+    folders = {n: ms.converted_dir(n) for n in src_mod.DEFAULT_PAIR}
+    if any(not (f / ms.META_FILE).is_file() for f in folders.values()):
+        pytest.skip("default pair not fetched; run `constrained-spec fetch-models`")
+    gen = Generator(progress=False, num_draft_tokens=4, proposers=("draft", "grammar", "lookup"))
+    schema = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "person.json").read_text())
+    prompt = "Ada Lovelace is 36 years old; write to ada@example.org."
+    base = gen.run(prompt, schema, num_draft_tokens=0)
+    spec = gen.run(prompt, schema)
+    jsonschema.validate(spec.value, schema)
+    assert spec.token_ids == base.token_ids
+    assert spec.stats.target_forwards < base.stats.target_forwards
 
 
 # ----------------------------------------------------------------------------- conversion (tiny stand-in)
