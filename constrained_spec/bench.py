@@ -736,6 +736,15 @@ def summarize(records: list[dict[str, Any]], modes: Sequence[Mode], settings: Se
     return out
 
 
+def _dtype_label(model: Any) -> str:
+    """The weights' dtype, or ``fp16w`` where the linear layers are fp16-packed."""
+    from .cpu_linear import PackedFp16Linear
+
+    if model is not None and any(isinstance(m, PackedFp16Linear) for m in model.modules()):
+        return "fp16w (fp16 weights packed for fbgemm, fp32 activations)"
+    return str(getattr(model, "dtype", ""))
+
+
 def environment(gen: Any, config: BenchConfig, peer: PeerClient | None) -> dict[str, Any]:
     import torch
 
@@ -752,7 +761,7 @@ def environment(gen: Any, config: BenchConfig, peer: PeerClient | None) -> dict[
         "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "loadavg_at_end": load,
         "target": _name(gen.target), "draft": _name(gen.draft) if gen.draft is not None else None,
-        "dtype": str(getattr(getattr(gen.target, "model", None), "dtype", "")),
+        "dtype": _dtype_label(getattr(gen.target, "model", None)),
         "max_new_tokens": config.max_new_tokens, "ks": list(config.ks), "temperatures": list(config.temperatures),
         "cold_masks": config.cold_masks, "process_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "peer": peer.info if peer is not None else None, **config.extra,
