@@ -103,6 +103,7 @@ class CategoryStats:
     match_timeouts: int = 0
     empty_correct: int = 0  # unsatisfiable schemas whose instances are all invalid
     compile_errors: Counter = field(default_factory=Counter)
+    ignored_formats: Counter = field(default_factory=Counter)  # format name -> schemas
     compile_times: list = field(default_factory=list)
     regex_chars: list = field(default_factory=list)
     index_times: list = field(default_factory=list)
@@ -115,6 +116,7 @@ class CategoryStats:
                   "false_rejects", "artefact_rejects", "match_timeouts", "empty_correct"):
             setattr(self, k, getattr(self, k) + getattr(o, k))
         self.compile_errors.update(o.compile_errors)
+        self.ignored_formats.update(o.ignored_formats)
         for k in ("compile_times", "regex_chars", "index_times", "mask_times_us",
                   "false_accept_cases", "false_reject_cases"):
             getattr(self, k).extend(getattr(o, k))
@@ -262,6 +264,7 @@ def check_case(
             return
         stats.compiled += 1
         stats.regex_chars.append(len(compiled.regex))
+        stats.ignored_formats.update({name for _, name in compiled.ignored_formats})
         if automaton is not None:
             automaton(compiled.regex, stats)
     order = None
@@ -449,6 +452,13 @@ def format_table(report: CoverageReport) -> str:
         if s.compile_errors:
             errs = ", ".join(f"{k} {v}" for k, v in s.compile_errors.most_common())
             rows.append(f"  {name}: {errs}")
+    if tot.ignored_formats:
+        names = ", ".join(f"{k!r} {v}" for k, v in tot.ignored_formats.most_common(12))
+        more = len(tot.ignored_formats) - 12
+        rows.append(
+            f"format names JSON Schema does not define, ignored as annotations (schemas): {names}"
+            + (f", and {more} more" if more > 0 else "")
+        )
     if tot.match_timeouts:
         rows.append(f"match timeouts: {tot.match_timeouts}")
     if tot.empty_correct:
