@@ -674,6 +674,9 @@ def test_non_standard_format_is_an_ignored_annotation():
     # reported as ignored annotations, not as unenforced (unsound) keywords
     assert res.ignored_formats == (("/properties/c/format", "color"), ("/properties/n/format", "int32"))
     assert res.unenforced == ()
+    from constrained_spec.grammar import output_spec
+
+    assert output_spec(schema).ignored_formats == res.ignored_formats  # reaches the public spec
 
 
 def test_spec_format_that_cannot_be_enforced_is_refused_with_its_pointer(monkeypatch):

@@ -25,6 +25,8 @@ class OutputSpec:
     schema: dict | bool | None = None  # the JSON Schema, for kinds json and pydantic
     model: Any = None  # the Pydantic model class, for kind pydantic
     unenforced: tuple[str, ...] = ()  # keywords only checked after generation (opt-in)
+    #: (JSON pointer, name) of ``format`` values JSON Schema does not define: annotations, ignored
+    ignored_formats: tuple[tuple[str, str], ...] = ()
 
 
 def _is_pydantic_model(obj: Any) -> bool:
@@ -57,7 +59,8 @@ def output_spec(output_type: Any, schema_options: Any = None) -> OutputSpec:
     if _is_pydantic_model(output_type):
         schema = output_type.model_json_schema()
         compiled = schema_to_regex(schema, schema_options)
-        return OutputSpec("pydantic", compiled.regex, schema, output_type, tuple(compiled.unenforced))
+        return OutputSpec("pydantic", compiled.regex, schema, output_type, tuple(compiled.unenforced),
+                          tuple(compiled.ignored_formats))
     schema = load_schema(output_type)
     compiled = schema_to_regex(schema, schema_options)
-    return OutputSpec("json", compiled.regex, schema, None, tuple(compiled.unenforced))
+    return OutputSpec("json", compiled.regex, schema, None, tuple(compiled.unenforced), tuple(compiled.ignored_formats))
