@@ -119,6 +119,7 @@ class SpeculativeDecoder:
         draft_length: AdaptiveDraftLength | None = None,
         restrict_head: bool = True,
         draft_confidence: float = 0.0,
+        lookup_min_ngram: int = 3,
     ) -> None:
         if num_draft_tokens < 0:
             raise ValueError("num_draft_tokens must be >= 0")
@@ -133,6 +134,7 @@ class SpeculativeDecoder:
         self.draft_length = draft_length
         self.restrict_head = restrict_head
         self.draft_confidence = draft_confidence
+        self.lookup_min_ngram = lookup_min_ngram  # 3: measured more precise than 2 on the bench workload
         has_proposer = draft is not None or grammar_strings is not None or lookup
         self.k = num_draft_tokens if has_proposer else 0
         self.max_new_tokens = max_new_tokens
@@ -247,7 +249,8 @@ class SpeculativeDecoder:
             if tokens:
                 return list(tokens), "grammar"
         if self.lookup:
-            return prompt_lookup(self.committed + drafted), "lookup"
+            n = self.lookup_min_ngram
+            return prompt_lookup(self.committed + drafted, max_ngram=max(3, n), min_ngram=n), "lookup"
         return [], ""
 
     def propose(self, k: int) -> tuple[list[int], torch.Tensor, list[int], list[str]]:

@@ -241,7 +241,18 @@ def test_point_mass_proposals_grammar_strings_and_lookup_stay_exact(policy):
     strings = GrammarStrings(automaton, letters_encode)
     assert strings.tokens(automaton.next_state(automaton.initial_state, 0)), "the grammar must force a string here"
     exact = exact_distribution(automaton, policy)
-    counts = sample(automaton, policy, 3, SAMPLES, grammar_strings=strings, lookup=True)
+    counts = sample(automaton, policy, 3, SAMPLES, grammar_strings=strings, lookup=True, lookup_min_ngram=1)
     pvalue = chi2_pvalue(counts, exact)
     print(f"point-mass proposals: p-value {pvalue:.4f} over {len(exact)} outcomes")
     assert pvalue > ALPHA
+    # both zero-cost sources really proposed in this setting
+    target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=2.0)
+    lookups = grammar = 0
+    for seed in range(20):
+        dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=3, max_new_tokens=16,
+                                 generator=torch.Generator().manual_seed(seed), grammar_strings=strings, lookup=True,
+                                 lookup_min_ngram=1)
+        dec.run(PROMPT)
+        lookups += dec.stats.lookup_proposed
+        grammar += dec.stats.grammar_proposed
+    assert lookups > 0 and grammar > 0
