@@ -46,6 +46,7 @@ class HFModel:
         self.device = next(model.parameters()).device
         self._cache: Any = None
         self._length = 0
+        self._prefix_head: Any = None  # see set_head_prefix
 
     @property
     def length(self) -> int:
@@ -55,8 +56,8 @@ class HFModel:
         self._cache = None
         self._length = 0
 
-    @torch.inference_mode()
-    def extend(self, tokens: list[int]) -> torch.Tensor:
+    def _run(self, module: Any, tokens: list[int]) -> Any:
+        """Feed ``tokens`` through ``module`` (the model or its base) on the cache; advance the length."""
         from transformers import DynamicCache
 
         if not tokens:
@@ -64,9 +65,13 @@ class HFModel:
         if self._cache is None:
             self._cache = DynamicCache(config=self.config)
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, cache=self._cache, use_cache=True)
+        out = module(input_ids=ids, cache=self._cache, use_cache=True)
         self._length += len(tokens)
-        return out.logits[0, :, : self.vocab_size].float()
+        return out
+
+    @torch.inference_mode()
+    def extend(self, tokens: list[int]) -> torch.Tensor:
+        return self._run(self.model, tokens).logits[0, :, : self.vocab_size].float()
 
     #: model types whose output head is a plain linear map of the final hidden state
     RESTRICTABLE = {"llama", "qwen2", "qwen3", "mistral", "phi3", "smollm3"}
@@ -89,13 +94,7 @@ class HFModel:
         """Append ``tokens``; return logits [V] for the last position, computing the output head only
         for ``allowed_ids`` (others are -inf). After the grammar mask, the distribution is the same
         as the full head's; the head is about a quarter of a 0.5B model's compute."""
-        from transformers import DynamicCache
-
-        if self._cache is None:
-            self._cache = DynamicCache(config=self.config)
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        hidden = self.model.base_model(input_ids=ids, cache=self._cache, use_cache=True).last_hidden_state[0, -1]
-        self._length += len(tokens)
+        hidden = self._run(self.model.base_model, tokens).last_hidden_state[0, -1]
         head = self.model.get_output_embeddings()
         rows = allowed_ids.to(self.device)
         sub = head.weight.index_select(0, rows).to(hidden.dtype) @ hidden
@@ -114,7 +113,7 @@ class HFModel:
         """
         from .cpu_linear import PackedFp16Linear
 
-        self._prefix_head: Any = None
+        self._prefix_head = None
         if n <= 0 or n >= self.vocab_size or not self.can_restrict_head:
             return False
         head = self.model.get_output_embeddings()
@@ -129,20 +128,13 @@ class HFModel:
     @property
     def head_prefix(self) -> int:
         """How many leading token ids :meth:`extend_prefix_head` scores (0: none set)."""
-        head = getattr(self, "_prefix_head", None)
-        return 0 if head is None else int(head.out_features)
+        return 0 if self._prefix_head is None else int(self._prefix_head.out_features)
 
     @torch.inference_mode()
     def extend_prefix_head(self, tokens: list[int]) -> torch.Tensor:
         """Append ``tokens``; return logits [V] for the last position, computed for the first
         :attr:`head_prefix` ids only (the others are -inf)."""
-        from transformers import DynamicCache
-
-        if self._cache is None:
-            self._cache = DynamicCache(config=self.config)
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        hidden = self.model.base_model(input_ids=ids, cache=self._cache, use_cache=True).last_hidden_state[0, -1:]
-        self._length += len(tokens)
+        hidden = self._run(self.model.base_model, tokens).last_hidden_state[0, -1:]
         sub = self._prefix_head(hidden)[0].float()
         logits = torch.full((self.vocab_size,), float("-inf"), device=self.device)
         logits[: sub.shape[0]] = sub
