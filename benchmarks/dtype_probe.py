@@ -57,7 +57,7 @@ def _load(name: str, dtype: str, cache_dir: str | None):
     folder = ms.converted_dir(name, "fp32", cache_dir)
     if not (folder / ms.META_FILE).is_file():
         folder = ms.ensure_converted(name, cache_dir, "fp32")
-    torch_dtype = {"fp32": torch.float32, "fp16w": torch.float32, "bf16": torch.bfloat16}[dtype]
+    torch_dtype = ms._torch_dtype(dtype)  # fp16w loads fp32, then packs
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, local_files_only=True).eval()
     if dtype == "fp16w":

@@ -189,10 +189,7 @@ class MaskTimer:
 
 def cold_masks(automaton: Any) -> None:
     """Forget the automaton's lazily built per-state masks, so every run pays for the states it visits."""
-    for attr in ("_mask_cache", "_allowed_cache", "_bool_cache"):
-        cache = getattr(automaton, attr, None)
-        if hasattr(cache, "clear"):
-            cache.clear()
+    automaton.clear_state_caches()
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -893,12 +890,13 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     from .api import DEFAULT_DRAFT, DEFAULT_TARGET
+    from .model_store import DTYPE_CHOICES
 
     p = argparse.ArgumentParser(prog="constrained-spec bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=DEFAULT_TARGET, help=f"target model (default {DEFAULT_TARGET})")
     p.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model (default {DEFAULT_DRAFT})")
     p.add_argument("--cache-dir", default=None)
-    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "fp16w", "bf16", "fp16"])
+    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
     p.add_argument("--out", default=None, help="output folder (default results/bench-<UTC timestamp>)")
     p.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, ks 2,4, greedy only")
     p.add_argument("--prompts", type=int, default=None, help="use the first N prompts of the workload (default all)")

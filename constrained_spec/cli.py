@@ -17,11 +17,12 @@ from .errors import ConstrainedSpecError, GrammarError
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     from .api import DEFAULT_DRAFT, DEFAULT_TARGET
+    from .model_store import DTYPE_CHOICES
 
     p.add_argument("--model", default=DEFAULT_TARGET, help=f"target: offline name, folder, .gguf or hub id (default {DEFAULT_TARGET})")
     p.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model, or 'none' for target-only decoding (default {DEFAULT_DRAFT})")
     p.add_argument("--cache-dir", default=None, help="cache for models and compiled automata (default: $CONSTRAINED_SPEC_CACHE or the user cache dir)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "fp16w", "bf16", "fp16"], help="weights dtype (auto: fastest measured here)")
+    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="weights dtype (auto: fastest measured here)")
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -88,6 +89,8 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .model_store import DTYPE_CHOICES
+
     parser = argparse.ArgumentParser(prog="constrained-spec", description="Exact grammar-constrained speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -113,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("fetch-models", help="download, verify and convert the default model pair ahead of time")
     f.add_argument("--cache-dir", default=None)
-    f.add_argument("--dtype", default="auto", choices=["auto", "fp32", "fp16w", "bf16", "fp16"])
+    f.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
     f.set_defaults(func=_cmd_fetch_models)
 
     c = sub.add_parser("coverage", help="run schema test files through the compiler (see `coverage --help`)", add_help=False)

@@ -395,6 +395,10 @@ _DTYPE_NAMES = {
 }
 
 
+#: the ``--dtype`` values of every command
+DTYPE_CHOICES = ("auto", "fp32", "fp16w", "bf16", "fp16")
+
+
 def normalize_dtype(dtype: Any) -> str:
     """``"fp32"``, ``"bf16"``, ``"fp16"``, ``"fp16w"`` or ``"auto"`` for a string or a torch dtype.
 
@@ -668,7 +672,7 @@ def resolve_model_path(
     src = lookup(spec)
     if src is not None and not os.path.exists(spec):
         tag = _concrete(dtype, src.role)
-        folder = ensure_converted(src.name, cache_dir, storage_dtype(tag), progress)
+        folder = ensure_converted(src.name, cache_dir, tag, progress)
         return ResolvedModel(spec, "short-name", str(folder), None, tag)
 
     tag = _concrete(dtype, role)

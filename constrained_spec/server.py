@@ -439,6 +439,7 @@ def _stream_events(cid: str, created: int, model: str, message: dict, finish: st
 
 def build_parser() -> argparse.ArgumentParser:
     from .api import DEFAULT_DRAFT, DEFAULT_TARGET
+    from .model_store import DTYPE_CHOICES
 
     p = argparse.ArgumentParser(prog="constrained-spec serve", description="Serve an OpenAI-compatible /v1/chat/completions endpoint.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
@@ -449,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=512, help="default max_tokens when a request gives none")
     p.add_argument("--max-tokens-limit", type=int, default=None, help="refuse requests asking for more max_tokens")
     p.add_argument("--cache-dir", default=None)
-    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
     p.add_argument("--max-queue", type=int, default=16, help="requests that may wait behind the running one (429 beyond)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request, waiting included (504 after)")
     p.add_argument("--model-name", default=None, help="the model id reported by /v1/models and in responses")

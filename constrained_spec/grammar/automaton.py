@@ -161,6 +161,13 @@ class CompiledAutomaton:
                 return None
         return state
 
+    def clear_state_caches(self) -> None:
+        """Forget the per-state masks built so far (they are rebuilt lazily on the next visit)."""
+        with self._lock:
+            self._mask_cache.clear()
+            self._allowed_cache.clear()
+            self._bool_cache.clear()
+
     def allowed_ids(self, state: int) -> np.ndarray:
         """Sorted int64 array of the token ids allowed in ``state`` (EOS ids only when final)."""
         cached = self._allowed_cache.get(state)
