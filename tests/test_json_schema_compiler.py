@@ -769,3 +769,9 @@ def test_not_required_forbids_an_undeclared_name():
     check(schema, good=[{"body": "x"}, {}], bad=[{"body": "x", "bodyValue": "y"}])
     schema = {"type": "object", "properties": {"a": {}, "b": {}}, "required": ["b"], "not": {"required": ["a", "b"]}}
     check(schema, good=[{"b": 1}], bad=[{"a": 1, "b": 1}])
+
+
+def test_excluding_integers_zero_and_one_keeps_booleans():
+    """``1 == True`` in Python: excluding the numbers 0 and 1 must not exclude the booleans."""
+    schema = {"type": ["boolean", "string"], "not": {"enum": [0, 1]}}
+    check(schema, good=[True, False, "x"], bad=[0, 1, None])

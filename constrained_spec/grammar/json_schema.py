@@ -1098,9 +1098,10 @@ class _Compiler:
             r = self.compile_enum(flat)
             return [] if r is None else [r]
         excluded = [v for _, vals in getattr(flat, "excluded", []) for v in vals]
+        exb = [v for v in excluded if isinstance(v, bool)]  # 1 == True in Python: compare booleans only
         if excluded:
             ex_types = {_type_of(v) for v in excluded}
-            if True in excluded and False in excluded:
+            if True in exb and False in exb:
                 types.discard("boolean")
             for t in ("object", "array"):
                 if t in ex_types and t in types:
@@ -1123,7 +1124,6 @@ class _Compiler:
         elif "integer" in types:
             out.append(self.compile_number(flat, integer=True))
         if "boolean" in types:
-            exb = [v for _, vals in getattr(flat, "excluded", []) for v in vals if isinstance(v, bool)]
             out.append("false" if True in exb else "true" if False in exb else "(true|false)")
         if "null" in types:
             out.append("null")
