@@ -143,7 +143,6 @@ SPEC_FORMATS = frozenset({
     "json-pointer", "relative-json-pointer",
     "regex",
 })
-DRAFT3_ONLY_FORMATS = frozenset({"color", "style", "phone", "utc-millisec", "host-name", "ip-address"})
 
 
 def is_spec_format(name: str) -> bool:

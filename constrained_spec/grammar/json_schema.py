@@ -2234,7 +2234,7 @@ def _trim_unanchored(b, sa: bool, ea: bool):
     """Drop unbounded repetitions at unanchored ends (``.*`` absorbs them); None when the
     branch can match the empty string at an unanchored end (then every string matches)."""
     if not sa or not ea:
-        if ecma.node_len(b)[0] == 0 and _nullable(b):
+        if _nullable_node(b):
             return None
     if b[0] != "seq":
         b = ("seq", [b])
@@ -2255,10 +2255,6 @@ def _trim_unanchored(b, sa: bool, ea: bool):
     if not items and (not sa or not ea):
         return None
     return ("seq", items)
-
-
-def _nullable(node) -> bool:
-    return ecma.node_len(node)[0] == 0
 
 
 def _first(node):
