@@ -67,6 +67,10 @@ class TokenVocabulary:
         """The text the ids spell (EOS and unknown ids spell nothing)."""
         return b"".join(self.tokens.get(i, b"") for i in ids).decode("utf-8", errors="replace")
 
+    def text_stream(self) -> "TextStream":
+        """An incremental decoder: token ids in, text out, multi-byte characters kept whole."""
+        return TextStream(self)
+
     def check_same(self, other: "TokenVocabulary", what: str = "draft") -> None:
         """Raise VocabularyMismatchError unless ``other`` spells every id the same way."""
         if self.fingerprint == other.fingerprint:
@@ -77,6 +81,29 @@ class TokenVocabulary:
             f"EOS {self.eos_token_ids} vs {other.eos_token_ids}, {len(diff)} ids spelled differently"
             + (f" (first: id {diff[0]}: {self.tokens.get(diff[0])!r} vs {other.tokens.get(diff[0])!r})" if diff else "")
         )
+
+
+class TextStream:
+    """Token ids -> text, piece by piece, for streaming.
+
+    A token may end inside a multi-byte UTF-8 character (byte-level BPE and byte fallback split
+    them); those bytes are held back until the character is complete. The pieces of
+    :meth:`push` plus :meth:`flush` concatenate to ``vocab.decode(all ids)`` exactly.
+    """
+
+    def __init__(self, vocab: TokenVocabulary) -> None:
+        import codecs
+
+        self._tokens = vocab.tokens
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, ids: Iterable[int]) -> str:
+        """The text that the new ids complete (may be empty)."""
+        return self._decoder.decode(b"".join(self._tokens.get(i, b"") for i in ids))
+
+    def flush(self) -> str:
+        """What is still held back (an unfinished character comes out as U+FFFD, as in decode)."""
+        return self._decoder.decode(b"", final=True)
 
 
 def _detect_kind(tokenizer: Any, pieces: list[str]) -> str:
