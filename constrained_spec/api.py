@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -34,7 +34,17 @@ DRAFT_CONFIDENCE = 0.3
 DRAFT_HEAD_TOKENS = 48_000
 PROPOSERS = ("draft", "grammar", "lookup")
 
-__all__ = ["Generator", "GenerationResult", "Regex", "generate", "generate_json", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
+__all__ = ["Generator", "GenerationResult", "Regex", "generate", "generate_json", "schema_hint", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
+
+
+def schema_hint(schema: Any, subject: str = "Answer with a single JSON value") -> str:
+    """The prompt sentence that gives the model the JSON Schema its answer follows.
+
+    The one place this text is written: ``Generator.prompt_ids`` appends it (after a blank line)
+    to the last message, the function-calling prompts of :mod:`constrained_spec.tools` use it
+    with their own ``subject`` for a reply's ``content``. The schema is ``json.dumps``'d as is.
+    """
+    return f"{subject} that follows this JSON Schema:\n" + json.dumps(schema)
 
 
 @dataclass
@@ -45,6 +55,7 @@ class GenerationResult:
     text: str
     token_ids: list[int]
     stats: DecodeStats
+    prompt_tokens: int = 0  # the prompt's length in tokens, chat template and schema hint included
 
 
 @dataclass(frozen=True)
@@ -192,14 +203,29 @@ class Generator:
         return compiled
 
     # -- prompts --------------------------------------------------------------------------------
-    def prompt_ids(self, prompt: str | list[dict], spec: OutputSpec | None = None, schema_in_prompt: bool = True) -> list[int]:
-        """Token ids of the prompt, through the chat template when the tokenizer has one."""
+    def prompt_ids(
+        self,
+        prompt: str | list[dict],
+        spec: OutputSpec | None = None,
+        schema_in_prompt: bool = True,
+        tools: Sequence[dict] | None = None,
+    ) -> list[int]:
+        """Token ids of the prompt, through the chat template when the tokenizer has one.
+
+        ``tools``: OpenAI tool dicts handed to the chat template (``apply_chat_template(...,
+        tools=tools)``), for function calling with a template that renders tools itself;
+        :func:`constrained_spec.tools.tool_prompt` gives them (and the messages to go with them)
+        only for such templates. A tokenizer without a chat template cannot take them.
+        """
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
         if schema_in_prompt and spec is not None and spec.schema is not None:
-            hint = "\n\nAnswer with a single JSON value that follows this JSON Schema:\n" + json.dumps(spec.schema)
-            messages[-1]["content"] = str(messages[-1]["content"]) + hint
+            messages[-1]["content"] = str(messages[-1]["content"]) + "\n\n" + schema_hint(spec.schema)
+        if tools and not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError("tools= needs a tokenizer with a chat template; without one, spell the tools in the "
+                             "messages (constrained_spec.tools.tool_prompt_messages)")
         if getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            extra = {"tools": list(tools)} if tools else {}
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         else:
             text = "\n".join(str(m["content"]) for m in messages) + "\n"
@@ -222,6 +248,8 @@ class Generator:
         proposers: Sequence[str] | None = None,
         adaptive: bool | None = None,
         draft_confidence: float | None = None,
+        on_tokens: Callable[[list[int]], None] | None = None,
+        tools: Sequence[dict] | None = None,
     ) -> GenerationResult:
         """Generate one value of ``output_type``; returns it with its text and stats.
 
@@ -231,10 +259,15 @@ class Generator:
         ``num_draft_tokens`` as the upper bound; ``draft_confidence`` ends a draft block after a
         token the draft model gives less than this probability (0 = never). Every combination
         samples the same distribution.
+
+        ``on_tokens`` (streaming) is called from the decode loop, under the generator's lock, with
+        each step's newly committed token ids: final (never rolled back), EOS excluded; together
+        they are ``result.token_ids``. An exception it raises ends the generation there (and
+        propagates). ``tools``: OpenAI tool dicts for the chat template (see :meth:`prompt_ids`).
         """
         compiled = self.compile(output_type)
         policy = SamplingPolicy(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-        ids = self.prompt_ids(prompt, compiled.spec, schema_in_prompt)
+        ids = self.prompt_ids(prompt, compiled.spec, schema_in_prompt, tools=tools)
         k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
         sources = set(self.proposers if proposers is None else proposers)
         unknown = sources - set(PROPOSERS)
@@ -259,10 +292,11 @@ class Generator:
                 lookup="lookup" in sources,
                 draft_length=self.draft_length if adaptive else None,
                 draft_confidence=self.draft_confidence if draft_confidence is None else draft_confidence,
+                on_tokens=on_tokens,
             )
             result = decoder.run(ids)
         text = self.vocab.decode(result.token_ids)
-        return GenerationResult(compiled.parse(text), text, result.token_ids, result.stats)
+        return GenerationResult(compiled.parse(text), text, result.token_ids, result.stats, prompt_tokens=len(ids))
 
     def generate(self, prompt: str | list[dict], output_type: Any, **options: Any) -> Any:
         """The value only: a Pydantic instance, a dict/list/... for a JSON Schema, a str for Regex."""

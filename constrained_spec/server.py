@@ -17,10 +17,21 @@
   - ``model`` is accepted but not checked (one model is served). ``n`` must be 1; ``stop``,
     ``logprobs`` and non-zero penalties are refused with a 400 (they would change what the
     constraint guarantees or the sampled distribution).
-  - ``stream: true`` answers with server-sent events. The value is generated in full first (the
-    decode loop has no streaming hook), then sent as one content (or tool-call) chunk, a final
-    chunk with ``finish_reason``, an optional usage chunk (``stream_options.include_usage``) and
-    ``data: [DONE]``. Errors therefore still arrive as ordinary HTTP errors.
+  - ``stream: true`` answers with server-sent events (``chat.completion.chunk``): a chunk with
+    the role, then the content as it is generated (the decoder's ``on_tokens`` hook hands over
+    each step's final tokens; a multi-byte character split across tokens is held back until it
+    is whole), a chunk with ``finish_reason`` (and the decoding stats), an optional usage chunk
+    (``stream_options.include_usage``) and ``data: [DONE]``. The deltas concatenate to exactly
+    the non-streamed ``content``. Tool-enabled requests stream the role chunk at once but their
+    tool calls (or the ``"auto"`` text reply) as one chunk at the end: the model writes a
+    wrapper object (``{"name", "arguments"}``, ``{"tool_calls": [...]}`` or ``{"content": ...}``)
+    whose arguments are re-serialised after validation, so streaming its raw text would need an
+    incremental JSON reader and would not concatenate to the non-streamed arguments string.
+    Errors found before decoding starts (a schema that does not compile, a full queue, a timeout
+    while waiting) are ordinary HTTP errors; later ones (token budget, post-validation, timeout)
+    arrive as an ``{"error": {...}}`` event followed by ``data: [DONE]``. Content is sent before
+    the finished value is validated: the grammar guarantees it, and a value that should still
+    fail validation ends the stream with such an error event.
 
   The response has the OpenAI shape (``choices[0].message.content`` holds the JSON text, or
   ``tool_calls``), ``usage``, and an extra ``constrained_spec`` field with the decoding stats.
@@ -34,8 +45,8 @@ a request that outlives ``request_timeout`` is 504. Invalid output is never retu
 
 One generation runs at a time (the Generator holds one KV cache): requests wait in a bounded
 queue of ``max_queue`` behind the running one. A timed-out request that has not started is
-dropped; one already decoding runs to its end (the decode loop cannot be interrupted from
-outside) and its result is discarded.
+dropped; one already decoding stops after its current decode step (the ``on_tokens`` hook
+raises), as does a stream whose client went away.
 
 ``main(argv)`` runs the server with uvicorn (``constrained-spec serve``), on 127.0.0.1 unless
 ``--host`` says otherwise.
@@ -76,7 +87,7 @@ from .tools import (
     parse_tool_output,
     plain_messages,
     tool_call_schema,
-    tool_prompt_messages,
+    tool_prompt,
 )
 
 __all__ = ["create_app", "main", "ChatCompletionRequest", "APIError", "GenerationQueue"]
@@ -166,12 +177,18 @@ class QueueTimeout(Exception):
     """A request outlived the timeout (waiting and/or decoding)."""
 
 
+class Cancelled(Exception):
+    """Raised from the ``on_tokens`` hook to stop a generation nobody waits for any more."""
+
+
 class GenerationQueue:
     """Runs jobs one at a time on a worker thread, with a bounded wait queue and a timeout.
 
     ``max_queue`` requests may wait behind the running one; more are refused with
     :class:`QueueFull`. ``timeout`` (seconds, None for none) covers waiting plus running; a job
-    that times out before it starts is skipped, a running one finishes and is discarded.
+    that times out before it starts is skipped; for a running one ``cancel`` is set (a job
+    that checks it, as the server's ``on_tokens`` hook does, stops early) and its result is
+    discarded.
     """
 
     def __init__(self, max_queue: int = 16, timeout: float | None = 600.0) -> None:
@@ -187,12 +204,12 @@ class GenerationQueue:
     def waiting(self) -> int:
         return max(self.pending - 1, 0)
 
-    async def run(self, fn: Callable[[], Any]) -> Any:
+    async def run(self, fn: Callable[[], Any], cancel: threading.Event | None = None) -> Any:
         with self._lock:
             if self.pending > self.max_queue:
                 raise QueueFull()
             self.pending += 1
-        abandoned = threading.Event()
+        abandoned = cancel if cancel is not None else threading.Event()
 
         def job() -> Any:
             try:
@@ -204,6 +221,7 @@ class GenerationQueue:
                     self.pending -= 1
 
         future = asyncio.get_running_loop().run_in_executor(self._executor, job)
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # a discarded job's error is not "never retrieved"
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.timeout)
         except asyncio.TimeoutError as exc:
@@ -225,9 +243,10 @@ class _Plan:
     mode: Literal["text", "json", "tools"]
     tools: list = field(default_factory=list)
     content_is_text: bool = True  # for mode tools: whether the reply branch is a plain string
+    template_tools: list[dict] | None = None  # tool dicts for the chat template's own tool rendering
 
 
-def _plan(req: ChatCompletionRequest) -> _Plan:
+def _plan(req: ChatCompletionRequest, tokenizer: Any = None) -> _Plan:
     rf = req.response_format or {"type": "text"}
     rf_type = rf.get("type")
     content_schema: Any = None
@@ -252,8 +271,8 @@ def _plan(req: ChatCompletionRequest) -> _Plan:
     if tools and choice != "none":
         parallel = bool(req.parallel_tool_calls)
         schema = tool_call_schema(tools, requested, parallel=parallel, content_schema=content_schema)
-        prompt = tool_prompt_messages(req.messages, tools, requested, parallel=parallel, content_schema=content_schema)
-        return _Plan(schema, prompt, bool(explicit), "tools", "tools", tools, content_schema is None)
+        prompt, template_tools = tool_prompt(tokenizer, req.messages, tools, requested, parallel=parallel, content_schema=content_schema)
+        return _Plan(schema, prompt, bool(explicit), "tools", "tools", tools, content_schema is None, template_tools)
     prompt = plain_messages(req.messages)
     if content_schema is None:
         return _Plan(FREE_TEXT, prompt, False, "response_format", "text")
@@ -342,63 +361,161 @@ def create_app(
         if max_tokens is not None and max_tokens_limit is not None and max_tokens > max_tokens_limit:
             raise APIError(400, f"max_tokens={max_tokens} exceeds this server's limit of {max_tokens_limit}", param="max_tokens")
         try:
-            plan = _plan(req)
+            plan = _plan(req, getattr(generator, "tokenizer", None))
         except Exception as exc:  # noqa: BLE001
             raise api_error(exc, param="tools" if req.tools else "response_format") from exc
 
-        def work() -> tuple[Any, int]:
-            options: dict[str, Any] = {
-                "temperature": 1.0 if req.temperature is None else req.temperature,
-                "top_p": 1.0 if req.top_p is None else req.top_p,
-                "top_k": req.top_k or 0,
-                "seed": req.seed,
-                "schema_in_prompt": plan.schema_in_prompt,
-            }
-            if max_tokens is not None:
-                options["max_new_tokens"] = max_tokens
-            if req.num_draft_tokens is not None:
-                options["num_draft_tokens"] = req.num_draft_tokens
-            result = generator.run(plan.prompt, plan.output_type, **options)
-            return result, _prompt_tokens(generator, plan)
-
-        try:
-            result, prompt_tokens = await queue.run(work)
-        except QueueFull:
-            raise APIError(429, f"the server is busy: {queue.max_queue} requests are already waiting; retry later",
-                           type="rate_limit_error", code="queue_full") from None
-        except QueueTimeout:
-            raise APIError(504, f"the request did not finish within {request_timeout} s", type="timeout_error", code="timeout") from None
-        except Exception as exc:  # noqa: BLE001
-            raise api_error(exc, param=plan.param) from exc
-
+        options: dict[str, Any] = {
+            "temperature": 1.0 if req.temperature is None else req.temperature,
+            "top_p": 1.0 if req.top_p is None else req.top_p,
+            "top_k": req.top_k or 0,
+            "seed": req.seed,
+            "schema_in_prompt": plan.schema_in_prompt,
+        }
+        if max_tokens is not None:
+            options["max_new_tokens"] = max_tokens
+        if req.num_draft_tokens is not None:
+            options["num_draft_tokens"] = req.num_draft_tokens
+        if plan.template_tools:
+            options["tools"] = plan.template_tools
         completion_id = "chatcmpl-" + uuid.uuid4().hex[:24]
         created = int(time.time())
-        message, finish = _message(plan, result)
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(result.token_ids),
-                 "total_tokens": prompt_tokens + len(result.token_ids)}
-        extra = {"stats": result.stats.as_dict(), "mode": plan.mode}
-        if not req.stream:
-            return {
-                "id": completion_id, "object": "chat.completion", "created": created, "model": name,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-                "usage": usage, "system_fingerprint": None, "constrained_spec": extra,
-            }
-        include_usage = bool((req.stream_options or {}).get("include_usage"))
-        events = _stream_events(completion_id, created, name, message, finish, usage if include_usage else None, extra)
-        return StreamingResponse(iter(events), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        if req.stream:
+            include_usage = bool((req.stream_options or {}).get("include_usage"))
+            return await _stream(plan, options, completion_id, created, include_usage)
 
+        cancel = threading.Event()
+
+        def stop_if_cancelled(_: list[int]) -> None:
+            if cancel.is_set():
+                raise Cancelled()
+
+        try:
+            result = await queue.run(lambda: generator.run(plan.prompt, plan.output_type, on_tokens=stop_if_cancelled, **options), cancel)
+        except Exception as exc:  # noqa: BLE001
+            raise _request_error(exc, plan) from exc
+
+        message, finish = _message(plan, result)
+        return {
+            "id": completion_id, "object": "chat.completion", "created": created, "model": name,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "usage": _usage(result), "system_fingerprint": None, "constrained_spec": _extra(plan, result),
+        }
+
+    def _request_error(exc: BaseException, plan: _Plan) -> APIError:
+        if isinstance(exc, QueueFull):
+            return APIError(429, f"the server is busy: {queue.max_queue} requests are already waiting; retry later",
+                            type="rate_limit_error", code="queue_full")
+        if isinstance(exc, QueueTimeout):
+            return APIError(504, f"the request did not finish within {request_timeout} s", type="timeout_error", code="timeout")
+        return api_error(exc, param=plan.param)
+
+    async def _stream(plan: _Plan, options: dict, cid: str, created: int, include_usage: bool) -> Any:
+        """Start the generation; once it is compiled and about to decode, answer with its SSE stream."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        cancel = threading.Event()
+        vocab = getattr(generator, "vocab", None)
+        stream_text = plan.mode != "tools" and hasattr(vocab, "text_stream")
+
+        def put(item: tuple) -> None:  # from the worker thread
+            loop.call_soon_threadsafe(events.put_nowait, item)
+
+        def on_tokens(ids: list[int]) -> None:
+            if cancel.is_set():
+                raise Cancelled()
+            if stream_text:
+                put(("tokens", list(ids)))
+
+        def work() -> Any:
+            compile_ = getattr(generator, "compile", None)
+            if callable(compile_):
+                compile_(plan.output_type)  # cached: run() finds it; a bad schema is still an HTTP 400
+            put(("ready", None))
+            return generator.run(plan.prompt, plan.output_type, on_tokens=on_tokens, **options)
+
+        async def produce() -> None:
+            try:
+                result = await queue.run(work, cancel)
+            except Exception as exc:  # noqa: BLE001 - every failure reaches the client
+                events.put_nowait(("error", exc))
+            else:
+                events.put_nowait(("done", result))  # after every ("tokens", ...): same loop, FIFO
+
+        task = asyncio.ensure_future(produce())
+        running_tasks.add(task)
+        task.add_done_callback(running_tasks.discard)
+        try:
+            kind, payload = await events.get()
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
+        if kind == "error":
+            raise _request_error(payload, plan) from payload
+        base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name, "system_fingerprint": None}
+
+        def chunk(delta: dict, finish_reason: str | None = None, **more: Any) -> str:
+            return _sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}], **more})
+
+        def error_event(exc: BaseException) -> list[str]:
+            return [_sse(_request_error(exc, plan).body()), "data: [DONE]\n\n"]
+
+        async def body() -> Any:
+            text = vocab.text_stream() if stream_text else None
+            sent: list[str] = []
+            try:
+                yield chunk({"role": "assistant", "content": None if plan.mode == "tools" else ""})
+                while True:
+                    kind, payload = await events.get()
+                    if kind == "tokens":
+                        piece = text.push(payload)
+                        if piece:
+                            sent.append(piece)
+                            yield chunk({"content": piece})
+                        continue
+                    if kind == "error":
+                        for event in error_event(payload):
+                            yield event
+                        return
+                    result = payload
+                    try:
+                        message, finish = _message(plan, result)
+                    except Exception as exc:  # noqa: BLE001
+                        for event in error_event(exc):
+                            yield event
+                        return
+                    if message.get("tool_calls"):
+                        yield chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]})
+                    elif message.get("content") is not None:
+                        so_far, content = "".join(sent), message["content"]
+                        if not content.startswith(so_far):  # cannot happen: content is the decoded token ids
+                            for event in error_event(RuntimeError("the streamed text differs from the generated value")):
+                                yield event
+                            return
+                        if content[len(so_far):]:
+                            yield chunk({"content": content[len(so_far):]})
+                    yield chunk({}, finish, constrained_spec=_extra(plan, result))
+                    if include_usage:
+                        yield _sse({**base, "choices": [], "usage": _usage(result)})
+                    yield "data: [DONE]\n\n"
+                    return
+            finally:
+                cancel.set()  # finished, or the client went away: a generation still running stops at its next step
+
+        return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    running_tasks: set = set()
     return app
 
 
-def _prompt_tokens(generator: Any, plan: _Plan) -> int:
-    """The prompt's length in tokens, counted the way ``Generator.run`` builds it."""
-    from types import SimpleNamespace
+def _usage(result: Any) -> dict:
+    prompt_tokens = int(getattr(result, "prompt_tokens", 0) or 0)  # counted by Generator.run when it tokenized the prompt
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": len(result.token_ids),
+            "total_tokens": prompt_tokens + len(result.token_ids)}
 
-    schema = plan.output_type if isinstance(plan.output_type, (dict, bool)) else None
-    try:
-        return len(generator.prompt_ids(plan.prompt, SimpleNamespace(schema=schema), plan.schema_in_prompt))
-    except Exception:  # noqa: BLE001 - a generator without these helpers: usage is best effort
-        return 0
+
+def _extra(plan: _Plan, result: Any) -> dict:
+    return {"stats": result.stats.as_dict(), "mode": plan.mode}
 
 
 def _message(plan: _Plan, result: Any) -> tuple[dict, str]:
@@ -414,24 +531,6 @@ def _message(plan: _Plan, result: Any) -> tuple[dict, str]:
 
 def _sse(obj: Any) -> str:
     return "data: " + json.dumps(obj, ensure_ascii=False) + "\n\n"
-
-
-def _stream_events(cid: str, created: int, model: str, message: dict, finish: str, usage: dict | None, extra: dict) -> list[str]:
-    base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "system_fingerprint": None}
-
-    def chunk(delta: dict, finish_reason: str | None = None, **more: Any) -> str:
-        return _sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}], **more})
-
-    events = [chunk({"role": "assistant", "content": "" if message.get("content") is not None else None})]
-    if message.get("tool_calls"):
-        events.append(chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]}))
-    elif message.get("content"):
-        events.append(chunk({"content": message["content"]}))
-    events.append(chunk({}, finish, constrained_spec=extra))
-    if usage is not None:
-        events.append(_sse({**base, "choices": [], "usage": usage}))
-    events.append("data: [DONE]\n\n")
-    return events
 
 
 # -- command line ----------------------------------------------------------------------------

@@ -37,9 +37,12 @@ every value that results still validates against the original parameters, the mo
 invent keys. Parameters that use ``$ref`` are moved whole into the root ``$defs`` and their
 references rewritten, so nested Pydantic models keep working inside the combined schema.
 
-Prompting: :func:`tool_prompt_messages` puts the tool list and the reply format into a system
-message (works with any chat template); :func:`render_prompt` uses the tokenizer's own tool
-support (``apply_chat_template(messages, tools=...)``) when its template has one.
+Prompting: :func:`tool_prompt` gives the messages of a tool-enabled turn and the tool list to
+hand to the chat template: with a template that renders tools itself, the tools go to
+``apply_chat_template(messages, tools=...)`` (``Generator.run(..., tools=...)``) and only the
+reply format is added as a system message; otherwise :func:`tool_prompt_messages` puts the tool
+list and the reply format into a system message (works with any chat template).
+:func:`render_prompt` is the same as prompt text.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ __all__ = [
     "normalize_tool_choice",
     "parse_tool_output",
     "tool_prompt_messages",
+    "tool_prompt",
     "render_prompt",
     "template_supports_tools",
     "call_tool",
@@ -520,18 +524,21 @@ def template_supports_tools(tokenizer: Any) -> bool:
 
 
 def _format_instruction(tools: Sequence[Tool], choice: str, parallel: bool, content_schema: Any = None) -> str:
-    answer = "<your answer>" if content_schema is None else "<your answer as JSON following this schema: " + json.dumps(content_schema, ensure_ascii=False) + ">"
+    from .api import schema_hint
+
+    answer = "<your answer>"
+    content_hint = "" if content_schema is None else " " + schema_hint(content_schema, 'The value of "content" is a single JSON value')
     call = '{"name": "<tool name>", "arguments": {<arguments following the tool\'s parameters>}}'
     calls = '{"tool_calls": [' + call + ", ...]}" if parallel else call
     if choice == "none":
-        return 'Do not call a tool now. Reply with the JSON object {"content": ' + answer + "}."
+        return 'Do not call a tool now. Reply with the JSON object {"content": ' + answer + "}." + content_hint
     if choice.startswith("="):
         return f"Call the tool {choice[1:]!r} now. Reply with the JSON object " + (calls if parallel else call) + "."
     if choice == "required":
         return "Call one of the tools now. Reply with the JSON object " + calls + "."
     return (
         "To call a tool, reply with the JSON object " + calls + ". "
-        'To answer without a tool, reply with the JSON object {"content": ' + answer + "}."
+        'To answer without a tool, reply with the JSON object {"content": ' + answer + "}." + content_hint
     )
 
 
@@ -620,7 +627,7 @@ def tool_prompt_messages(
     return msgs
 
 
-def render_prompt(
+def tool_prompt(
     tokenizer: Any,
     messages: Sequence[Mapping[str, Any]] | str,
     tools: Iterable[Any] = (),
@@ -628,18 +635,19 @@ def render_prompt(
     *,
     parallel: bool = False,
     content_schema: Any = None,
-) -> str:
-    """Prompt text for a tool-enabled turn, ending where the assistant's reply starts.
+) -> tuple[list[dict], list[dict] | None]:
+    """The messages of a tool-enabled turn and the tool list for the chat template.
 
-    Uses the template's own tool rendering (``apply_chat_template(messages, tools=...)``) when it
-    has one, adding the reply-format line as a system message; otherwise the tools go into a
-    system message (:func:`tool_prompt_messages`). Without a chat template the contents are joined
-    by newlines.
+    When the tokenizer's template renders tools (:func:`template_supports_tools`, and a trial
+    render succeeds), returns the messages in the template's own form (tool calls with dict
+    arguments, ``tool`` turns kept) with the reply-format line added as a system message, and the
+    OpenAI tool dicts to pass as ``apply_chat_template(..., tools=...)`` (``Generator.run(...,
+    tools=...)``). Otherwise the tools are spelled in a system message
+    (:func:`tool_prompt_messages`) and the tool list is None. ``tokenizer`` may be None.
     """
     tool_list = normalize_tools(tools)
     if not tool_list:
-        msgs = plain_messages([{"role": "user", "content": messages}] if isinstance(messages, str) else messages)
-        return _apply_template(tokenizer, msgs, None)
+        return plain_messages([{"role": "user", "content": messages}] if isinstance(messages, str) else messages), None
     if template_supports_tools(tokenizer):
         choice = normalize_tool_choice(tool_choice, tool_list)
         msgs = [{"role": "user", "content": messages}] if isinstance(messages, str) else [dict(m) for m in messages]
@@ -651,17 +659,38 @@ def render_prompt(
                 ]
             if isinstance(m.get("content"), list):
                 m["content"] = _content_text(m["content"])
+            if m.get("role") == "developer":
+                m["role"] = "system"
         instruction = _format_instruction(tool_list, choice, parallel, content_schema)
         if msgs and msgs[0].get("role") == "system":
             msgs[0] = {**msgs[0], "content": (str(msgs[0].get("content") or "") + "\n\n" + instruction).strip()}
         else:
             msgs.insert(0, {"role": "system", "content": instruction})
+        openai_tools = [t.to_openai() for t in tool_list]
         try:
-            return _apply_template(tokenizer, msgs, [t.to_openai() for t in tool_list])
+            _apply_template(tokenizer, msgs, openai_tools)
+            return msgs, openai_tools
         except Exception:  # noqa: BLE001 - a template that chokes on tool turns: fall back to text
             pass
-    msgs = tool_prompt_messages(messages, tool_list, tool_choice, parallel=parallel, content_schema=content_schema)
-    return _apply_template(tokenizer, msgs, None)
+    return tool_prompt_messages(messages, tool_list, tool_choice, parallel=parallel, content_schema=content_schema), None
+
+
+def render_prompt(
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, Any]] | str,
+    tools: Iterable[Any] = (),
+    tool_choice: Any = "auto",
+    *,
+    parallel: bool = False,
+    content_schema: Any = None,
+) -> str:
+    """Prompt text for a tool-enabled turn, ending where the assistant's reply starts.
+
+    The messages of :func:`tool_prompt` through the chat template (with its tool list when the
+    template renders tools). Without a chat template the contents are joined by newlines.
+    """
+    msgs, template_tools = tool_prompt(tokenizer, messages, tools, tool_choice, parallel=parallel, content_schema=content_schema)
+    return _apply_template(tokenizer, msgs, template_tools)
 
 
 def _apply_template(tokenizer: Any, messages: list[dict], tools: list[dict] | None) -> str:
@@ -687,12 +716,17 @@ def generate_tool_calls(
 ) -> ToolReply:
     """Run ``generator`` for one tool-enabled turn; returns content or validated tool calls.
 
-    ``options`` go to :meth:`Generator.run` (temperature, seed, max_new_tokens, ...). The tool
-    list and reply format are put in a system message, so the JSON Schema is not appended again.
+    ``options`` go to :meth:`Generator.run` (temperature, seed, max_new_tokens, ...). The prompt
+    comes from :func:`tool_prompt` (the template's own tool rendering where it has one, else a
+    system message listing the tools); the reply format is in it, so the JSON Schema is not
+    appended again.
     """
     tool_list = normalize_tools(tools)
     schema = tool_call_schema(tool_list, tool_choice, parallel=parallel, max_calls=max_calls, content_schema=content_schema)
-    prompt = tool_prompt_messages(messages, tool_list, tool_choice, parallel=parallel, content_schema=content_schema)
+    prompt, template_tools = tool_prompt(getattr(generator, "tokenizer", None), messages, tool_list, tool_choice,
+                                         parallel=parallel, content_schema=content_schema)
+    if template_tools:
+        options["tools"] = template_tools
     options.setdefault("schema_in_prompt", False)
     result = generator.run(prompt, schema, **options)
     reply = parse_tool_output(result.value, tool_list)

@@ -202,6 +202,105 @@ def test_stream_of_a_tool_call(client):
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
+def stream_events(client, body):
+    """The parsed events of a streamed request (``[DONE]`` last, as a string)."""
+    with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+        assert r.status_code == 200, r.read()
+        lines = [line for line in r.iter_lines() if line]
+    assert all(line.startswith("data: ") for line in lines) and lines[-1] == "data: [DONE]"
+    return [json.loads(line[6:]) for line in lines[:-1]]
+
+
+def content_deltas(chunks):
+    return [c["choices"][0]["delta"]["content"] for c in chunks if c.get("choices") and c["choices"][0]["delta"].get("content")]
+
+
+@pytest.mark.parametrize("body", [
+    {"response_format": json_format(PERSON), "temperature": 1.0, "seed": 4},
+    {"temperature": 1.0, "seed": 5, "max_tokens": 24},  # free text: random GPT-2 tokens, split multi-byte characters included
+])
+def test_streamed_deltas_are_the_non_streamed_content(client, body):
+    body = {"messages": USER, **body}
+    whole = client.post("/v1/chat/completions", json=body).json()
+    chunks = stream_events(client, {**body, "stream_options": {"include_usage": True}})
+    deltas = content_deltas(chunks)
+    message = whole["choices"][0]["message"]
+    assert "".join(deltas) == message["content"]
+    assert len(deltas) >= 2 and whole["usage"]["completion_tokens"] > 1  # streamed as generated, not in one piece
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    finals = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert [f["choices"][0]["finish_reason"] for f in finals] == [whole["choices"][0]["finish_reason"]]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole["usage"]
+    assert len({c["id"] for c in chunks}) == 1
+
+
+def test_stream_without_include_usage_has_no_usage_chunk(client):
+    chunks = stream_events(client, {"messages": USER, "seed": 1, "temperature": 1.0, "response_format": json_format(PERSON)})
+    assert all(c["choices"] for c in chunks) and "usage" not in chunks[-1]
+
+
+def test_stream_error_before_decoding_is_an_http_error(client):
+    body = {"messages": USER, "stream": True, "response_format": json_format({"type": "array", "uniqueItems": True})}
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_schema_keyword"
+
+
+def test_stream_error_mid_stream_is_an_error_event_then_done(client):
+    chunks = stream_events(client, {"messages": USER, "seed": 1, "temperature": 1.0, "response_format": json_format(PERSON), "max_tokens": 2})
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["error"]["code"] == "token_budget_exceeded" and "ran out" in chunks[-1]["error"]["message"]
+    assert not any(c.get("choices") and c["choices"][0]["finish_reason"] for c in chunks)
+
+
+def test_prompt_is_tokenized_once_and_counted(client, generator, monkeypatch):
+    calls = []
+    real = generator.prompt_ids
+
+    def counting(*args, **kwargs):
+        ids = real(*args, **kwargs)
+        calls.append(len(ids))
+        return ids
+
+    monkeypatch.setattr(generator, "prompt_ids", counting)
+    body = post(client, response_format=json_format(PERSON), temperature=1.0).json()
+    assert calls == [body["usage"]["prompt_tokens"]] and calls[0] > 0
+
+
+class RecordingGenerator:
+    """Returns a fixed tool call; records the options and prompt of each run; has a tokenizer."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.runs = []
+
+    def run(self, prompt, output_type, **options):
+        self.runs.append((prompt, options))
+        value = {"name": "add", "arguments": {"a": 1, "b": 2}}
+        return SimpleNamespace(value=value, text=json.dumps(value), token_ids=[1] * 5, stats=DecodeStats(generated_tokens=5, stop_reason="eos"))
+
+
+class ToolTemplateTokenizer:
+    chat_template = "{% if tools %}{{ tools }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}"
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True, **kwargs):
+        return "|".join(str(m.get("content")) for m in messages)
+
+
+def test_tools_go_to_a_chat_template_that_renders_them():
+    gen = RecordingGenerator(ToolTemplateTokenizer())
+    with TestClient(create_app(gen)) as c:
+        r = c.post("/v1/chat/completions", json={"messages": USER, "tools": TOOLS, "tool_choice": "required"})
+        assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "tool_calls"
+    prompt, options = gen.runs[-1]
+    assert [t["function"]["name"] for t in options["tools"]] == ["get_weather", "add"]
+    assert prompt[0]["role"] == "system" and "get_weather" not in prompt[0]["content"]  # the template lists them
+    gen = RecordingGenerator(SimpleNamespace(chat_template="{% for m in messages %}{{ m.content }}{% endfor %}"))
+    with TestClient(create_app(gen)) as c:
+        c.post("/v1/chat/completions", json={"messages": USER, "tools": TOOLS, "tool_choice": "required"})
+    prompt, options = gen.runs[-1]
+    assert "tools" not in options and "get_weather" in prompt[0]["content"]  # fallback: spelled in a system message
+
+
 # -- queue and timeout, with a generator that blocks until released --------------------------
 
 
@@ -262,6 +361,37 @@ def test_request_timeout_is_a_504_and_the_waiting_job_is_dropped():
         first.join(10)
         _wait_for(lambda: app.state.queue.pending == 0)
         assert gen.started == 1  # the timed-out request never ran
+
+
+class LoopingGenerator:
+    """Commits a token every 10 ms for up to 10 s through on_tokens; records how it ended."""
+
+    def __init__(self):
+        self.ended = threading.Event()
+        self.how = None
+
+    def run(self, prompt, output_type, *, on_tokens=None, **options):
+        try:
+            for _ in range(1000):
+                on_tokens([1])
+                time.sleep(0.01)
+            self.how = "finished"
+        except server.Cancelled:
+            self.how = "cancelled"
+            raise
+        finally:
+            self.ended.set()
+        return SimpleNamespace(value={}, text="{}", token_ids=[1], stats=DecodeStats(generated_tokens=1, stop_reason="eos"))
+
+
+def test_a_timed_out_running_generation_stops_at_its_next_step():
+    gen = LoopingGenerator()
+    app = create_app(gen, request_timeout=0.3)
+    with TestClient(app) as c:
+        r = c.post("/v1/chat/completions", json={"messages": USER, "response_format": {"type": "json_object"}})
+        assert r.status_code == 504
+        assert gen.ended.wait(3) and gen.how == "cancelled"
+        _wait_for(lambda: app.state.queue.pending == 0)
 
 
 # -- the serve entry point -------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import date
+from types import SimpleNamespace
 from typing import Annotated, Literal
 
 import jsonschema
@@ -24,6 +25,7 @@ from constrained_spec.tools import (
     render_prompt,
     tool_call_schema,
     tool_from_function,
+    tool_prompt,
     tool_prompt_messages,
 )
 
@@ -309,6 +311,47 @@ def test_render_prompt_uses_the_templates_tool_support():
     assert text.endswith("|TOOLS") and kwargs["tools"][0]["function"]["name"] == "add"
     assert messages[0]["role"] == "system" and "Call one of the tools" in messages[0]["content"]
     assert messages[2]["tool_calls"][0]["function"]["arguments"] == {"a": 1}  # dicts, as templates expect
+
+
+class _CallableTemplateTokenizer(_TemplateTokenizer):
+    """The stand-in, tokenizing each character as one id (what Generator.prompt_ids needs)."""
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [ord(ch) % 50 for ch in text]}
+
+
+def test_tool_prompt_hands_tools_to_a_template_that_renders_them():
+    msgs, tools = tool_prompt(_TemplateTokenizer(), "Weather?", [WEATHER, add], "auto")
+    assert [t["function"]["name"] for t in tools] == ["get_weather", "add"]
+    assert msgs[0]["role"] == "system" and "get_weather" not in msgs[0]["content"] and '"content"' in msgs[0]["content"]
+    assert msgs[1] == {"role": "user", "content": "Weather?"}
+    for tokenizer in (None, SimpleNamespace(chat_template="{{ messages }}")):  # no template / one without tools
+        msgs, tools = tool_prompt(tokenizer, "Weather?", [WEATHER], "auto")
+        assert tools is None and "get_weather" in msgs[0]["content"]
+
+
+def test_generator_prompt_ids_passes_tools_to_the_template():
+    from constrained_spec.api import Generator
+
+    tok = _CallableTemplateTokenizer()
+    msgs, tools = tool_prompt(tok, "Weather?", [WEATHER], "required")
+    ids = Generator.prompt_ids(SimpleNamespace(tokenizer=tok), msgs, None, False, tools=tools)
+    messages, kwargs = tok.calls[-1]
+    assert kwargs["tools"] == tools and messages == msgs and len(ids) == len("|".join(m["content"] for m in msgs) + "|TOOLS")
+    Generator.prompt_ids(SimpleNamespace(tokenizer=tok), "hi")
+    assert "tools" not in tok.calls[-1][1]
+    with pytest.raises(ValueError, match="chat template"):
+        Generator.prompt_ids(SimpleNamespace(tokenizer=SimpleNamespace(chat_template=None)), "hi", tools=tools)
+
+
+def test_content_schema_hint_is_the_shared_schema_hint():
+    from constrained_spec.api import schema_hint
+
+    content = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    for choice in ("auto", "none"):
+        text = tool_prompt_messages("Hi", [WEATHER], choice, content_schema=content)[0]["content"]
+        assert text.endswith(schema_hint(content, 'The value of "content" is a single JSON value'))
+    assert schema_hint({"type": "string"}) == 'Answer with a single JSON value that follows this JSON Schema:\n{"type": "string"}'
 
 
 def test_render_prompt_without_a_template(gpt2_tokenizer):
