@@ -9,12 +9,14 @@ target's masked argmax.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from typing import Callable, Sequence
 
 import numpy as np
 
 from .grammar.automaton import CompiledAutomaton
+from .vocab import TokenVocabulary
 
 
 class GrammarStrings:
@@ -24,12 +26,20 @@ class GrammarStrings:
     run of such bytes is the forced string (a property name with its quotes and colon, a closing
     bracket, the rest of an enum value once it is unambiguous). Its canonical tokenization by the
     target's tokenizer is the proposal, cut where the automaton would not accept a token.
+
+    The proposal also stops before a token at the string's end whose split depends on what
+    follows: where some allowed token could start inside that last token and run past the forced
+    string into the free text, the model may well write it (``":`` then ``"M`` rather than the
+    canonical ``":"`` then ``M``). Proposing it anyway costs a rejection and every draft forward
+    after it; leaving it to the draft model costs one forward.
     """
 
-    def __init__(self, automaton: CompiledAutomaton, encode: Callable[[str], list[int]], max_bytes: int = 256) -> None:
+    def __init__(self, automaton: CompiledAutomaton, encode: Callable[[str], list[int]], max_bytes: int = 256,
+                 stable_end: bool = True) -> None:
         self.automaton = automaton
         self.encode = encode
         self.max_bytes = max_bytes
+        self.stable_end = stable_end
         self._cache: dict[int, tuple[int, ...]] = {}
         self._lock = threading.Lock()
 
@@ -59,10 +69,48 @@ class GrammarStrings:
                 if s is None:
                     break
                 proposal.append(token)
+        if proposal and self.stable_end:
+            proposal = self._stable_prefix(state, raw, proposal)
         result = tuple(proposal)
         with self._lock:
             self._cache[state] = result
         return result
+
+
+    def _stable_prefix(self, state: int, raw: bytes, proposal: list[int]) -> list[int]:
+        """``proposal`` without its last token where that token's split depends on the free text after ``raw``."""
+        tokens = self.automaton.vocab.tokens
+        dfa, dead = self.automaton.dfa, self.automaton.dead
+        end_state = state
+        for b in raw:
+            end_state = int(dfa[end_state, b])
+        covered = sum(len(tokens[t]) for t in proposal)
+        start = covered - len(tokens[proposal[-1]])
+        by_bytes = sorted_token_bytes(self.automaton.vocab)
+        for j in range(start, len(raw)):
+            head = raw[j:]
+            i = bisect.bisect_right(by_bytes, head)  # tokens that extend ``head`` sort right after it
+            while i < len(by_bytes) and by_bytes[i].startswith(head):
+                s = end_state
+                for b in by_bytes[i][len(head) :]:
+                    s = int(dfa[s, b])
+                    if s == dead:
+                        break
+                else:
+                    return proposal[:-1]
+                i += 1
+        return proposal
+
+
+_SORTED_BYTES: dict[str, list[bytes]] = {}
+
+
+def sorted_token_bytes(vocab: TokenVocabulary) -> list[bytes]:
+    """The vocabulary's non-empty token byte strings, sorted (cached per vocabulary)."""
+    hit = _SORTED_BYTES.get(vocab.fingerprint)
+    if hit is None:
+        hit = _SORTED_BYTES[vocab.fingerprint] = sorted({b for b in vocab.tokens.values() if b})
+    return hit
 
 
 def prompt_lookup(context: Sequence[int], max_ngram: int = 3, min_ngram: int = 2, max_tokens: int = 8) -> list[int]:

@@ -1,0 +1,80 @@
+"""Zero-cost proposals: the grammar's forced strings (with a stable end) and prompt lookup."""
+
+from __future__ import annotations
+
+from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.proposers import GrammarStrings, prompt_lookup
+from constrained_spec.vocab import TokenVocabulary
+
+# A JSON-ish vocabulary where the key's closing quote, colon and the value's opening quote can be
+# split two ways: '":"' + 'M...' (canonical for the forced text alone) or '":' + '"M' (what a model
+# trained on whole documents writes when the value starts with M).
+PIECES = ['{"', "name", '":"', '":', '"', '"M', "M", "a", "x", '"}', "}", ":", ',"', "age", "1", "2"]
+TOKENS = {i: p.encode() for i, p in enumerate(PIECES)}
+EOS = len(PIECES)
+
+
+def vocab() -> TokenVocabulary:
+    return TokenVocabulary(tokens=dict(TOKENS), eos_token_ids=(EOS,), size=EOS + 1)
+
+
+def greedy_encode(text: str) -> list[int]:
+    """Longest-match tokenization (stands in for the tokenizer's canonical split)."""
+    by_text = {p: i for i, p in enumerate(PIECES)}
+    out, i = [], 0
+    while i < len(text):
+        for size in range(len(text) - i, 0, -1):
+            if text[i : i + size] in by_text:
+                out.append(by_text[text[i : i + size]])
+                i += size
+                break
+        else:
+            raise ValueError(text[i:])
+    return out
+
+
+def compile_regex(regex: str):
+    return AutomatonCompiler(vocab(), disk_cache=False, compile_timeout=None).compile(regex)
+
+
+def state_after(automaton, text: str) -> int:
+    state = automaton.initial_state
+    for token in greedy_encode(text):
+        state = automaton.next_state(state, token)
+    return state
+
+
+def names(ids) -> list[str]:
+    return [PIECES[i] for i in ids]
+
+
+def test_forced_string_stops_before_a_token_that_free_text_could_merge_into():
+    automaton = compile_regex(r'\{"name":"[Max]+"\}')
+    state = state_after(automaton, '{"name')
+    assert GrammarStrings(automaton, greedy_encode).forced_bytes(state) == b'":"'
+    # canonical: ['":"']; but '"M' could start at the value's quote and run into the free text
+    assert names(GrammarStrings(automaton, greedy_encode, stable_end=False).tokens(state)) == ['":"']
+    assert names(GrammarStrings(automaton, greedy_encode).tokens(state)) == []
+
+
+def test_forced_string_keeps_its_end_where_nothing_allowed_can_merge():
+    # The value is a number: no allowed token starts with '"' or ':' and runs on into digits.
+    automaton = compile_regex(r'\{"age":[12]+\}')
+    state = state_after(automaton, '{"age')
+    assert names(GrammarStrings(automaton, greedy_encode).tokens(state)) == ['":']
+    # A value starting with M can merge with the quote ('"M'); one starting with x cannot: keep it.
+    automaton = compile_regex(r'\{"name":"[ax]+"\}')
+    state = state_after(automaton, '{"name')
+    assert names(GrammarStrings(automaton, greedy_encode).tokens(state)) == ['":"']
+
+
+def test_forced_string_that_ends_the_document_is_kept_whole():
+    automaton = compile_regex(r'\{"name":"M"\}')
+    state = state_after(automaton, '{"name":"M')
+    assert names(GrammarStrings(automaton, greedy_encode).tokens(state)) == ['"}']
+
+
+def test_prompt_lookup_copies_what_followed_the_last_ngram():
+    context = [1, 2, 3, 4, 5, 9, 9, 2, 3]
+    assert prompt_lookup(context, max_ngram=3, min_ngram=2) == [4, 5, 9, 9, 2, 3]
+    assert prompt_lookup(context, max_ngram=3, min_ngram=3) == []
