@@ -62,7 +62,7 @@ def test_forced_string_keeps_its_end_where_nothing_allowed_can_merge():
     automaton = compile_regex(r'\{"age":[12]+\}')
     state = state_after(automaton, '{"age')
     assert names(GrammarStrings(automaton, greedy_encode).tokens(state)) == ['":']
-    # A value starting with M can merge with the quote ('"M'); one starting with x cannot: keep it.
+    # A value of a and x cannot merge with the quote (no '"a' or '"x' token): keep the whole string.
     automaton = compile_regex(r'\{"name":"[ax]+"\}')
     state = state_after(automaton, '{"name')
     assert names(GrammarStrings(automaton, greedy_encode).tokens(state)) == ['":"']
