@@ -220,9 +220,12 @@ class SpeculativeDecoder:
             return
         k = self.k if self.draft_length is None else self.draft_length.choose(self.k)
         k = min(k, remaining - 1)
+        before = len(self.committed)
         drafted, q_rows, states, sources = self.propose(k)
         result = self.verify_block(drafted, q_rows, states)
         self.accept_and_rollback(drafted, result, sources)
+        if self.draft_length is not None:
+            self.draft_length.observe_step(k, len(self.committed) - before, time.perf_counter() - t0)
 
     def _point_mass(self, token: int) -> torch.Tensor:
         q = torch.zeros(self.vocab_size)

@@ -4,6 +4,14 @@ Expected tokens from a block of k proposals with per-token acceptance a is (1 - 
 (the kept prefix plus the correction or bonus token); its cost is the draft forwards it needs plus
 one target forward over k+1 tokens, whose cost is measured per length (on CPUs it is far from
 linear: flat to 3 tokens in fp32 here, then a step). k maximises expected tokens per second.
+
+That formula assumes each token is kept independently with the same probability. Real acceptance
+comes in runs (a confident draft is right for several tokens; zero-cost grammar strings are
+nearly always kept), and blocks end early on their own after an unsure draft token, so the
+formula undervalues long blocks. Each k therefore also keeps its *measured* tokens and seconds per
+step; the formula's prediction counts as one step of prior, and a small optimism bonus for
+rarely tried k keeps every k measured now and then. With enough steps, the choice follows what
+each k really delivered.
 """
 
 from __future__ import annotations
@@ -62,10 +70,31 @@ class AdaptiveDraftLength:
         if proposed:
             self.model_share = self.decay * self.model_share + (1 - self.decay) * (model_proposed / proposed)
 
-    def rate(self, k: int) -> float:
-        """Predicted tokens per second for a block of k proposals."""
+    arm_decay: float = 0.95  # per observation of that k: about the last 20 steps count
+    optimism: float = 0.3  # bonus factor 1 + optimism / sqrt(1 + steps measured at k)
+    _tokens: dict[int, float] = field(default_factory=dict)
+    _seconds: dict[int, float] = field(default_factory=dict)
+    _steps: dict[int, float] = field(default_factory=dict)
+
+    def predicted(self, k: int) -> tuple[float, float]:
+        """The formula's expected tokens and seconds of one step with k proposals."""
         seconds = self.model_share * k * self.draft(1) + self.target(k + 1)
-        return expected_tokens(self.acceptance, k) / max(seconds, 1e-9)
+        return expected_tokens(self.acceptance, k), seconds
+
+    def observe_step(self, k: int, tokens: int, seconds: float) -> None:
+        """What one draft-verify step with (at most) k proposals committed, and what it cost."""
+        d = self.arm_decay
+        self._tokens[k] = d * self._tokens.get(k, 0.0) + tokens
+        self._seconds[k] = d * self._seconds.get(k, 0.0) + seconds
+        self._steps[k] = d * self._steps.get(k, 0.0) + 1
+
+    def rate(self, k: int) -> float:
+        """Tokens per second for steps of k proposals: measured, with the formula as one step of prior."""
+        tokens, seconds = self.predicted(k)
+        return (self._tokens.get(k, 0.0) + tokens) / max(self._seconds.get(k, 0.0) + seconds, 1e-9)
+
+    def _score(self, k: int) -> float:
+        return self.rate(k) * (1 + self.optimism / (1 + self._steps.get(k, 0.0)) ** 0.5)
 
     explore_every: int = 4  # after this many k = 0 steps, try the best k > 0 once (acceptance goes stale)
     _idle: int = 0
@@ -75,12 +104,12 @@ class AdaptiveDraftLength:
         top = self.max_k if limit is None else min(self.max_k, limit)
         if top <= 0:
             return 0
-        best = max(range(top + 1), key=self.rate)
+        best = max(range(top + 1), key=self._score)
         if best == 0:
             self._idle += 1
             if self._idle >= self.explore_every:
                 self._idle = 0
-                best = max(range(1, top + 1), key=self.rate)
+                best = max(range(1, top + 1), key=self._score)
         else:
             self._idle = 0
         return best

@@ -41,3 +41,19 @@ def test_cost_curve_interpolates():
     curve.observe(1, 1.0)
     curve.observe(5, 3.0)
     assert abs(curve(3) - 2.0) < 1e-9 and curve(9) == 3.0
+
+
+def test_measured_steps_override_the_formula():
+    """The i.i.d. formula prefers short blocks here; measured steps show long ones deliver more."""
+    policy = AdaptiveDraftLength(max_k=5, acceptance=0.6)
+    for n in range(1, 7):
+        policy.target.observe(n, 0.30)
+    policy.draft.observe(1, 0.08)
+    formula_pick = policy.choose()
+    assert formula_pick < 5
+    for _ in range(30):  # what really happened: k=5 steps commit 5 tokens in 0.5 s, short ones 1.5 in 0.35 s
+        for k in range(1, 6):
+            tokens, seconds = (5, 0.5) if k == 5 else (1.5, 0.35)
+            policy.observe_step(k, tokens, seconds)
+    assert policy.choose() == 5
+    assert policy.rate(5) > 2 * policy.rate(formula_pick)
