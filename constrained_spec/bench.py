@@ -528,7 +528,9 @@ def _hf_assist_record(gen: Any, prompt_ids: list[int], max_new_tokens: int) -> d
 def user_message(gen: Any, item: Any, spec: Any) -> str:
     """The user message ``Generator.prompt_ids`` sends (prompt plus the schema hint), for the peer."""
     if spec is not None and getattr(spec, "schema", None) is not None:
-        return item.prompt + "\n\nAnswer with a single JSON value that follows this JSON Schema:\n" + json.dumps(spec.schema)
+        from .api import schema_hint
+
+        return item.prompt + "\n\n" + schema_hint(spec.schema)
     return item.prompt
 
 
