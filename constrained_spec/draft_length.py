@@ -70,7 +70,7 @@ class AdaptiveDraftLength:
         if proposed:
             self.model_share = self.decay * self.model_share + (1 - self.decay) * (model_proposed / proposed)
 
-    arm_decay: float = 0.95  # per observation of that k: about the last 20 steps count
+    arm_decay: float = 0.95  # per step, for every k: about the last 20 steps count
     optimism: float = 0.3  # bonus factor 1 + optimism / sqrt(1 + steps measured at k)
     _tokens: dict[int, float] = field(default_factory=dict)
     _seconds: dict[int, float] = field(default_factory=dict)
@@ -82,11 +82,20 @@ class AdaptiveDraftLength:
         return expected_tokens(self.acceptance, k), seconds
 
     def observe_step(self, k: int, tokens: int, seconds: float) -> None:
-        """What one draft-verify step with (at most) k proposals committed, and what it cost."""
+        """What one draft-verify step with (at most) k proposals committed, and what it cost.
+
+        Every k's measurements fade with each step, not only the chosen one's: the best k depends
+        on the text (a long free-form string wants short blocks, JSON structure long ones), so a k
+        measured in other text must return to the prior and be tried again.
+        """
         d = self.arm_decay
-        self._tokens[k] = d * self._tokens.get(k, 0.0) + tokens
-        self._seconds[k] = d * self._seconds.get(k, 0.0) + seconds
-        self._steps[k] = d * self._steps.get(k, 0.0) + 1
+        for arm in self._steps:
+            self._tokens[arm] *= d
+            self._seconds[arm] *= d
+            self._steps[arm] *= d
+        self._tokens[k] = self._tokens.get(k, 0.0) + tokens
+        self._seconds[k] = self._seconds.get(k, 0.0) + seconds
+        self._steps[k] = self._steps.get(k, 0.0) + 1
 
     def rate(self, k: int) -> float:
         """Tokens per second for steps of k proposals: measured, with the formula as one step of prior."""

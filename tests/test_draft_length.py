@@ -56,4 +56,19 @@ def test_measured_steps_override_the_formula():
             tokens, seconds = (5, 0.5) if k == 5 else (1.5, 0.35)
             policy.observe_step(k, tokens, seconds)
     assert policy.choose() == 5
-    assert policy.rate(5) > 2 * policy.rate(formula_pick)
+    assert policy.rate(5) > 1.5 * policy.rate(formula_pick)
+
+
+def test_a_k_measured_in_other_text_returns_to_the_prior():
+    """Bad steps at k=5 (say in a long free-form string) must not shut k=5 out for good."""
+    policy = AdaptiveDraftLength(max_k=5, acceptance=0.9)
+    for n in range(1, 7):
+        policy.target.observe(n, 0.30)
+    policy.draft.observe(1, 0.05)
+    prior = policy.rate(5)
+    for _ in range(20):
+        policy.observe_step(5, 1, 0.6)  # k=5 did badly
+    assert policy.rate(5) < 0.5 * prior
+    for _ in range(200):
+        policy.observe_step(2, 3, 0.4)  # meanwhile only k=2 was chosen
+    assert abs(policy.rate(5) - prior) < 0.05 * prior
