@@ -619,9 +619,13 @@ def tool_prompt_messages(
         desc = f": {t.description}" if t.description else ""
         lines.append(f"- {t.name}{desc}\n  arguments: {json.dumps(t.parameters, ensure_ascii=False)}")
     lines.append(_format_instruction(tool_list, choice, parallel, content_schema))
-    text = "\n".join(lines)
+    return _with_system_text(msgs, "\n".join(lines))
+
+
+def _with_system_text(msgs: list[dict], text: str) -> list[dict]:
+    """``msgs`` with ``text`` appended to a leading system message, or in a new one."""
     if msgs and msgs[0].get("role") == "system":
-        msgs[0] = {"role": "system", "content": (str(msgs[0].get("content") or "") + "\n\n" + text).strip()}
+        msgs[0] = {**msgs[0], "content": (str(msgs[0].get("content") or "") + "\n\n" + text).strip()}
     else:
         msgs.insert(0, {"role": "system", "content": text})
     return msgs
@@ -661,11 +665,7 @@ def tool_prompt(
                 m["content"] = _content_text(m["content"])
             if m.get("role") == "developer":
                 m["role"] = "system"
-        instruction = _format_instruction(tool_list, choice, parallel, content_schema)
-        if msgs and msgs[0].get("role") == "system":
-            msgs[0] = {**msgs[0], "content": (str(msgs[0].get("content") or "") + "\n\n" + instruction).strip()}
-        else:
-            msgs.insert(0, {"role": "system", "content": instruction})
+        msgs = _with_system_text(msgs, _format_instruction(tool_list, choice, parallel, content_schema))
         openai_tools = [t.to_openai() for t in tool_list]
         try:
             _apply_template(tokenizer, msgs, openai_tools)
