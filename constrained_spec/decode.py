@@ -218,14 +218,20 @@ class SpeculativeDecoder:
             self._commit(forced)
             self.stats.forced_tokens += 1
             return
-        k = self.k if self.draft_length is None else self.draft_length.choose(self.k)
+        context = self._context(self.matcher.state) if self.draft_length is not None else ""
+        k = self.k if self.draft_length is None else self.draft_length.choose(self.k, context)
         k = min(k, remaining - 1)
         before = len(self.committed)
         drafted, q_rows, states, sources = self.propose(k)
         result = self.verify_block(drafted, q_rows, states)
         self.accept_and_rollback(drafted, result, sources)
         if self.draft_length is not None:
-            self.draft_length.observe_step(k, len(self.committed) - before, time.perf_counter() - t0)
+            self.draft_length.observe_step(k, len(self.committed) - before, time.perf_counter() - t0, context)
+
+    def _context(self, state: int) -> str:
+        """The kind of text at ``state`` for adaptive k: "free" where the grammar allows most of the
+        vocabulary (inside a free-form string), else "structure"."""
+        return "free" if self.matcher.automaton.allowed_ids(state).size > self.vocab_size // 2 else "structure"
 
     def _point_mass(self, token: int) -> torch.Tensor:
         q = torch.zeros(self.vocab_size)

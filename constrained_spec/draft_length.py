@@ -72,16 +72,17 @@ class AdaptiveDraftLength:
 
     arm_decay: float = 0.95  # per step, for every k: about the last 20 steps count
     optimism: float = 0.3  # bonus factor 1 + optimism / sqrt(1 + steps measured at k)
-    _tokens: dict[int, float] = field(default_factory=dict)
-    _seconds: dict[int, float] = field(default_factory=dict)
-    _steps: dict[int, float] = field(default_factory=dict)
+    # measured sums per (context, k); a context is a kind of text (free-form string, structure)
+    _tokens: dict[tuple[str, int], float] = field(default_factory=dict)
+    _seconds: dict[tuple[str, int], float] = field(default_factory=dict)
+    _steps: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def predicted(self, k: int) -> tuple[float, float]:
         """The formula's expected tokens and seconds of one step with k proposals."""
         seconds = self.model_share * k * self.draft(1) + self.target(k + 1)
         return expected_tokens(self.acceptance, k), seconds
 
-    def observe_step(self, k: int, tokens: int, seconds: float) -> None:
+    def observe_step(self, k: int, tokens: int, seconds: float, context: str = "") -> None:
         """What one draft-verify step with (at most) k proposals committed, and what it cost.
 
         Every k's measurements fade with each step, not only the chosen one's: the best k depends
@@ -90,35 +91,39 @@ class AdaptiveDraftLength:
         """
         d = self.arm_decay
         for arm in self._steps:
-            self._tokens[arm] *= d
-            self._seconds[arm] *= d
-            self._steps[arm] *= d
-        self._tokens[k] = self._tokens.get(k, 0.0) + tokens
-        self._seconds[k] = self._seconds.get(k, 0.0) + seconds
-        self._steps[k] = self._steps.get(k, 0.0) + 1
+            if arm[0] == context:
+                self._tokens[arm] *= d
+                self._seconds[arm] *= d
+                self._steps[arm] *= d
+        key = (context, k)
+        self._tokens[key] = self._tokens.get(key, 0.0) + tokens
+        self._seconds[key] = self._seconds.get(key, 0.0) + seconds
+        self._steps[key] = self._steps.get(key, 0.0) + 1
 
-    def rate(self, k: int) -> float:
-        """Tokens per second for steps of k proposals: measured, with the formula as one step of prior."""
+    def rate(self, k: int, context: str = "") -> float:
+        """Tokens per second for steps of k proposals in ``context``: measured, with the formula as one step of prior."""
         tokens, seconds = self.predicted(k)
-        return (self._tokens.get(k, 0.0) + tokens) / max(self._seconds.get(k, 0.0) + seconds, 1e-9)
+        key = (context, k)
+        return (self._tokens.get(key, 0.0) + tokens) / max(self._seconds.get(key, 0.0) + seconds, 1e-9)
 
-    def _score(self, k: int) -> float:
-        return self.rate(k) * (1 + self.optimism / (1 + self._steps.get(k, 0.0)) ** 0.5)
+    def _score(self, k: int, context: str = "") -> float:
+        return self.rate(k, context) * (1 + self.optimism / (1 + self._steps.get((context, k), 0.0)) ** 0.5)
 
     explore_every: int = 4  # after this many k = 0 steps, try the best k > 0 once (acceptance goes stale)
     _idle: int = 0
 
-    def choose(self, limit: int | None = None) -> int:
+    def choose(self, limit: int | None = None, context: str = "") -> int:
         """The k with the best predicted rate; a periodic k > 0 probe keeps the acceptance estimate fresh."""
         top = self.max_k if limit is None else min(self.max_k, limit)
         if top <= 0:
             return 0
-        best = max(range(top + 1), key=self._score)
+        score = lambda k: self._score(k, context)  # noqa: E731
+        best = max(range(top + 1), key=score)
         if best == 0:
             self._idle += 1
             if self._idle >= self.explore_every:
                 self._idle = 0
-                best = max(range(1, top + 1), key=self._score)
+                best = max(range(1, top + 1), key=score)
         else:
             self._idle = 0
         return best

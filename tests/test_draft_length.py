@@ -72,3 +72,17 @@ def test_a_k_measured_in_other_text_returns_to_the_prior():
     for _ in range(200):
         policy.observe_step(2, 3, 0.4)  # meanwhile only k=2 was chosen
     assert abs(policy.rate(5) - prior) < 0.05 * prior
+
+
+def test_each_kind_of_text_keeps_its_own_measurements():
+    """Long blocks pay in structure and not in free text: the two choices must not mix."""
+    policy = AdaptiveDraftLength(max_k=5, acceptance=0.8)
+    for n in range(1, 7):
+        policy.target.observe(n, 0.30)
+    policy.draft.observe(1, 0.08)
+    for _ in range(40):
+        for k in range(1, 6):
+            policy.observe_step(k, 5 if k == 5 else 2, 0.5, "structure")
+            policy.observe_step(k, 1 if k == 5 else 2, 0.5 if k == 5 else 0.3, "free")
+    assert policy.choose(context="structure") == 5
+    assert policy.choose(context="free") < 5
