@@ -121,7 +121,6 @@ class SpeculativeDecoder:
         draft_confidence: float = 0.0,
         lookup_min_ngram: int = 3,
         on_tokens: Callable[[list[int]], None] | None = None,
-        free_after_stop: bool = True,
     ) -> None:
         if num_draft_tokens < 0:
             raise ValueError("num_draft_tokens must be >= 0")
@@ -137,7 +136,6 @@ class SpeculativeDecoder:
         self.restrict_head = restrict_head
         self.draft_confidence = draft_confidence
         self.lookup_min_ngram = lookup_min_ngram  # 3: measured more precise than 2 on the bench workload
-        self.free_after_stop = free_after_stop
         self.on_tokens = on_tokens  # streaming: called with each step's newly committed tokens (EOS excluded)
         has_proposer = draft is not None or grammar_strings is not None or lookup
         self.k = num_draft_tokens if has_proposer else 0
@@ -279,8 +277,8 @@ class SpeculativeDecoder:
         masked q. Which applies is a function of the drafted prefix only, so q is always the
         distribution the token was really drawn from. The block ends early after a model token
         whose draft probability is below ``draft_confidence`` (it is likely to be rejected, and the
-        forwards after it wasted); with ``free_after_stop`` it still takes the zero-cost tokens that
-        follow (forced, grammar strings, lookup), which cost only a verify row each.
+        forwards after it wasted); it still takes the zero-cost tokens that follow (forced, grammar
+        strings, lookup), which cost only a verify row each.
         """
         t0 = time.perf_counter()
         state = self.matcher.state
@@ -326,8 +324,6 @@ class SpeculativeDecoder:
                 break
             if source == "model" and stop:
                 self.stats.confidence_stops += 1
-                if not self.free_after_stop:
-                    break
         self.stats.drafted_tokens += len(drafted)
         self.stats.model_proposed += sources.count("model")
         self.stats.grammar_proposed += sources.count("grammar")

@@ -62,6 +62,12 @@ class AdaptiveDraftLength:
     decay: float = 0.8
     target: CostCurve = field(default_factory=CostCurve)
     draft: CostCurve = field(default_factory=CostCurve)
+    arm_decay: float = 0.95  # per step, for every k: about the last 20 steps count
+    optimism: float = 0.3  # bonus factor 1 + optimism / sqrt(1 + steps measured at k)
+    explore_every: int = 4  # after this many k = 0 steps, try the best k > 0 once (acceptance goes stale)
+    # decayed [tokens, seconds, steps] per (context, k); a context is a kind of text (free string, structure)
+    _arms: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    _idle: int = 0
 
     def observe_block(self, proposed: int, model_proposed: int, accept_probs: list[float]) -> None:
         """After a verify: the acceptance probabilities of the positions up to the first rejection."""
@@ -69,13 +75,6 @@ class AdaptiveDraftLength:
             self.acceptance = self.decay * self.acceptance + (1 - self.decay) * float(p)
         if proposed:
             self.model_share = self.decay * self.model_share + (1 - self.decay) * (model_proposed / proposed)
-
-    arm_decay: float = 0.95  # per step, for every k: about the last 20 steps count
-    optimism: float = 0.3  # bonus factor 1 + optimism / sqrt(1 + steps measured at k)
-    # measured sums per (context, k); a context is a kind of text (free-form string, structure)
-    _tokens: dict[tuple[str, int], float] = field(default_factory=dict)
-    _seconds: dict[tuple[str, int], float] = field(default_factory=dict)
-    _steps: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def predicted(self, k: int) -> tuple[float, float]:
         """The formula's expected tokens and seconds of one step with k proposals."""
@@ -89,28 +88,23 @@ class AdaptiveDraftLength:
         on the text (a long free-form string wants short blocks, JSON structure long ones), so a k
         measured in other text must return to the prior and be tried again.
         """
-        d = self.arm_decay
-        for arm in self._steps:
-            if arm[0] == context:
-                self._tokens[arm] *= d
-                self._seconds[arm] *= d
-                self._steps[arm] *= d
-        key = (context, k)
-        self._tokens[key] = self._tokens.get(key, 0.0) + tokens
-        self._seconds[key] = self._seconds.get(key, 0.0) + seconds
-        self._steps[key] = self._steps.get(key, 0.0) + 1
+        for (ctx, _), sums in self._arms.items():
+            if ctx == context:
+                sums[:] = [x * self.arm_decay for x in sums]
+        sums = self._arms.setdefault((context, k), [0.0, 0.0, 0.0])
+        sums[0] += tokens
+        sums[1] += seconds
+        sums[2] += 1
 
     def rate(self, k: int, context: str = "") -> float:
         """Tokens per second for steps of k proposals in ``context``: measured, with the formula as one step of prior."""
         tokens, seconds = self.predicted(k)
-        key = (context, k)
-        return (self._tokens.get(key, 0.0) + tokens) / max(self._seconds.get(key, 0.0) + seconds, 1e-9)
+        measured_tokens, measured_seconds, _ = self._arms.get((context, k), (0.0, 0.0, 0.0))
+        return (measured_tokens + tokens) / max(measured_seconds + seconds, 1e-9)
 
     def _score(self, k: int, context: str = "") -> float:
-        return self.rate(k, context) * (1 + self.optimism / (1 + self._steps.get((context, k), 0.0)) ** 0.5)
-
-    explore_every: int = 4  # after this many k = 0 steps, try the best k > 0 once (acceptance goes stale)
-    _idle: int = 0
+        steps = self._arms.get((context, k), (0.0, 0.0, 0.0))[2]
+        return self.rate(k, context) * (1 + self.optimism / (1 + steps) ** 0.5)
 
     def choose(self, limit: int | None = None, context: str = "") -> int:
         """The k with the best predicted rate; a periodic k > 0 probe keeps the acceptance estimate fresh."""
