@@ -1,4 +1,5 @@
-"""Cost of one cached forward in fp32, fp16w (fp16 weights packed for fbgemm) and bf16, per model.
+"""Cost of one cached forward in fp32, fp16w / int8w (fp16 / int8 weights packed for fbgemm) and
+bf16, per model.
 
 For each model and dtype: a ~200-token prompt is prefilled once into a DynamicCache; then a forward
 of ``n`` new tokens on top of that cache is timed (the cache is cropped back after each run), for
@@ -10,6 +11,7 @@ from greedy target-only output) and prints the figures that ``dtype="auto"`` is 
     python benchmarks/dtype_probe.py --new 1 2 3 5 9 --repeats 7
     python benchmarks/dtype_probe.py --models smollm2-135m
     python benchmarks/dtype_probe.py --threads 1           # on a busy machine: see below
+    python benchmarks/dtype_probe.py --models qwen2.5-coder-0.5b --dtypes fp16w int8w --threads 1
 
 Wall times are only meaningful on a quiet machine. On a shared 2-core box with a load average of
 5-7, torch's default 2 threads spin and wait on each other and a forward takes 3-7x longer than
@@ -57,13 +59,13 @@ def _load(name: str, dtype: str, cache_dir: str | None):
     folder = ms.converted_dir(name, "fp32", cache_dir)
     if not (folder / ms.META_FILE).is_file():
         folder = ms.ensure_converted(name, cache_dir, "fp32")
-    torch_dtype = ms._torch_dtype(dtype)  # fp16w loads fp32, then packs
+    torch_dtype = ms._torch_dtype(dtype)  # fp16w / int8w load fp32, then pack
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, local_files_only=True).eval()
-    if dtype == "fp16w":
+    if dtype in ms.PACKED_TAGS:
         from constrained_spec.cpu_linear import pack_linears
 
-        pack_linears(model)
+        pack_linears(model, weights=ms.PACKED_TAGS[dtype])
     tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     return model, tok, time.perf_counter() - t0
 
@@ -113,7 +115,8 @@ class _Slot:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(DEFAULT_PAIR))
-    ap.add_argument("--dtypes", nargs="+", default=["fp32", "fp16w", "bf16"], choices=["fp32", "fp16w", "bf16"])
+    ap.add_argument("--dtypes", nargs="+", default=["fp32", "fp16w", "bf16"],
+                    choices=["fp32", "fp16w", "int8w", "bf16"])
     ap.add_argument("--new", nargs="+", type=int, default=[1, 5], help="new tokens per forward")
     ap.add_argument("--context", type=int, default=200, help="tokens of context in the cache")
     ap.add_argument("--repeats", type=int, default=5)
@@ -176,14 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for name in args.models:
         med = {d: (t, c) for (m, d, t, c) in rows if m == name}
-        for other in ("fp16w", "bf16"):
-            if {"fp32", other} <= med.keys():
+        base = "fp32" if "fp32" in med else "fp16w"
+        for other in ("fp16w", "int8w", "bf16"):
+            if other != base and {base, other} <= med.keys():
                 ratio = "  ".join(
-                    f"n={n}: wall {med[other][0][n] / med['fp32'][0][n]:.2f}x, "
-                    f"CPU {med[other][1][n] / med['fp32'][1][n]:.2f}x"
+                    f"n={n}: wall {med[other][0][n] / med[base][0][n]:.2f}x, "
+                    f"CPU {med[other][1][n] / med[base][1][n]:.2f}x"
                     for n in args.new
                 )
-                print(f"{name:20s} {other}/fp32  {ratio}")
+                print(f"{name:20s} {other}/{base}  {ratio}")
         if len(args.new) > 1 and med:
             for d, (t, _) in med.items():
                 lo, hi = min(args.new), max(args.new)

@@ -76,12 +76,14 @@ class PeakRSS:
 
 
 DTYPES = {"fp32": lambda: __import__("torch").float32, "bf16": lambda: __import__("torch").bfloat16,
-          "fp16": lambda: __import__("torch").float16, "fp16w": lambda: __import__("torch").float32}
+          "fp16": lambda: __import__("torch").float16, "fp16w": lambda: __import__("torch").float32,
+          "int8w": lambda: __import__("torch").float32}
+PACKED = {"fp16w": "fp16", "int8w": "int8"}  # as the project's model_store.PACKED_TAGS
 
 
-def _pack_fp16w(model: Any) -> None:
-    """Give the peer the same fp16-packed linear layers as the project's ``fp16w`` target (the
-    module only needs torch, so it is loaded from the source file, not the installed package)."""
+def _pack(model: Any, weights: str) -> None:
+    """Give the peer the same packed linear layers as the project's ``fp16w`` / ``int8w`` target
+    (the module only needs torch, so it is loaded from the source file, not the installed package)."""
     import importlib.util
     import types
 
@@ -95,7 +97,7 @@ def _pack_fp16w(model: Any) -> None:
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod
         spec.loader.exec_module(mod)
-    sys.modules["constrained_spec.cpu_linear"].pack_linears(model)
+    sys.modules["constrained_spec.cpu_linear"].pack_linears(model, keep_head_weight=False, weights=weights)
 
 
 class Peer:
@@ -109,8 +111,8 @@ class Peer:
         t0 = time.perf_counter()
         self.hf_tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
         self.hf_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[dtype](), local_files_only=True).eval()
-        if dtype == "fp16w":
-            _pack_fp16w(self.hf_model)
+        if dtype in PACKED:
+            _pack(self.hf_model, PACKED[dtype])
         self.load_s = time.perf_counter() - t0
         self.model = outlines.from_transformers(self.hf_model, self.hf_tokenizer)
         self.generators: dict[str, Any] = {}

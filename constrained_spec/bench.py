@@ -736,10 +736,13 @@ def summarize(records: list[dict[str, Any]], modes: Sequence[Mode], settings: Se
 
 
 def _dtype_label(model: Any) -> str:
-    """The weights' dtype, or ``fp16w`` where the linear layers are fp16-packed."""
-    from .cpu_linear import PackedFp16Linear
+    """The weights' dtype, or ``fp16w`` / ``int8w`` where the linear layers are packed."""
+    from .cpu_linear import PackedFp16Linear, PackedInt8Linear
 
-    if model is not None and any(isinstance(m, PackedFp16Linear) for m in model.modules()):
+    modules = list(model.modules()) if model is not None else []
+    if any(isinstance(m, PackedInt8Linear) for m in modules):
+        return "int8w (int8 weights packed for fbgemm, int8 activations per call)"
+    if any(isinstance(m, PackedFp16Linear) for m in modules):
         return "fp16w (fp16 weights packed for fbgemm, fp32 activations)"
     return str(getattr(model, "dtype", ""))
 
@@ -761,6 +764,7 @@ def environment(gen: Any, config: BenchConfig, peer: PeerClient | None) -> dict[
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "loadavg_at_end": load,
         "target": _name(gen.target), "draft": _name(gen.draft) if gen.draft is not None else None,
         "dtype": _dtype_label(getattr(gen.target, "model", None)),
+        "draft_dtype": _dtype_label(getattr(gen.draft, "model", None)) if gen.draft is not None else None,
         "max_new_tokens": config.max_new_tokens, "ks": list(config.ks), "temperatures": list(config.temperatures),
         "cold_masks": config.cold_masks, "process_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "peer": peer.info if peer is not None else None, **config.extra,
@@ -787,7 +791,8 @@ def _props(e: dict[str, Any]) -> str:
 def markdown_table(results: dict[str, Any]) -> str:
     """The tables the README can quote: one per setting, one row per mode."""
     meta = results["meta"]
-    lines = [f"Benchmark {meta['date_utc']}: target `{meta['target']}`, draft `{meta['draft']}` ({meta['dtype']}), "
+    weights = f"target {meta['dtype']}, draft {meta['draft_dtype']}" if meta.get("draft_dtype") not in (None, meta["dtype"]) else meta["dtype"]
+    lines = [f"Benchmark {meta['date_utc']}: target `{meta['target']}`, draft `{meta['draft']}` ({weights}), "
              f"{len(results['workload'])} prompts, max {meta['max_new_tokens']} new tokens, "
              f"{meta['torch_threads']} torch threads on {meta['cpu_count']} CPUs.", ""]
     header = ("| mode | tok/s p50 | × target | × peer | pred. × | latency p50 s | target fwd/token | accept | "
@@ -891,14 +896,10 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .api import DEFAULT_DRAFT, DEFAULT_TARGET
-    from .model_store import DTYPE_CHOICES
+    from .cli import add_model_arguments
 
     p = argparse.ArgumentParser(prog="constrained-spec bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=DEFAULT_TARGET, help=f"target model (default {DEFAULT_TARGET})")
-    p.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model (default {DEFAULT_DRAFT})")
-    p.add_argument("--cache-dir", default=None)
-    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
+    add_model_arguments(p, allow_no_draft=False)
     p.add_argument("--out", default=None, help="output folder (default results/bench-<UTC timestamp>)")
     p.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, ks 2,4, greedy only")
     p.add_argument("--prompts", type=int, default=None, help="use the first N prompts of the workload (default all)")
@@ -957,7 +958,7 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
 
         draft = None if str(args.draft).lower() in {"none", ""} else args.draft
         # num_draft_tokens = the largest k: it is also the cap of adaptive k (its cost curve's length)
-        generator = Generator(args.model, draft, cache_dir=args.cache_dir, dtype=args.dtype, progress=progress,
+        generator = Generator(args.model, draft, cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, progress=progress,
                               max_new_tokens=args.max_new_tokens, num_draft_tokens=max(ks))
         config.extra["load_s"] = time.perf_counter() - t0
     _warm_up(generator)

@@ -15,14 +15,17 @@ from typing import Sequence
 from .errors import ConstrainedSpecError, GrammarError
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def add_model_arguments(p: argparse.ArgumentParser, allow_no_draft: bool = True) -> None:
+    """The model options every command shares: --model, --draft, --cache-dir, --dtype, --draft-dtype."""
     from .api import DEFAULT_DRAFT, DEFAULT_TARGET
     from .model_store import DTYPE_CHOICES
 
+    none = ", or 'none' for target-only decoding" if allow_no_draft else ""
     p.add_argument("--model", default=DEFAULT_TARGET, help=f"target: offline name, folder, .gguf or hub id (default {DEFAULT_TARGET})")
-    p.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model, or 'none' for target-only decoding (default {DEFAULT_DRAFT})")
+    p.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model{none} (default {DEFAULT_DRAFT})")
     p.add_argument("--cache-dir", default=None, help="cache for models and compiled automata (default: $CONSTRAINED_SPEC_CACHE or the user cache dir)")
-    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="weights dtype (auto: fastest measured here)")
+    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="weights dtype (auto: fastest measured here, per model role)")
+    p.add_argument("--draft-dtype", default=None, choices=DTYPE_CHOICES, help="the draft's weights dtype (default: as --dtype)")
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -51,7 +54,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     options = SchemaOptions(whitespace=args.whitespace, property_order=args.property_order)
     draft = None if str(args.draft).lower() in {"none", ""} else args.draft
     gen = Generator(args.model, draft, num_draft_tokens=args.num_draft_tokens, schema_options=options,
-                    cache_dir=args.cache_dir, dtype=args.dtype, verify_backend=args.backend,
+                    cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, verify_backend=args.backend,
                     max_new_tokens=args.max_new_tokens, debug_checks=args.debug_checks)
     result = gen.run(args.prompt, output_type, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                      seed=args.seed, schema_in_prompt=not args.no_schema_in_prompt)
@@ -99,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--regex", help="a regex the whole output must match (instead of --schema)")
     g.add_argument("--grammar", help="a .regex file from grammars/ (instead of --schema)")
     g.add_argument("--prompt", required=True, help="the user prompt")
-    _add_model_args(g)
+    add_model_arguments(g)
     g.add_argument("--num-draft-tokens", "-k", type=int, default=4, help="draft length k (0 = target only)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=0)

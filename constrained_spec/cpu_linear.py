@@ -1,4 +1,5 @@
-"""Linear layers with fp16 weights packed for fbgemm: fp32 activations and accumulation.
+"""Linear layers with weights packed for fbgemm: fp16 weights (fp32 activations and accumulation),
+or int8 weights (activations quantized to int8 per call), for CPU decoding.
 
 On a CPU without fast half-precision matmul (AVX2 only), the weights of a 0.5-1.5B model are read
 from memory on every forward, and MKL's fp32 GEMM for a few rows (a speculative verify of k+1
@@ -10,6 +11,13 @@ to ~8 rows, at half the bytes. Measured on this project's 2-core AVX2 CPU (one c
 The model this gives is the fp32 model with each linear weight rounded to fp16 (max logit change
 ~0.04 on the 1.5B); target-only and speculative decoding use the same packed model, so exactness is
 about this model. Biases, embeddings and norms stay fp32.
+
+int8 (``int8w``, for drafts): per-output-channel int8 weights, each call's activations quantized
+to int8 (one scale per call) and accumulated in int32 by fbgemm. Half the bytes of fp16 again; on
+this CPU, one thread, a 0.5B layer costs 0.6-0.75x its fp16 time and the 152k-row output head
+0.5-0.6x (``benchmarks/dtype_probe.py``). The rounding is coarser (about 2% relative error per
+layer), which is harmless for a draft: speculative decoding is exact for any proposal
+distribution, so a rougher draft costs acceptance, never correctness. The target stays fp16w.
 """
 
 from __future__ import annotations
@@ -21,11 +29,10 @@ import torch
 from .errors import ModelLoadError
 
 
-def packing_available() -> bool:
-    """True where torch has fbgemm's fp16 linear (x86 CPU builds)."""
-    return "fbgemm" in torch.backends.quantized.supported_engines and hasattr(
-        torch.ops.quantized, "linear_prepack_fp16"
-    )
+def packing_available(weights: str = "fp16") -> bool:
+    """True where torch has fbgemm's packed linear for ``weights`` ("fp16" or "int8"; x86 CPU builds)."""
+    op = {"fp16": "linear_prepack_fp16", "int8": "linear_prepack"}[weights]
+    return "fbgemm" in torch.backends.quantized.supported_engines and hasattr(torch.ops.quantized, op)
 
 
 class PackedFp16Linear(torch.nn.Module):
@@ -56,8 +63,49 @@ class PackedFp16Linear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, fp16 packed"
 
 
-def pack_linears(model: Any, keep_head_weight: bool = True) -> int:
-    """Replace every ``nn.Linear`` of a CPU fp32 model by :class:`PackedFp16Linear`; return how many.
+class PackedInt8Linear(torch.nn.Module):
+    """``y = x W^T + b`` with ``W`` stored as packed int8 (one scale per output row); ``x`` is
+    quantized to int8 on each call (fbgemm's dynamic linear); ``x``, ``b`` and ``y`` are fp32.
+
+    ``weight`` keeps an fp16 copy only where asked (``keep_weight``), as in :class:`PackedFp16Linear`.
+    """
+
+    def __init__(self, linear: torch.nn.Linear, keep_weight: bool = False) -> None:
+        import warnings
+
+        super().__init__()
+        w = linear.weight.detach()
+        if w.device.type != "cpu" or w.dtype != torch.float32:
+            raise ModelLoadError(f"int8 weight packing needs fp32 CPU weights, got {w.dtype} on {w.device}")
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        b = None if linear.bias is None else linear.bias.detach().float()
+        self.register_buffer("bias", b, persistent=False)
+        scales = (w.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
+        zero_points = torch.zeros(w.shape[0], dtype=torch.long)
+        with warnings.catch_warnings():  # quantized tensors are deprecated but still fbgemm's input
+            warnings.simplefilter("ignore")
+            qweight = torch.quantize_per_channel(w, scales, zero_points, 0, torch.qint8)
+            self._packed = torch.ops.quantized.linear_prepack(qweight, b)
+        self.weight = w.half() if keep_weight else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        # reduce_range: 7-bit activations, so AVX2's 16-bit pair sums cannot saturate
+        y = torch.ops.quantized.linear_dynamic(x.reshape(-1, shape[-1]).float(), self._packed, True)
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 packed"
+
+
+#: the packed linear class for each ``weights`` kind
+PACKED = {"fp16": PackedFp16Linear, "int8": PackedInt8Linear}
+
+
+def pack_linears(model: Any, keep_head_weight: bool = True, weights: str = "fp16") -> int:
+    """Replace every ``nn.Linear`` of a CPU fp32 model by a packed linear (:class:`PackedFp16Linear`,
+    or :class:`PackedInt8Linear` for ``weights="int8"``); return how many.
 
     The output head keeps an fp16 copy of its weight for restricted-head logits unless
     ``keep_head_weight`` is False (a target never needs it). Tied input
@@ -66,8 +114,11 @@ def pack_linears(model: Any, keep_head_weight: bool = True) -> int:
     the remaining tensors copied out of the mapping, so the fp32 file does not stay resident
     beside the packed copy (peak memory about the packed model plus one fp32 layer).
     """
-    if not packing_available():
-        raise ModelLoadError("fp16 weight packing needs a torch build with fbgemm (x86 CPU)")
+    if weights not in PACKED:
+        raise ModelLoadError(f"unknown weight packing {weights!r}; use fp16 or int8")
+    if not packing_available(weights):
+        raise ModelLoadError(f"{weights} weight packing needs a torch build with fbgemm (x86 CPU)")
+    packed_linear = PACKED[weights]
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     mapped = _file_mappings()
     shared = {}  # storage -> how many parameters use it (tied weights must not be let go)
@@ -78,7 +129,7 @@ def pack_linears(model: Any, keep_head_weight: bool = True) -> int:
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is torch.nn.Linear:
-                setattr(parent, name, PackedFp16Linear(child, keep_weight=keep_head_weight and child is head))
+                setattr(parent, name, packed_linear(child, keep_weight=keep_head_weight and child is head))
                 if shared.get(child.weight.untyped_storage().data_ptr(), 0) == 1:
                     _release(child.weight, mapped)
                 count += 1

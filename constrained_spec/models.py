@@ -78,11 +78,11 @@ class HFModel:
 
     @property
     def can_restrict_head(self) -> bool:
-        from .cpu_linear import PackedFp16Linear
+        from .cpu_linear import PACKED
 
         head = self.model.get_output_embeddings()
         plain = isinstance(head, torch.nn.Linear)
-        packed = isinstance(head, PackedFp16Linear) and head.weight is not None
+        packed = isinstance(head, tuple(PACKED.values())) and head.weight is not None
         return (
             getattr(self.config, "model_type", "") in self.RESTRICTABLE
             and (plain or packed)
@@ -111,7 +111,7 @@ class HFModel:
         ones; a draft that proposes only among them reads a fraction of its head's weights. Returns
         False (and keeps nothing) where the head cannot be cut or ``n`` covers the vocabulary.
         """
-        from .cpu_linear import PackedFp16Linear
+        from .cpu_linear import PACKED
 
         self._prefix_head = None
         if n <= 0 or n >= self.vocab_size or not self.can_restrict_head:
@@ -122,7 +122,8 @@ class HFModel:
             cut.weight.copy_(head.weight[:n].float())
             if head.bias is not None:
                 cut.bias.copy_(head.bias[:n].float())
-        self._prefix_head = PackedFp16Linear(cut) if isinstance(head, PackedFp16Linear) else cut.to(head.weight.dtype)
+        packed = type(head) if type(head) in PACKED.values() else None  # cut it packed the same way
+        self._prefix_head = packed(cut) if packed is not None else cut.to(head.weight.dtype)
         return True
 
     @property

@@ -16,7 +16,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .grammar.automaton import CompiledAutomaton
-from .vocab import TokenVocabulary
 
 
 class GrammarStrings:
@@ -43,7 +42,8 @@ class GrammarStrings:
         self._cache: dict[int, tuple[int, ...]] = {}
         self._lock = threading.Lock()
 
-    def forced_bytes(self, state: int) -> bytes:
+    def forced_bytes(self, state: int) -> tuple[bytes, int]:
+        """The bytes the grammar forces from ``state``, and the state they lead to."""
         dfa, dead = self.automaton.dfa, self.automaton.dead
         out = bytearray()
         while len(out) < self.max_bytes and not self.automaton.is_final(state):
@@ -52,14 +52,14 @@ class GrammarStrings:
                 break
             out.append(int(live[0]))
             state = int(dfa[state, live[0]])
-        return bytes(out)
+        return bytes(out), state
 
     def tokens(self, state: int) -> tuple[int, ...]:
         """Canonical tokens of the forced string from ``state`` (empty if nothing is forced)."""
         hit = self._cache.get(state)
         if hit is not None:
             return hit
-        raw = self.forced_bytes(state)
+        raw, end_state = self.forced_bytes(state)
         text = raw.decode("utf-8", errors="ignore")  # drop a trailing partial character
         proposal: list[int] = []
         if text:
@@ -70,47 +70,28 @@ class GrammarStrings:
                     break
                 proposal.append(token)
         if proposal and self.stable_end:
-            proposal = self._stable_prefix(state, raw, proposal)
+            proposal = self._stable_prefix(raw, end_state, proposal)
         result = tuple(proposal)
         with self._lock:
             self._cache[state] = result
         return result
 
-
-    def _stable_prefix(self, state: int, raw: bytes, proposal: list[int]) -> list[int]:
-        """``proposal`` without its last token where that token's split depends on the free text after ``raw``."""
+    def _stable_prefix(self, raw: bytes, end_state: int, proposal: list[int]) -> list[int]:
+        """``proposal`` without its last token where that token's split depends on the free text
+        after ``raw`` (which leads to ``end_state``): some token starting inside the last token
+        runs past ``raw`` and stays in the language."""
         tokens = self.automaton.vocab.tokens
-        dfa, dead = self.automaton.dfa, self.automaton.dead
-        end_state = state
-        for b in raw:
-            end_state = int(dfa[end_state, b])
         covered = sum(len(tokens[t]) for t in proposal)
         start = covered - len(tokens[proposal[-1]])
-        by_bytes = sorted_token_bytes(self.automaton.vocab)
+        by_bytes = self.automaton.token_table.sorted_bytes
         for j in range(start, len(raw)):
             head = raw[j:]
             i = bisect.bisect_right(by_bytes, head)  # tokens that extend ``head`` sort right after it
             while i < len(by_bytes) and by_bytes[i].startswith(head):
-                s = end_state
-                for b in by_bytes[i][len(head) :]:
-                    s = int(dfa[s, b])
-                    if s == dead:
-                        break
-                else:
+                if self.automaton.walk_bytes(end_state, by_bytes[i][len(head) :]) is not None:
                     return proposal[:-1]
                 i += 1
         return proposal
-
-
-_SORTED_BYTES: dict[str, list[bytes]] = {}
-
-
-def sorted_token_bytes(vocab: TokenVocabulary) -> list[bytes]:
-    """The vocabulary's non-empty token byte strings, sorted (cached per vocabulary)."""
-    hit = _SORTED_BYTES.get(vocab.fingerprint)
-    if hit is None:
-        hit = _SORTED_BYTES[vocab.fingerprint] = sorted({b for b in vocab.tokens.values() if b})
-    return hit
 
 
 def prompt_lookup(context: Sequence[int], max_ngram: int = 3, min_ngram: int = 2, max_tokens: int = 8) -> list[int]:

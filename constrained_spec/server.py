@@ -537,19 +537,15 @@ def _sse(obj: Any) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .api import DEFAULT_DRAFT, DEFAULT_TARGET
-    from .model_store import DTYPE_CHOICES
+    from .cli import add_model_arguments
 
     p = argparse.ArgumentParser(prog="constrained-spec serve", description="Serve an OpenAI-compatible /v1/chat/completions endpoint.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--model", default=DEFAULT_TARGET, help=f"target model: offline name, folder, .gguf or hub id (default {DEFAULT_TARGET})")
-    p.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model, or 'none' (default {DEFAULT_DRAFT})")
+    add_model_arguments(p)
     p.add_argument("-k", "--num-draft-tokens", type=int, default=4, help="draft tokens per step (default 4)")
     p.add_argument("--max-new-tokens", type=int, default=512, help="default max_tokens when a request gives none")
     p.add_argument("--max-tokens-limit", type=int, default=None, help="refuse requests asking for more max_tokens")
-    p.add_argument("--cache-dir", default=None)
-    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
     p.add_argument("--max-queue", type=int, default=16, help="requests that may wait behind the running one (429 beyond)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request, waiting included (504 after)")
     p.add_argument("--model-name", default=None, help="the model id reported by /v1/models and in responses")
@@ -566,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     draft = None if str(args.draft).lower() in {"none", ""} else args.draft
     generator = Generator(args.model, draft, num_draft_tokens=args.num_draft_tokens, max_new_tokens=args.max_new_tokens,
-                          cache_dir=args.cache_dir, dtype=args.dtype)
+                          cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype)
     app = create_app(generator, model_name=args.model_name or args.model, max_queue=args.max_queue,
                      request_timeout=args.timeout, max_tokens_limit=args.max_tokens_limit)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)

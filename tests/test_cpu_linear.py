@@ -1,11 +1,12 @@
-"""fp16-packed linear layers: the model they give, and that rows batched equal rows one at a time."""
+"""Packed linear layers: the model fp16 packing gives, that its rows batched equal rows one at a
+time, and that an int8-packed draft (rougher) leaves greedy speculative output exact."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from constrained_spec.cpu_linear import PackedFp16Linear, pack_linears, packing_available
+from constrained_spec.cpu_linear import PackedFp16Linear, PackedInt8Linear, pack_linears, packing_available
 from constrained_spec.errors import ModelLoadError
 from constrained_spec.models import HFModel
 from tiny_models import tiny_llama
@@ -59,3 +60,50 @@ def test_pack_linears_replaces_every_linear_and_keeps_the_head_weight():
 def test_packing_refuses_non_fp32_weights():
     with pytest.raises(ModelLoadError, match="fp32"):
         PackedFp16Linear(torch.nn.Linear(4, 4).to(torch.bfloat16))
+
+
+INT8 = pytest.mark.skipif(not packing_available("int8"), reason="torch build without fbgemm int8")
+
+
+@INT8
+def test_int8_linear_is_close_to_the_linear_but_not_equal():
+    torch.manual_seed(2)
+    lin = torch.nn.Linear(256, 300)
+    x = torch.randn(4, 256)
+    y, exact = PackedInt8Linear(lin)(x), lin(x)
+    assert y.shape == exact.shape and y.dtype == torch.float32
+    rel = ((y - exact).norm() / exact.norm()).item()
+    assert 1e-4 < rel < 0.05  # rounded to int8 (weights per row, activations per call), not garbage
+
+
+@INT8
+def test_int8_draft_keeps_greedy_output_equal_to_the_target_alone(gpt2_tokenizer):
+    """The draft's rounding may only cost acceptance: greedy speculative output with an int8 draft
+    (here the target itself, int8-packed, so that it proposes often and is sometimes wrong) equals
+    greedy target-only output, and its restricted and prefix heads work on the packed head."""
+    from constrained_spec.constraint import Matcher
+    from constrained_spec.decode import SpeculativeDecoder
+    from constrained_spec.grammar.automaton import AutomatonCompiler
+    from constrained_spec.sampling import SamplingPolicy
+    from constrained_spec.vocab import build_vocabulary
+
+    vocab = build_vocabulary(gpt2_tokenizer, 50257)
+    automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(r'\{"name":"[a-z ]{3,30}","n":[0-9]{1,5}\}')
+    target = HFModel(tiny_llama(50257, seed=7))
+    draft_model = tiny_llama(50257, seed=7)
+    assert pack_linears(draft_model, weights="int8") > 0
+    assert isinstance(draft_model.get_output_embeddings(), PackedInt8Linear)
+    draft = HFModel(draft_model)
+    assert draft.can_restrict_head and draft.set_head_prefix(20_000)
+    prompt = gpt2_tokenizer("A record:")["input_ids"]
+
+    def run(draft_model, k):
+        dec = SpeculativeDecoder(target, draft_model, Matcher(automaton), SamplingPolicy(temperature=0.0),
+                                 num_draft_tokens=k, max_new_tokens=60, debug_checks=True)
+        return dec.run(prompt)
+
+    alone, spec = run(None, 0), run(draft, 4)
+    assert spec.token_ids == alone.token_ids
+    s = spec.stats
+    assert s.model_proposed > 0 and 0 < s.accepted_tokens < s.drafted_tokens  # kept some, rejected some
+    assert s.restricted_head_forwards + s.prefix_head_forwards > 0

@@ -232,10 +232,12 @@ def test_normalize_dtype() -> None:
     assert ms.normalize_dtype("packed") == ms.normalize_dtype("fp16w") == "fp16w"
     from constrained_spec.cpu_linear import packing_available
 
-    expected = "fp16w" if packing_available() and not torch.cuda.is_available() else "fp32"
-    assert ms.auto_dtype("draft") == ms.auto_dtype("target") == expected
-    # fp16w is stored and loaded as the fp32 conversion, then packed
-    assert ms.storage_dtype("fp16w") == "fp32" and ms.storage_dtype("bf16") == "bf16"
+    packs = packing_available() and not torch.cuda.is_available()
+    assert ms.auto_dtype("target") == ("fp16w" if packs else "fp32")
+    assert ms.auto_dtype("draft") == ("int8w" if packs and packing_available("int8") else ms.auto_dtype("target"))
+    assert ms.normalize_dtype("int8") == "int8w"
+    # fp16w / int8w are stored and loaded as the fp32 conversion, then packed
+    assert ms.storage_dtype("fp16w") == ms.storage_dtype("int8w") == "fp32" and ms.storage_dtype("bf16") == "bf16"
     assert ms.converted_dir("qwen2.5-coder-0.5b", "fp16w").name.endswith("-fp32")
     with pytest.raises(ModelLoadError):
         ms.normalize_dtype("int3")

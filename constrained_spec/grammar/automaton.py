@@ -63,6 +63,18 @@ class TokenTable:
         self.start = np.zeros(257, dtype=np.int64)
         np.cumsum(np.bincount(first, minlength=256), out=self.start[1:])
         self.empty = np.arange(len(first), len(self.ids), dtype=np.int64)
+        self._vocab = vocab
+        self._sorted_bytes: list[bytes] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def sorted_bytes(self) -> list[bytes]:
+        """The non-empty token byte strings, sorted (built on first use): the tokens that extend a
+        byte string sort right after it."""
+        with self._lock:
+            if self._sorted_bytes is None:
+                self._sorted_bytes = sorted({b for b in self._vocab.tokens.values() if b})
+            return self._sorted_bytes
 
 
 _TOKEN_TABLES: dict[str, TokenTable] = {}
@@ -152,14 +164,21 @@ class CompiledAutomaton:
         if token_id in self.vocab.eos_token_ids:
             return state if self.is_final(state) else None
         raw = self.vocab.tokens.get(token_id)
-        if raw is None:
-            return None
+        return None if raw is None else self.walk_bytes(state, raw)
+
+    def walk_bytes(self, state: int, data: bytes) -> int | None:
+        """The state after the bytes ``data`` from ``state``, or None if they leave the language."""
         dfa, dead = self.dfa, self.dead
-        for byte in raw:
+        for byte in data:
             state = int(dfa[state, byte])
             if state == dead:
                 return None
         return state
+
+    @property
+    def token_table(self) -> TokenTable:
+        """The vocabulary's byte table (shared by every automaton over the vocabulary)."""
+        return self._table
 
     def clear_state_caches(self) -> None:
         """Forget the per-state masks built so far (they are rebuilt lazily on the next visit)."""
