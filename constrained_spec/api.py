@@ -21,7 +21,7 @@ from .grammar import OutputSpec, Regex, output_spec
 from .grammar.automaton import AutomatonCompiler, CompiledAutomaton
 from .draft_length import AdaptiveDraftLength
 from .models import SequenceModel, check_same_vocabulary, wrap
-from .proposers import GrammarStrings
+from .proposers import GrammarStrings, PromptText
 from .sampling import SamplingPolicy
 from .vocab import TokenVocabulary, build_vocabulary
 
@@ -157,14 +157,18 @@ class Generator:
         self.draft_length = AdaptiveDraftLength(max_k=max(num_draft_tokens, 1))
         self._compiled: dict[Any, CompiledConstraint] = {}
         self._strings: dict[str, GrammarStrings] = {}
+        self._prompt_text = PromptText(self.vocab, self._encode)  # one request at a time, under _lock
         self._lock = threading.Lock()
 
     def _grammar_strings(self, compiled: CompiledConstraint) -> GrammarStrings:
         hit = self._strings.get(compiled.spec.regex)
         if hit is None:
-            encode = lambda text: self.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
-            hit = self._strings[compiled.spec.regex] = GrammarStrings(compiled.automaton, encode)
+            hit = self._strings[compiled.spec.regex] = GrammarStrings(compiled.automaton, self._encode)
         return hit
+
+    def _encode(self, text: str) -> list[int]:
+        """The tokenizer's canonical tokens of ``text`` (no special tokens): what zero-cost proposals spell."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
     def calibrate(self, context_ids: list[int], repeats: int = 2) -> None:
         """Measure target forward cost by tokens fed (1..max_k+1) and one draft forward, for adaptive k."""
@@ -258,7 +262,7 @@ class Generator:
 
         ``proposers`` picks the proposal sources, any of ``"draft"`` (the draft model),
         ``"grammar"`` (strings the grammar forces, at no model cost) and ``"lookup"`` (prompt
-        n-gram lookup); ``adaptive`` chooses k per step from measured acceptance and costs, with
+        lookup: token n-grams, else bytes, :class:`~constrained_spec.proposers.PromptText`); ``adaptive`` chooses k per step from measured acceptance and costs, with
         ``num_draft_tokens`` as the upper bound; ``draft_confidence`` ends a draft block after a
         token the draft model gives less than this probability (0 = never). Every combination
         samples the same distribution.
@@ -293,6 +297,7 @@ class Generator:
                 generator=gen,
                 grammar_strings=self._grammar_strings(compiled) if "grammar" in sources else None,
                 lookup="lookup" in sources,
+                text_lookup=self._prompt_text if "lookup" in sources else None,
                 draft_length=self.draft_length if adaptive else None,
                 draft_confidence=self.draft_confidence if draft_confidence is None else draft_confidence,
                 on_tokens=on_tokens,

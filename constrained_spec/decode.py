@@ -27,7 +27,7 @@ from .constraint import Matcher
 from .errors import ConstrainedSpecError, TokenBudgetExceeded
 from .draft_length import AdaptiveDraftLength
 from .models import SequenceModel
-from .proposers import GrammarStrings, prompt_lookup
+from .proposers import GrammarStrings, PromptText, prompt_lookup
 from .sampling import PolicyTensors, SamplingPolicy, draw, effective_probs
 from .speculative import VerifyResult, verify
 
@@ -126,6 +126,7 @@ class SpeculativeDecoder:
         draft_confidence: float = 0.0,
         lookup_min_ngram: int = 3,
         on_tokens: Callable[[list[int]], None] | None = None,
+        text_lookup: PromptText | None = None,
     ) -> None:
         if num_draft_tokens < 0:
             raise ValueError("num_draft_tokens must be >= 0")
@@ -142,6 +143,7 @@ class SpeculativeDecoder:
         self.draft_confidence = draft_confidence
         self.lookup_min_ngram = lookup_min_ngram  # 3: measured more precise than 2 on the bench workload
         self.on_tokens = on_tokens  # streaming: called with each step's newly committed tokens (EOS excluded)
+        self.text_lookup = text_lookup  # byte-level prompt lookup, tried where token lookup finds nothing
         has_proposer = draft is not None or grammar_strings is not None or lookup
         self.k = num_draft_tokens if has_proposer else 0
         self.max_new_tokens = max_new_tokens
@@ -273,7 +275,10 @@ class SpeculativeDecoder:
                 return list(tokens), "grammar"
         if self.lookup:
             n = self.lookup_min_ngram
-            return prompt_lookup(self.committed + drafted, max_ngram=max(3, n), min_ngram=n), "lookup"
+            tokens = prompt_lookup(self.committed + drafted, max_ngram=max(3, n), min_ngram=n)
+            if not tokens and self.text_lookup is not None:
+                tokens = self.text_lookup.propose(self.committed, drafted)
+            return tokens, "lookup"
         return [], ""
 
     def propose(self, k: int) -> tuple[list[int], torch.Tensor, list[int], list[str]]:

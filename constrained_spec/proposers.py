@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .grammar.automaton import CompiledAutomaton
+from .vocab import TokenVocabulary
 
 
 class GrammarStrings:
@@ -110,3 +111,43 @@ def prompt_lookup(context: Sequence[int], max_ngram: int = 3, min_ngram: int = 2
                 if follow:
                     return follow
     return []
+
+
+class PromptText:
+    """Prompt lookup on text: the bytes that followed the latest earlier occurrence of the context's
+    last few bytes (in the prompt or the output so far), as the tokenizer's canonical tokens.
+
+    Token n-gram lookup misses values that the prompt spells with other tokens: ``Reykjavik`` in
+    a sentence is `` Reyk`` ``javik``, in a JSON string ``Re`` ``yk`` ``jav`` ``ik``. Matching
+    bytes finds it once a few of its bytes are out. The continuation's last token is dropped (its
+    split depends on the bytes after the cut). q is a point mass, as for every lookup; the proposal
+    is a function of the context alone. One object serves one request at a time (the decode loop
+    holds the generator's lock); it keeps the context's bytes and extends them as the context grows.
+    """
+
+    def __init__(self, vocab: TokenVocabulary, encode: Callable[[str], list[int]], min_match: int = 6,
+                 max_match: int = 24, max_bytes: int = 40) -> None:
+        self.tokens = vocab.tokens
+        self.encode = encode
+        self.min_match, self.max_match, self.max_bytes = min_match, max_match, max_bytes
+        self._ids: list[int] = []  # the context whose bytes are in _text
+        self._text = bytearray()
+
+    def _bytes(self, ids: Sequence[int]) -> bytes:
+        return b"".join(self.tokens.get(int(t), b"") for t in ids)
+
+    def propose(self, context: Sequence[int], drafted: Sequence[int] = ()) -> list[int]:
+        """Tokens to propose after ``context`` (prompt + committed output) + ``drafted``; empty where
+        no earlier occurrence of at least ``min_match`` trailing bytes is found."""
+        known = len(self._ids)
+        if known > len(context) or list(context[:known]) != self._ids:  # another request: start over
+            self._ids, self._text, known = [], bytearray(), 0
+        self._ids.extend(int(t) for t in context[known:])
+        self._text += self._bytes(context[known:])
+        text = bytes(self._text) + self._bytes(drafted)
+        for m in range(min(self.max_match, len(text) - 1), self.min_match - 1, -1):
+            pos = text.rfind(text[-m:], 0, len(text) - 1)  # an earlier occurrence, not the tail itself
+            if pos >= 0:
+                follow = text[pos + m : pos + m + self.max_bytes].decode("utf-8", errors="ignore")
+                return self.encode(follow)[:-1] if follow else []
+        return []

@@ -46,7 +46,7 @@ def automaton():
     return AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(REGEX)
 
 
-def exact_distribution(automaton, policy: SamplingPolicy) -> dict[tuple[int, ...], float]:
+def exact_distribution(automaton, policy: SamplingPolicy, prompt: list[int] = PROMPT) -> dict[tuple[int, ...], float]:
     """P(token sequence incl. EOS) under the target alone, by enumeration."""
     target = MemoModel(10, seed=11)
     params = policy.as_tensors(1)
@@ -54,7 +54,7 @@ def exact_distribution(automaton, policy: SamplingPolicy) -> dict[tuple[int, ...
 
     def walk(state: int, seq: tuple[int, ...], prob: float) -> None:
         allowed = unpack_bitmask(automaton.bitmask(state), 10).unsqueeze(0)
-        p = effective_probs(target.logits(PROMPT + list(seq)).unsqueeze(0), allowed, params.temperature, params.top_k, params.top_p)[0]
+        p = effective_probs(target.logits(prompt + list(seq)).unsqueeze(0), allowed, params.temperature, params.top_k, params.top_p)[0]
         for tok in torch.nonzero(p > 0).flatten().tolist():
             pt = prob * float(p[tok])
             if tok == 9:
@@ -67,14 +67,15 @@ def exact_distribution(automaton, policy: SamplingPolicy) -> dict[tuple[int, ...
     return out
 
 
-def sample(automaton, policy: SamplingPolicy, k: int, n: int, verifier=verify, draft_scale: float = 2.0, **options) -> Counter:
+def sample(automaton, policy: SamplingPolicy, k: int, n: int, verifier=verify, draft_scale: float = 2.0,
+           prompt: list[int] = PROMPT, **options) -> Counter:
     target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=draft_scale)
     gen = torch.Generator().manual_seed(1234 + k)
     counts: Counter = Counter()
     for _ in range(n):
         dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=k,
                                  max_new_tokens=16, verifier=verifier, generator=gen, **options)
-        dec.run(PROMPT)
+        dec.run(prompt)
         counts[tuple(dec.generated)] += 1
     return counts
 
@@ -256,3 +257,29 @@ def test_point_mass_proposals_grammar_strings_and_lookup_stay_exact(policy):
         lookups += dec.stats.lookup_proposed
         grammar += dec.stats.grammar_proposed
     assert lookups > 0 and grammar > 0
+
+
+def test_text_lookup_proposals_stay_exact(automaton):
+    """Byte-level prompt lookup (PromptText) proposes re-tokenized continuations with a point-mass q;
+    still exact. Token lookup is set to need more tokens than there are, so text lookup is the one
+    that fires."""
+    from constrained_spec.proposers import PromptText
+
+    policy = SamplingPolicy(temperature=1.0)
+    prompt = [0, 2, 1, 8, 5, 8]  # "acbccbccc": after "a" or "b" it proposes "c", "bc", "cc"
+    text = PromptText(letters_vocab(), letters_encode, min_match=1, max_bytes=4)
+    exact = exact_distribution(automaton, policy, prompt)
+    counts = sample(automaton, policy, 3, SAMPLES // 2, prompt=prompt, lookup=True, lookup_min_ngram=20, text_lookup=text)
+    pvalue = chi2_pvalue(counts, exact)
+    print(f"text lookup: p-value {pvalue:.4f} over {len(exact)} outcomes")
+    assert pvalue > ALPHA
+    target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=2.0)
+    proposed = kept = 0
+    for seed in range(20):
+        dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=3, max_new_tokens=16,
+                                 generator=torch.Generator().manual_seed(seed), lookup=True, lookup_min_ngram=20,
+                                 text_lookup=text)
+        dec.run(prompt)
+        proposed += dec.stats.lookup_proposed
+        kept += dec.stats.lookup_accepted
+    assert proposed > kept > 0  # it fired, and was both kept and rejected

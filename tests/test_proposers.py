@@ -78,3 +78,29 @@ def test_prompt_lookup_copies_what_followed_the_last_ngram():
     context = [1, 2, 3, 4, 5, 9, 9, 2, 3]
     assert prompt_lookup(context, max_ngram=3, min_ngram=2) == [4, 5, 9, 9, 2, 3]
     assert prompt_lookup(context, max_ngram=3, min_ngram=3) == []
+
+
+def test_text_lookup_finds_a_value_the_prompt_spells_with_other_tokens(gpt2_tokenizer):
+    """In the prompt ``Reykjavik`` follows a space; in a JSON string it follows a quote, so token
+    n-grams never match, while the bytes do once a few of them are out."""
+    from constrained_spec.proposers import PromptText
+    from constrained_spec.vocab import build_vocabulary
+
+    tok = gpt2_tokenizer
+    vocab = build_vocabulary(tok, 50257)
+    encode = lambda text: tok.encode(text)  # noqa: E731
+    prompt = encode("Weather report: it is cold in Reykjavik today, minus three degrees.\n")
+    lookup = PromptText(vocab, encode, min_match=6, max_bytes=12)
+
+    early = prompt + encode('{"city":"Reykj')  # 5 bytes of the value: below min_match
+    assert prompt_lookup(early, 3, 3) == [] and lookup.propose(early) == []
+    context = prompt + encode('{"city":"Reykja')
+    assert prompt_lookup(context, 3, 3) == []  # the tokens differ from the prompt's
+    proposal = lookup.propose(context)
+    text = tok.decode(proposal)
+    assert proposal and "vik today, minus"[: len(text)] == text  # the canonical tokens of what followed, cut
+    assert len(text.encode()) < 12  # the last token of the 12-byte window is dropped
+    # drafted tokens count as context; another request's context starts over
+    assert tok.decode(lookup.propose(context[:-1], context[-1:])) == text
+    other = encode("Nothing in common here at all.") + encode("Reykjavik")
+    assert lookup.propose(other) == []
