@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import inspect
 import json
 import math
 import os
@@ -364,43 +363,19 @@ def setting_name(temperature: float) -> str:
     return "greedy" if temperature == 0 else f"sampled-t{temperature:g}"
 
 
-def run_options_supported(gen: Any) -> set[str]:
-    """Keyword options of ``gen.run`` (all of them if it takes ``**kwargs``)."""
-    try:
-        params = inspect.signature(gen.run).parameters
-    except (TypeError, ValueError):
-        return set()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return {"*"}
-    return set(params)
-
-
-def mode_unavailable_reason(gen: Any, mode: Mode, supported: set[str]) -> str | None:
-    if mode.kind != "project" or mode.k == 0:
-        return None
-    if getattr(gen, "draft", None) is None:
+def mode_unavailable_reason(gen: Any, mode: Mode) -> str | None:
+    if mode.kind == "project" and mode.k > 0 and getattr(gen, "draft", None) is None:
         return "no draft model"
-    if "*" in supported:
-        return None
-    if mode.adaptive and "adaptive" not in supported:
-        return "Generator.run has no `adaptive` option in this checkout"
-    if mode.proposers is not None and mode.proposers != ("draft",) and "proposers" not in supported:
-        return "Generator.run has no `proposers` option in this checkout"
     return None
 
 
-def _stat(stats: Any, name: str, default: Any = None) -> Any:
-    value = getattr(stats, name, default)
-    return value() if callable(value) else value
-
-
 def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature: float, seed: int,
-                    max_new_tokens: int, supported: set[str], cold: bool) -> dict[str, Any]:
+                    max_new_tokens: int, cold: bool) -> dict[str, Any]:
     import jsonschema
 
     kwargs: dict[str, Any] = {"num_draft_tokens": mode.k, "temperature": temperature, "seed": seed,
                               "max_new_tokens": max_new_tokens}
-    if mode.proposers is not None and ("proposers" in supported or "*" in supported):
+    if mode.proposers is not None:
         kwargs["proposers"] = mode.proposers
     if mode.adaptive:
         kwargs["adaptive"] = True
@@ -412,10 +387,6 @@ def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature:
         try:
             result = gen.run(item.prompt, item.schema, **kwargs)
             error = None
-        except TypeError as exc:
-            if "unexpected keyword" in str(exc) or "got an unexpected" in str(exc):
-                return {**rec, "ok": False, "unavailable": f"Generator.run rejected the options: {exc}"}
-            result, error = None, f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # noqa: BLE001 - a failed request is a figure, not a crash
             result, error = None, f"{type(exc).__name__}: {str(exc)[:300]}"
         latency = time.perf_counter() - t0
@@ -432,19 +403,18 @@ def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature:
     gen_tokens = s.generated_tokens
     decode_s = s.wall_seconds - s.prefill_seconds
     rec.update(
-        ok=True, valid=valid, text=result.text, token_ids=list(result.token_ids), stats=s.as_dict() if hasattr(s, "as_dict") else {},
+        ok=True, valid=valid, text=result.text, token_ids=list(result.token_ids), stats=s.as_dict(),
         generated_tokens=gen_tokens, tokens_per_second=s.tokens_per_second, wall_s=s.wall_seconds,
         prefill_s=s.prefill_seconds, decode_s=decode_s, target_forwards=s.target_forwards,
         draft_forwards=s.draft_forwards, drafted_tokens=s.drafted_tokens, accepted_tokens=s.accepted_tokens,
-        forced_tokens=s.forced_tokens, steps=getattr(s, "steps", None), acceptance_rate=s.acceptance_rate if s.drafted_tokens else None,
+        forced_tokens=s.forced_tokens, steps=s.steps, acceptance_rate=s.acceptance_rate if s.drafted_tokens else None,
         mean_accepted_len=(s.accepted_tokens / s.target_forwards) if (s.target_forwards and mode.k) else None,
         target_forwards_per_token=(s.target_forwards / gen_tokens) if gen_tokens else None,
         forced_share=(s.forced_tokens / gen_tokens) if gen_tokens else None,
         mask_us_per_token=(masks.total_seconds / gen_tokens * 1e6) if gen_tokens else None,
         mask_us_per_token_stats=(s.mask_seconds / gen_tokens * 1e6) if gen_tokens else None,
-        model_proposed=_stat(s, "model_proposed"), grammar_proposed=_stat(s, "grammar_proposed"),
-        grammar_accepted=_stat(s, "grammar_accepted"), lookup_proposed=_stat(s, "lookup_proposed"),
-        lookup_accepted=_stat(s, "lookup_accepted"),
+        model_proposed=s.model_proposed, grammar_proposed=s.grammar_proposed, grammar_accepted=s.grammar_accepted,
+        lookup_proposed=s.lookup_proposed, lookup_accepted=s.lookup_accepted,
         _stats_obj=s,
     )
     return rec
@@ -560,10 +530,9 @@ def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], conf
     from tqdm import tqdm
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    supported = run_options_supported(gen)
     unavailable: dict[str, str] = {}
     for m in modes:
-        reason = mode_unavailable_reason(gen, m, supported)
+        reason = mode_unavailable_reason(gen, m)
         if reason:
             unavailable[m.name] = reason
     if peer is None and any(m.kind == "peer" for m in modes):
@@ -624,7 +593,7 @@ def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], conf
                     continue
                 bar.set_postfix_str(f"{item.id} {setting} {mode.name}")
                 if mode.kind == "project":
-                    rec = _project_record(gen, item, compiled, mode, temperature, seed, config.max_new_tokens, supported, config.cold_masks)
+                    rec = _project_record(gen, item, compiled, mode, temperature, seed, config.max_new_tokens, config.cold_masks)
                 elif mode.kind == "peer":
                     assert peer is not None
                     rec = _peer_record(peer, item, prompt_text, prompt_ids, temperature, seed, config.max_new_tokens)
