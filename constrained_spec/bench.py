@@ -76,16 +76,20 @@ def build_modes(
     peer: bool = True,
     hf_assist: bool = True,
     select: Sequence[str] | None = None,
+    all_proposer_ks: Sequence[int] = (),
 ) -> list[Mode]:
-    """The mode list, baseline first. ``select``: family names or mode names to keep."""
+    """The mode list, baseline first. ``select``: family names or mode names to keep.
+    ``all_proposer_ks``: more fixed k with every proposer (``k{K}+grammar+lookup``), the fixed-k
+    sweep to hold adaptive k against."""
     ks = sorted({int(k) for k in ks if int(k) > 0})
     pk = proposer_k if proposer_k is not None else (4 if 4 in ks or not ks else ks[len(ks) // 2])
     modes = [Mode("target", "target", 0)]
     if fixed:
         modes += [Mode(f"k{k}", "fixed", k, ("draft",)) for k in ks]
     if proposers:
-        modes += [Mode(f"k{pk}+grammar", "proposers", pk, ("draft", "grammar")),
-                  Mode(f"k{pk}+grammar+lookup", "proposers", pk, ALL_PROPOSERS)]
+        modes += [Mode(f"k{pk}+grammar", "proposers", pk, ("draft", "grammar"))]
+        modes += [Mode(f"k{k}+grammar+lookup", "proposers", k, ALL_PROPOSERS)
+                  for k in sorted({pk, *(int(x) for x in all_proposer_ks if int(x) > 0)})]
     if adaptive:
         modes.append(Mode("adaptive", "adaptive", max(ks) if ks else pk, ALL_PROPOSERS, adaptive=True))
     if peer:
@@ -874,6 +878,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=int, default=None, help="use the first N prompts of the workload (default all)")
     p.add_argument("--ks", type=_ints, default=None, help="fixed draft lengths, e.g. 2,3,4 (default 1..8)")
     p.add_argument("--proposer-k", type=int, default=None, help="k of the proposer variants (default 4, or the middle of --ks)")
+    p.add_argument("--all-proposer-ks", type=_ints, default=(), help="more k for k{K}+grammar+lookup, e.g. 2,3,4,6 (a fixed-k sweep with every proposer)")
     p.add_argument("--modes", default=None, help="comma list of families (target,fixed,proposers,adaptive,peer,hf-assist) or mode names")
     p.add_argument("--no-fixed", action="store_true", help="skip the fixed-k sweep")
     p.add_argument("--no-proposers", action="store_true", help="skip the +grammar / +grammar+lookup variants")
@@ -909,7 +914,8 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
         workload = list(workload)[:n_prompts]
     select = args.modes.split(",") if args.modes else None
     modes = build_modes(ks, args.proposer_k, fixed=not args.no_fixed, proposers=not args.no_proposers,
-                        adaptive=not args.no_adaptive, peer=not args.no_peer, hf_assist=not args.no_hf_assist, select=select)
+                        adaptive=not args.no_adaptive, peer=not args.no_peer, hf_assist=not args.no_hf_assist, select=select,
+                        all_proposer_ks=args.all_proposer_ks)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     out_dir = Path(args.out) if args.out else Path("results") / f"bench-{stamp}"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -70,6 +70,10 @@ def test_modes_and_selection():
     assert [m.name for m in bench.build_modes((2, 4), select=["fixed"])] == ["target", "k2", "k4"]
     with pytest.raises(ValueError, match="unknown mode"):
         bench.build_modes((2,), select=["nonsense"])
+    sweep = [m for m in bench.build_modes((4,), all_proposer_ks=(2, 4, 6), select=["proposers"]) if m.name != "target"]
+    assert [(m.name, m.k) for m in sweep] == [("k4+grammar", 4), ("k2+grammar+lookup", 2), ("k4+grammar+lookup", 4),
+                                               ("k6+grammar+lookup", 6)]
+    assert all(m.proposers == bench.ALL_PROPOSERS for m in sweep[1:])
 
 
 def test_predicted_speedup_formula():
