@@ -33,6 +33,9 @@ DRAFT_CONFIDENCE = 0.3
 #: grammar allows few tokens; used where the vocabulary is at least twice as large
 DRAFT_HEAD_TOKENS = 48_000
 PROPOSERS = ("draft", "grammar", "lookup")
+#: the default draft length: the best fixed k with every proposer on the 8-prompt bench
+#: (results/bench-s4-sweep: k2..k6 gave 1.57 / 1.90 / 1.92 / 2.13 / 1.67x target-only)
+NUM_DRAFT_TOKENS = 5
 
 __all__ = ["Generator", "GenerationResult", "Regex", "generate", "generate_json", "schema_hint", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
 
@@ -115,7 +118,7 @@ class Generator:
         draft: Any = DEFAULT_DRAFT,
         tokenizer: Any = None,
         *,
-        num_draft_tokens: int = 4,
+        num_draft_tokens: int = NUM_DRAFT_TOKENS,
         max_new_tokens: int = 512,
         schema_options: Any = None,
         cache_dir: Any = None,
@@ -127,7 +130,7 @@ class Generator:
         progress: bool = True,
         debug_checks: bool = False,
         eos_token_ids: Sequence[int] | None = None,
-        proposers: Sequence[str] = ("draft", "grammar"),
+        proposers: Sequence[str] = PROPOSERS,
         adaptive: bool = False,
         draft_confidence: float = DRAFT_CONFIDENCE,
         draft_head_tokens: int = DRAFT_HEAD_TOKENS,

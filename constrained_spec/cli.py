@@ -92,6 +92,7 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .api import NUM_DRAFT_TOKENS
     from .model_store import DTYPE_CHOICES
 
     parser = argparse.ArgumentParser(prog="constrained-spec", description="Exact grammar-constrained speculative decoding.")
@@ -103,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--grammar", help="a .regex file from grammars/ (instead of --schema)")
     g.add_argument("--prompt", required=True, help="the user prompt")
     add_model_arguments(g)
-    g.add_argument("--num-draft-tokens", "-k", type=int, default=4, help="draft length k (0 = target only)")
+    g.add_argument("--num-draft-tokens", "-k", type=int, default=NUM_DRAFT_TOKENS, help=f"draft length k (0 = target only; default {NUM_DRAFT_TOKENS})")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)

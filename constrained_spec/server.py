@@ -537,13 +537,14 @@ def _sse(obj: Any) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .api import NUM_DRAFT_TOKENS
     from .cli import add_model_arguments
 
     p = argparse.ArgumentParser(prog="constrained-spec serve", description="Serve an OpenAI-compatible /v1/chat/completions endpoint.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8000)
     add_model_arguments(p)
-    p.add_argument("-k", "--num-draft-tokens", type=int, default=4, help="draft tokens per step (default 4)")
+    p.add_argument("-k", "--num-draft-tokens", type=int, default=NUM_DRAFT_TOKENS, help=f"draft tokens per step (default {NUM_DRAFT_TOKENS})")
     p.add_argument("--max-new-tokens", type=int, default=512, help="default max_tokens when a request gives none")
     p.add_argument("--max-tokens-limit", type=int, default=None, help="refuse requests asking for more max_tokens")
     p.add_argument("--max-queue", type=int, default=16, help="requests that may wait behind the running one (429 beyond)")
