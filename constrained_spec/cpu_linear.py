@@ -35,68 +35,74 @@ def packing_available(weights: str = "fp16") -> bool:
     return "fbgemm" in torch.backends.quantized.supported_engines and hasattr(torch.ops.quantized, op)
 
 
-class PackedFp16Linear(torch.nn.Module):
-    """``y = x W^T + b`` with ``W`` stored as packed fp16; ``x``, ``b`` and ``y`` are fp32.
+class _PackedLinear(torch.nn.Module):
+    """``y = x W^T + b`` with ``W`` packed for fbgemm (:meth:`_pack`, :meth:`_matmul` per kind);
+    ``x``, ``b`` and ``y`` are fp32.
 
     ``weight`` keeps an fp16 copy only where asked (``keep_weight``): the draft's output head reads
     rows of it to compute logits for a few allowed tokens (``HFModel.extend_last``).
     """
 
+    kind = ""
+
     def __init__(self, linear: torch.nn.Linear, keep_weight: bool = False) -> None:
         super().__init__()
         w = linear.weight.detach()
         if w.device.type != "cpu" or w.dtype != torch.float32:
-            raise ModelLoadError(f"fp16 weight packing needs fp32 CPU weights, got {w.dtype} on {w.device}")
+            raise ModelLoadError(f"{self.kind} weight packing needs fp32 CPU weights, got {w.dtype} on {w.device}")
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         b = None if linear.bias is None else linear.bias.detach().float()
         self.register_buffer("bias", b, persistent=False)
-        self._packed = torch.ops.quantized.linear_prepack_fp16(w, b)
+        self._packed = self._pack(w, b)
         self.weight = w.half() if keep_weight else None
+
+    def _pack(self, w: torch.Tensor, b: torch.Tensor | None) -> Any:
+        raise NotImplementedError
+
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        y = torch.ops.quantized.linear_dynamic_fp16(x.reshape(-1, shape[-1]).float(), self._packed)
+        y = self._matmul(x.reshape(-1, shape[-1]).float())
         return y.reshape(*shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, fp16 packed"
+        return f"in_features={self.in_features}, out_features={self.out_features}, {self.kind} packed"
 
 
-class PackedInt8Linear(torch.nn.Module):
-    """``y = x W^T + b`` with ``W`` stored as packed int8 (one scale per output row); ``x`` is
-    quantized to int8 on each call (fbgemm's dynamic linear); ``x``, ``b`` and ``y`` are fp32.
+class PackedFp16Linear(_PackedLinear):
+    """A linear layer with fp16 weights packed for fbgemm; fp32 activations and accumulation."""
 
-    ``weight`` keeps an fp16 copy only where asked (``keep_weight``), as in :class:`PackedFp16Linear`.
-    """
+    kind = "fp16"
 
-    def __init__(self, linear: torch.nn.Linear, keep_weight: bool = False) -> None:
+    def _pack(self, w: torch.Tensor, b: torch.Tensor | None) -> Any:
+        return torch.ops.quantized.linear_prepack_fp16(w, b)
+
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic_fp16(x, self._packed)
+
+
+class PackedInt8Linear(_PackedLinear):
+    """A linear layer with int8 weights (one scale per output row) packed for fbgemm; ``x`` is
+    quantized to int8 on each call (fbgemm's dynamic linear), accumulated in int32."""
+
+    kind = "int8"
+
+    def _pack(self, w: torch.Tensor, b: torch.Tensor | None) -> Any:
         import warnings
 
-        super().__init__()
-        w = linear.weight.detach()
-        if w.device.type != "cpu" or w.dtype != torch.float32:
-            raise ModelLoadError(f"int8 weight packing needs fp32 CPU weights, got {w.dtype} on {w.device}")
-        self.in_features = linear.in_features
-        self.out_features = linear.out_features
-        b = None if linear.bias is None else linear.bias.detach().float()
-        self.register_buffer("bias", b, persistent=False)
         scales = (w.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
         zero_points = torch.zeros(w.shape[0], dtype=torch.long)
         with warnings.catch_warnings():  # quantized tensors are deprecated but still fbgemm's input
             warnings.simplefilter("ignore")
             qweight = torch.quantize_per_channel(w, scales, zero_points, 0, torch.qint8)
-            self._packed = torch.ops.quantized.linear_prepack(qweight, b)
-        self.weight = w.half() if keep_weight else None
+            return torch.ops.quantized.linear_prepack(qweight, b)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         # reduce_range: 7-bit activations, so AVX2's 16-bit pair sums cannot saturate
-        y = torch.ops.quantized.linear_dynamic(x.reshape(-1, shape[-1]).float(), self._packed, True)
-        return y.reshape(*shape[:-1], self.out_features)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 packed"
+        return torch.ops.quantized.linear_dynamic(x, self._packed, True)
 
 
 #: the packed linear class for each ``weights`` kind
