@@ -265,7 +265,8 @@ class Generator:
 
         ``proposers`` picks the proposal sources, any of ``"draft"`` (the draft model),
         ``"grammar"`` (strings the grammar forces, at no model cost) and ``"lookup"`` (prompt
-        lookup: token n-grams, else bytes, :class:`~constrained_spec.proposers.PromptText`); ``adaptive`` chooses k per step from measured acceptance and costs, with
+        lookup: token n-grams, else bytes, :class:`~constrained_spec.proposers.PromptText`); ``adaptive`` grows each block while one more
+        position is worth its cost (measured keep rates and forward costs), with
         ``num_draft_tokens`` as the upper bound; ``draft_confidence`` ends a draft block after a
         token the draft model gives less than this probability (0 = never). Every combination
         samples the same distribution.

@@ -57,6 +57,7 @@ class DecodeStats:
     restricted_head_forwards: int = 0  # draft forwards that computed the head for allowed tokens only
     prefix_head_forwards: int = 0  # draft forwards that scored the leading (common) token ids only
     confidence_stops: int = 0  # blocks ended early because the draft was unsure of its token
+    length_stops: int = 0  # blocks adaptive k ended before the cap: one more position was not worth its cost
     steps: int = 0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
@@ -99,6 +100,19 @@ class DecodeResult:
 
 class InvariantError(ConstrainedSpecError):
     """A debug check found caches or automaton out of step with the committed tokens (a bug)."""
+
+
+@dataclass
+class DraftBlock:
+    """One block of proposals: tokens [n], the q rows they were drawn from [n, V], the automaton
+    states before each and after the last [n+1], where each came from ("model", "forced",
+    "grammar", "lookup"), and the draft's probability for each model token (None elsewhere)."""
+
+    tokens: list[int]
+    q_rows: torch.Tensor
+    states: list[int]
+    sources: list[str]
+    confidences: list[float | None]
 
 
 class SpeculativeDecoder:
@@ -223,22 +237,11 @@ class SpeculativeDecoder:
             self._commit(forced)
             self.stats.forced_tokens += 1
             return 1
-        context = self._context(self.matcher.state) if self.draft_length is not None else ""
-        k = self.k if self.draft_length is None else self.draft_length.choose(self.k, context)
-        k = min(k, remaining - 1)
         before = len(self.committed)
-        drafted, q_rows, states, sources = self.propose(k)
-        result = self.verify_block(drafted, q_rows, states)
-        self.accept_and_rollback(drafted, result, sources)
-        count = len(self.committed) - before
-        if self.draft_length is not None:
-            self.draft_length.observe_step(k, count, time.perf_counter() - t0, context)
-        return count
-
-    def _context(self, state: int) -> str:
-        """The kind of text at ``state`` for adaptive k: "free" where the grammar allows most of the
-        vocabulary (inside a free-form string), else "structure"."""
-        return "free" if self.matcher.automaton.allowed_ids(state).size > self.vocab_size // 2 else "structure"
+        block = self.propose(min(self.k, remaining - 1))
+        result = self.verify_block(block)
+        self.accept_and_rollback(block, result)
+        return len(self.committed) - before
 
     def _point_mass(self, token: int) -> torch.Tensor:
         q = torch.zeros(self.vocab_size)
@@ -281,8 +284,8 @@ class SpeculativeDecoder:
             return tokens, "lookup"
         return [], ""
 
-    def propose(self, k: int) -> tuple[list[int], torch.Tensor, list[int], list[str]]:
-        """Draft up to k tokens; returns tokens, their q rows [n, V], states [n+1], sources [n].
+    def propose(self, k: int) -> DraftBlock:
+        """Draft up to k tokens: a :class:`DraftBlock`.
 
         Per position: a grammar-forced single token, else the next token of a zero-cost proposal
         (grammar-forced string or prompt lookup, a point mass), else a draw from the draft model's
@@ -290,7 +293,8 @@ class SpeculativeDecoder:
         distribution the token was really drawn from. The block ends early after a model token
         whose draft probability is below ``draft_confidence`` (it is likely to be rejected, and the
         forwards after it wasted); it still takes the zero-cost tokens that follow (forced, grammar
-        strings, lookup), which cost only a verify row each.
+        strings, lookup), which cost only a verify row each. With adaptive k (``draft_length``), the
+        block also ends where one more position is not worth its cost.
         """
         t0 = time.perf_counter()
         state = self.matcher.state
@@ -299,37 +303,56 @@ class SpeculativeDecoder:
         plan_source = ""
         stop = False  # the draft was unsure of a token: no more model tokens in this block
         mask_before = self.stats.mask_seconds  # mask work inside drafting is booked as mask time
+        adaptive = self.draft_length
+        fed = len(self.committed) - self.target.length  # tokens the verify takes before the drafts
+        kept = 1.0  # estimated probability that every token drafted so far is kept
+        last_confidence: float | None = None
+        confidences: list[float | None] = []
         for _ in range(k):
             t_mask = time.perf_counter()
             forced = self.matcher.forced_token(state)
             self.stats.mask_seconds += time.perf_counter() - t_mask
             if forced is not None:  # q is a point mass: no draft forward needed
-                token, q, source = forced, self._point_mass(forced), "forced"
-                plan = []
+                source = "forced"
             else:
                 if not plan:
                     plan, plan_source = self._free_proposal(state, drafted)
                 if plan and self.matcher.step(state, plan[0]) is not None:
-                    token = plan.pop(0)
-                    q, source = self._point_mass(token), plan_source
+                    source = plan_source
                 elif self.draft is not None and not stop:
-                    plan = []
-                    pending = (self.committed + drafted)[self.draft.length :]
-                    t_fwd = time.perf_counter()
-                    logits = self._draft_logits(pending, state)
-                    if self.draft_length is not None:
-                        self.draft_length.draft.observe(1, time.perf_counter() - t_fwd)
-                    self.stats.draft_forwards += 1
-                    allowed = self._allowed(state).unsqueeze(0)
-                    q = effective_probs(logits, allowed, self.params.temperature, self.params.top_k, self.params.top_p)[0]
-                    token, source = int(draw(q, self._uniform(1))[0]), "model"
-                    if self.draft_confidence > 0 and self._confidence(logits, allowed, q, token) < self.draft_confidence:
-                        stop = True
+                    plan, source = [], "model"
                 else:
                     break  # nothing to propose, or no more model tokens after an unsure one
+            expected_confidence = last_confidence if source == "model" else None
+            if adaptive is not None and not adaptive.worth_proposing(kept, source, expected_confidence, fed + len(drafted)):
+                self.stats.length_stops += 1
+                break
+            confidence: float | None = None
+            if source == "forced":
+                token, q, plan = forced, self._point_mass(forced), []
+            elif source != "model":
+                token = plan.pop(0)
+                q = self._point_mass(token)
+            else:
+                pending = (self.committed + drafted)[self.draft.length :]
+                t_fwd = time.perf_counter()
+                logits = self._draft_logits(pending, state)
+                if adaptive is not None:
+                    adaptive.draft.observe(1, time.perf_counter() - t_fwd)
+                self.stats.draft_forwards += 1
+                allowed = self._allowed(state).unsqueeze(0)
+                q = effective_probs(logits, allowed, self.params.temperature, self.params.top_k, self.params.top_p)[0]
+                token = int(draw(q, self._uniform(1))[0])
+                if self.draft_confidence > 0 or adaptive is not None:
+                    confidence = last_confidence = self._confidence(logits, allowed, q, token)
+                if self.draft_confidence > 0 and confidence < self.draft_confidence:
+                    stop = True
+            if adaptive is not None:
+                kept *= adaptive.keep.rate(source, confidence)
             drafted.append(token)
             rows.append(q)
             sources.append(source)
+            confidences.append(confidence)
             state = self.matcher.step(state, token)
             states.append(state)
             if self.matcher.is_eos(token):
@@ -342,10 +365,11 @@ class SpeculativeDecoder:
         self.stats.lookup_proposed += sources.count("lookup")
         self.stats.draft_seconds += time.perf_counter() - t0 - (self.stats.mask_seconds - mask_before)
         q_rows = torch.stack(rows) if rows else torch.zeros(0, self.vocab_size)
-        return drafted, q_rows, states, sources
+        return DraftBlock(drafted, q_rows, states, sources, confidences)
 
-    def verify_block(self, drafted: list[int], q_rows: torch.Tensor, states: list[int]) -> VerifyResult:
+    def verify_block(self, block: DraftBlock) -> VerifyResult:
         """One target forward over pending + drafted tokens, then the verify math."""
+        drafted, q_rows, states = block.tokens, block.q_rows, block.states
         t0 = time.perf_counter()
         pending = self.committed[self.target.length :]
         logits = self.target.extend(pending + drafted)[-(len(drafted) + 1) :]
@@ -371,16 +395,15 @@ class SpeculativeDecoder:
         self.stats.sampling_seconds += time.perf_counter() - t2
         return result
 
-    def accept_and_rollback(self, drafted: list[int], result: VerifyResult, sources: list[str] | None = None) -> None:
+    def accept_and_rollback(self, block: DraftBlock, result: VerifyResult) -> None:
         """Commit the kept prefix and the next token; crop both caches to the accepted prefix."""
+        drafted = block.tokens
         n = int(result.accepted[0])
-        if sources:
-            kept = sources[:n]
-            self.stats.grammar_accepted += kept.count("grammar")
-            self.stats.lookup_accepted += kept.count("lookup")
-            if self.draft_length is not None:
-                probs = result.accept_prob[0, : min(n + 1, len(drafted))].tolist()
-                self.draft_length.observe_block(len(drafted), sources.count("model"), probs)
+        kept = block.sources[:n]
+        self.stats.grammar_accepted += kept.count("grammar")
+        self.stats.lookup_accepted += kept.count("lookup")
+        if self.draft_length is not None:
+            self.draft_length.observe_block(block.sources, block.confidences, n)
         base = len(self.committed)
         self.target.crop(base + n)  # the cache keeps committed + kept drafts; next token is pending
         if self.draft is not None:

@@ -283,3 +283,39 @@ def test_text_lookup_proposals_stay_exact(automaton):
         proposed += dec.stats.lookup_proposed
         kept += dec.stats.lookup_accepted
     assert proposed > kept > 0  # it fired, and was both kept and rejected
+
+
+class FixedCosts:
+    """A cost curve that ignores timings: the adaptive rule decides the same way on any machine."""
+
+    def __init__(self, seconds):
+        self.seconds = dict(seconds)
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        pass
+
+    def __call__(self, tokens: int) -> float:
+        return self.seconds[min(tokens, max(self.seconds))]
+
+
+def test_adaptive_block_lengths_stay_exact(automaton):
+    """Adaptive k ends each block where one more position is not worth its cost, from the draft's
+    confidence in the tokens drafted so far and keep rates learnt from past verifies: still exact."""
+    from constrained_spec.draft_length import AdaptiveDraftLength
+
+    policy = SamplingPolicy(temperature=1.0)
+    rule = AdaptiveDraftLength(max_k=4, target=FixedCosts({n: 1.0 for n in range(1, 7)}), draft=FixedCosts({1: 0.3}))
+    exact = exact_distribution(automaton, policy)
+    counts = sample(automaton, policy, 4, SAMPLES // 2, draft_length=rule)
+    pvalue = chi2_pvalue(counts, exact)
+    print(f"adaptive k: p-value {pvalue:.4f} over {len(exact)} outcomes")
+    assert pvalue > ALPHA
+    target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=2.0)
+    stops = drafted = 0
+    for seed in range(20):
+        dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=4, max_new_tokens=16,
+                                 generator=torch.Generator().manual_seed(seed), draft_length=rule)
+        dec.run(PROMPT)
+        stops += dec.stats.length_stops
+        drafted += dec.stats.model_proposed
+    assert stops > 0 and drafted > 0  # the rule both ended blocks early and let the draft run

@@ -1,39 +1,16 @@
-"""Adaptive draft length: the rate model picks k from acceptance and the measured cost curve."""
+"""Adaptive draft length: a block grows while one more position is worth its cost."""
 
 from __future__ import annotations
 
-from constrained_spec.draft_length import AdaptiveDraftLength, CostCurve, expected_tokens
+from constrained_spec.draft_length import AdaptiveDraftLength, CostCurve
 
 
-def test_expected_tokens_formula():
-    assert expected_tokens(0.0, 4) == 1.0
-    assert abs(expected_tokens(0.5, 2) - 1.75) < 1e-9  # 1 + 0.5 + 0.25
-    assert abs(expected_tokens(1.0, 3) - 4.0) < 1e-4
-
-
-def test_choice_follows_the_cost_curve_and_acceptance():
-    policy = AdaptiveDraftLength(max_k=8, acceptance=0.95)
-    for n in range(1, 10):  # flat verify cost: long blocks are cheap
-        policy.target.observe(n, 0.30)
-    policy.draft.observe(1, 0.01)
-    assert policy.choose() == 8
-    steep = AdaptiveDraftLength(max_k=8, acceptance=0.5)
-    for n in range(1, 10):  # each verified token costs a full forward: drafting never pays
-        steep.target.observe(n, 0.30 * n)
-    steep.draft.observe(1, 0.1)
-    assert steep.choose() in (0, 1) and steep.rate(0) >= steep.rate(4)
-
-
-def test_k0_is_probed_now_and_then_and_acceptance_learns():
-    policy = AdaptiveDraftLength(max_k=4, acceptance=0.1, explore_every=3)
-    for n in range(1, 6):
-        policy.target.observe(n, 0.3 * n)
-    policy.draft.observe(1, 0.2)
-    picks = [policy.choose() for _ in range(6)]
-    assert picks.count(0) == 4 and all(k > 0 for k in picks if k)
-    for _ in range(50):
-        policy.observe_block(4, 4, [1.0, 1.0, 1.0, 1.0])
-    assert policy.acceptance > 0.9
+def with_costs(rule: AdaptiveDraftLength, verify: float = 0.30, draft: float = 0.05, step_at: int | None = None) -> AdaptiveDraftLength:
+    """Flat verify cost (doubling from ``step_at`` tokens fed) and a fixed draft forward cost."""
+    for n in range(1, rule.max_k + 3):
+        rule.target.observe(n, verify * (2 if step_at is not None and n >= step_at else 1))
+    rule.draft.observe(1, draft)
+    return rule
 
 
 def test_cost_curve_interpolates():
@@ -43,46 +20,49 @@ def test_cost_curve_interpolates():
     assert abs(curve(3) - 2.0) < 1e-9 and curve(9) == 3.0
 
 
-def test_measured_steps_override_the_formula():
-    """The i.i.d. formula prefers short blocks here; measured steps show long ones deliver more."""
-    policy = AdaptiveDraftLength(max_k=5, acceptance=0.6)
-    for n in range(1, 7):
-        policy.target.observe(n, 0.30)
-    policy.draft.observe(1, 0.08)
-    formula_pick = policy.choose()
-    assert formula_pick < 5
-    for _ in range(30):  # what really happened: k=5 steps commit 5 tokens in 0.5 s, short ones 1.5 in 0.35 s
-        for k in range(1, 6):
-            tokens, seconds = (5, 0.5) if k == 5 else (1.5, 0.35)
-            policy.observe_step(k, tokens, seconds)
-    assert policy.choose() == 5
-    assert policy.rate(5) > 1.5 * policy.rate(formula_pick)
+def test_a_draft_forward_is_spent_only_where_its_token_is_likely_kept():
+    rule = with_costs(AdaptiveDraftLength(max_k=8), draft=0.1)
+    for _ in range(50):  # confident draft tokens are kept, unsure ones rejected
+        rule.observe_block(["model", "model"], [0.95, 0.15], 1)
+    assert rule.keep.rate("model", 0.95) > 0.9 and rule.keep.rate("model", 0.15) < 0.2
+    assert rule.worth_proposing(1.0, "model", 0.95, fed=2)
+    assert not rule.worth_proposing(1.0, "model", 0.15, fed=2)
+    # a zero-cost proposal is worth a (free) verify row even where a draft forward is not
+    assert rule.worth_proposing(0.15, "grammar", None, fed=2)
 
 
-def test_a_k_measured_in_other_text_returns_to_the_prior():
-    """Bad steps at k=5 (say in a long free-form string) must not shut k=5 out for good."""
-    policy = AdaptiveDraftLength(max_k=5, acceptance=0.9)
-    for n in range(1, 7):
-        policy.target.observe(n, 0.30)
-    policy.draft.observe(1, 0.05)
-    prior = policy.rate(5)
-    for _ in range(20):
-        policy.observe_step(5, 1, 0.6)  # k=5 did badly
-    assert policy.rate(5) < 0.5 * prior
-    for _ in range(200):
-        policy.observe_step(2, 3, 0.4)  # meanwhile only k=2 was chosen
-    assert abs(policy.rate(5) - prior) < 0.05 * prior
+def test_the_chance_of_reaching_a_position_decides_its_worth():
+    rule = with_costs(AdaptiveDraftLength(max_k=8), draft=0.1)
+    assert abs(rule.token_value() - 0.30) < 1e-9  # a kept token saves one target forward
+    assert rule.worth_proposing(1.0, "model", 0.85, fed=1)
+    assert not rule.worth_proposing(0.2, "model", 0.85, fed=1)  # unlikely to get this far
 
 
-def test_each_kind_of_text_keeps_its_own_measurements():
-    """Long blocks pay in structure and not in free text: the two choices must not mix."""
-    policy = AdaptiveDraftLength(max_k=5, acceptance=0.8)
-    for n in range(1, 7):
-        policy.target.observe(n, 0.30)
-    policy.draft.observe(1, 0.08)
-    for _ in range(40):
-        for k in range(1, 6):
-            policy.observe_step(k, 5 if k == 5 else 2, 0.5, "structure")
-            policy.observe_step(k, 1 if k == 5 else 2, 0.5 if k == 5 else 0.3, "free")
-    assert policy.choose(context="structure") == 5
-    assert policy.choose(context="free") < 5
+def test_a_verify_row_that_costs_a_second_pass_must_pay_for_it():
+    rule = with_costs(AdaptiveDraftLength(max_k=8), step_at=7)  # 7 tokens fed cost twice 6
+    assert rule.worth_proposing(0.9, "grammar", None, fed=5)  # the 6th row is free
+    assert not rule.worth_proposing(0.9, "grammar", None, fed=6)  # the 7th costs a pass for 0.8 token
+
+
+def test_only_judged_positions_teach_keep_rates():
+    rule = AdaptiveDraftLength(max_k=8)
+    before = rule.keep.rate("lookup")
+    for _ in range(40):  # the first lookup token rejected: the three after it were never judged
+        rule.observe_block(["lookup", "lookup", "lookup", "lookup"], [None] * 4, 0)
+    assert rule.keep.rate("lookup") < 0.1 < before
+    judged = rule.keep._counts[("lookup", -1)][1]
+    assert judged < 1 / (1 - rule.keep.decay) + 1e-6  # one judged position per block, not four
+    for _ in range(200):  # rates follow the text: the lookup starts to be right
+        rule.observe_block(["lookup", "lookup"], [None] * 2, 2)
+    assert rule.keep.rate("lookup") > 0.9
+
+
+def test_a_source_the_rule_stopped_using_is_tried_again():
+    """A stretch of rejected draft tokens must not shut the draft out for good."""
+    rule = with_costs(AdaptiveDraftLength(max_k=8), draft=0.1)
+    for _ in range(60):
+        rule.observe_block(["model"], [None], 0)
+    assert not rule.worth_proposing(1.0, "model", None, fed=1)
+    for _ in range(150):  # verifies of zero-cost proposals only
+        rule.observe_block(["grammar"], [None], 1)
+    assert rule.worth_proposing(1.0, "model", None, fed=1)
