@@ -39,6 +39,8 @@ def test_bench_writes_json_and_markdown(generator, tmp_path, capsys):
     assert greedy["k2"]["acceptance_rate"] is not None and greedy["k2"]["mean_accepted_len"] is not None
     assert greedy["k2"]["greedy_same_as_target"] == [1, 1]  # greedy speculative == greedy target-only
     assert greedy["k2"]["predicted_speedup_median"] is not None
+    ratio = [r["speedup_vs_target"] for r in results["records"] if r["mode"] == "k2"]
+    assert abs(greedy["k2"]["speedup_vs_target_geomean"] - ratio[0]) < 1e-9  # one prompt: the ratio itself
     recs = {r["mode"]: r for r in results["records"]}
     assert recs["k2"]["token_ids"] == recs["target"]["token_ids"]
     assert results["compile"]["weather"]["project_cold_s"] > 0
