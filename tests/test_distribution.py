@@ -80,6 +80,19 @@ def sample(automaton, policy: SamplingPolicy, k: int, n: int, verifier=verify, d
     return counts
 
 
+def stats_over_seeds(automaton, policy: SamplingPolicy, k: int, prompt: list[int] = PROMPT, seeds: int = 20,
+                     **options) -> dict[str, float]:
+    """DecodeStats summed over ``seeds`` runs: shows that an option really acted in a setting."""
+    target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=2.0)
+    totals: Counter = Counter()
+    for seed in range(seeds):
+        dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=k, max_new_tokens=16,
+                                 generator=torch.Generator().manual_seed(seed), **options)
+        dec.run(prompt)
+        totals.update({f: v for f, v in dec.stats.as_dict().items() if isinstance(v, (int, float))})
+    return totals
+
+
 def chi2_pvalue(counts: Counter, exact: dict) -> float:
     """Chi-square goodness of fit; categories with expected < 5 are pooled; unseen-by-exact outcomes fail."""
     n = sum(counts.values())
@@ -156,14 +169,7 @@ def test_blocks_ending_at_unsure_draft_tokens_stay_exact(automaton):
     print(f"p-value {pvalue:.4f} over {len(exact)} outcomes")
     assert pvalue > ALPHA
     # the option really ends blocks early in this setting
-    target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=2.0)
-    stops = 0
-    for seed in range(20):
-        dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=4, max_new_tokens=16,
-                                 generator=torch.Generator().manual_seed(seed), draft_confidence=0.5)
-        dec.run(PROMPT)
-        stops += dec.stats.confidence_stops
-    assert stops > 0
+    assert stats_over_seeds(automaton, policy, 4, draft_confidence=0.5)["confidence_stops"] > 0
 
 
 @pytest.mark.slow
@@ -247,16 +253,8 @@ def test_point_mass_proposals_grammar_strings_and_lookup_stay_exact(policy):
     print(f"point-mass proposals: p-value {pvalue:.4f} over {len(exact)} outcomes")
     assert pvalue > ALPHA
     # both zero-cost sources really proposed in this setting
-    target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=2.0)
-    lookups = grammar = 0
-    for seed in range(20):
-        dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=3, max_new_tokens=16,
-                                 generator=torch.Generator().manual_seed(seed), grammar_strings=strings, lookup=True,
-                                 lookup_min_ngram=1)
-        dec.run(PROMPT)
-        lookups += dec.stats.lookup_proposed
-        grammar += dec.stats.grammar_proposed
-    assert lookups > 0 and grammar > 0
+    stats = stats_over_seeds(automaton, policy, 3, grammar_strings=strings, lookup=True, lookup_min_ngram=1)
+    assert stats["lookup_proposed"] > 0 and stats["grammar_proposed"] > 0
 
 
 def test_text_lookup_proposals_stay_exact(automaton):
@@ -273,16 +271,8 @@ def test_text_lookup_proposals_stay_exact(automaton):
     pvalue = chi2_pvalue(counts, exact)
     print(f"text lookup: p-value {pvalue:.4f} over {len(exact)} outcomes")
     assert pvalue > ALPHA
-    target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=2.0)
-    proposed = kept = 0
-    for seed in range(20):
-        dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=3, max_new_tokens=16,
-                                 generator=torch.Generator().manual_seed(seed), lookup=True, lookup_min_ngram=20,
-                                 text_lookup=text)
-        dec.run(prompt)
-        proposed += dec.stats.lookup_proposed
-        kept += dec.stats.lookup_accepted
-    assert proposed > kept > 0  # it fired, and was both kept and rejected
+    stats = stats_over_seeds(automaton, policy, 3, prompt, lookup=True, lookup_min_ngram=20, text_lookup=text)
+    assert stats["lookup_proposed"] > stats["lookup_accepted"] > 0  # it fired, and was both kept and rejected
 
 
 class FixedCosts:
@@ -310,12 +300,5 @@ def test_adaptive_block_lengths_stay_exact(automaton):
     pvalue = chi2_pvalue(counts, exact)
     print(f"adaptive k: p-value {pvalue:.4f} over {len(exact)} outcomes")
     assert pvalue > ALPHA
-    target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=2.0)
-    stops = drafted = 0
-    for seed in range(20):
-        dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=4, max_new_tokens=16,
-                                 generator=torch.Generator().manual_seed(seed), draft_length=rule)
-        dec.run(PROMPT)
-        stops += dec.stats.length_stops
-        drafted += dec.stats.model_proposed
-    assert stops > 0 and drafted > 0  # the rule both ended blocks early and let the draft run
+    stats = stats_over_seeds(automaton, policy, 4, draft_length=rule)
+    assert stats["length_stops"] > 0 and stats["model_proposed"] > 0  # it both ended blocks early and let the draft run
