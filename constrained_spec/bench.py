@@ -364,6 +364,7 @@ class BenchConfig:
     max_new_tokens: int = 320
     temperatures: tuple[float, ...] = (0.0, 0.7)
     seed: int = 0
+    rounds: int = 1  # the whole interleaved workload this many times; ratios pair runs of one round
     cold_masks: bool = True
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
@@ -586,12 +587,12 @@ def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], conf
 
     settings = [setting_name(t) for t in config.temperatures]
     active = [m for m in modes if m.name not in unavailable]
-    runs = [(item, t, m) for item in workload for t in config.temperatures for m in active
-            if not (m.kind == "hf-assist" and t != 0)]
+    runs = [(r, item, t, m) for r in range(config.rounds) for item in workload for t in config.temperatures
+            for m in active if not (m.kind == "hf-assist" and t != 0)]
     records: list[dict[str, Any]] = []
     bar = tqdm(total=len(runs), desc="bench", unit="run", disable=not config.progress, file=sys.stderr, dynamic_ncols=True)
-    baselines: dict[tuple[str, str], dict[str, Any]] = {}
-    for item in workload:
+    baselines: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for round_index, item in ((r, item) for r in range(config.rounds) for item in workload):
         compiled = gen.compile(item.schema)
         prompt_ids = gen.prompt_ids(item.prompt, compiled.spec)
         prompt_text = user_message(gen, item, compiled.spec)
@@ -615,10 +616,10 @@ def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], conf
                     log(f"[bench] {mode.name}: not available ({rec['unavailable']})")
                     continue
                 rec.update(prompt=item.id, schema=item.schema_name, kind=item.kind, setting=setting, mode=mode.name,
-                           family=mode.family, prompt_tokens=len(prompt_ids))
+                           family=mode.family, prompt_tokens=len(prompt_ids), round=round_index)
                 if not rec.get("ok"):
                     log(f"[bench] {item.id} {setting} {mode.name}: FAILED {rec.get('error')}")
-                key = (item.id, setting)
+                key = (item.id, setting, round_index)
                 if mode.name == "target" and rec.get("ok"):
                     baselines[key] = rec
                 base = baselines.get(key)
@@ -642,7 +643,7 @@ def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], conf
     for rec in records:  # pair each record with the peer's run of the same request
         rec.pop("_stats_obj", None)
         peer_rec = next((r for r in records if r["mode"] == PEER_NAME and r["prompt"] == rec["prompt"]
-                         and r["setting"] == rec["setting"] and r.get("ok")), None)
+                         and r["setting"] == rec["setting"] and r["round"] == rec["round"] and r.get("ok")), None)
         if peer_rec and rec.get("ok") and rec.get("tokens_per_second") and rec is not peer_rec:
             rec["speedup_vs_peer"] = rec["tokens_per_second"] / peer_rec["tokens_per_second"]
     summary = summarize(records, [m for m in modes if m.name not in unavailable], settings, compile_info)
@@ -897,6 +898,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.7, help="temperature of the sampled setting (default 0.7)")
     p.add_argument("--max-new-tokens", type=int, default=320)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the whole interleaved workload this many times (ratios pair runs of the same round; "
+                        "medians and means are over every prompt x round): fewer noisy single runs per figure")
     p.add_argument("--warm-masks", action="store_true", help="keep per-state masks across runs (default: every run starts cold)")
     p.add_argument("--peer-python", default=None, help="interpreter with outlines installed (default: $CONSTRAINED_SPEC_PEER_PYTHON or .venv-peer)")
     p.add_argument("--peer-model", default=None, help="model folder for the peer (default: the converted --model folder)")
@@ -929,7 +933,7 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
     out_dir.mkdir(parents=True, exist_ok=True)
     progress = not args.no_progress
     config = BenchConfig(ks=tuple(ks), max_new_tokens=args.max_new_tokens, temperatures=temps, seed=args.seed,
-                         cold_masks=not args.warm_masks, progress=progress, extra={"argv": list(argv or sys.argv[1:])})
+                         rounds=max(1, args.rounds), cold_masks=not args.warm_masks, progress=progress, extra={"argv": list(argv or sys.argv[1:])})
 
     if args.threads:
         import torch

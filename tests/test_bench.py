@@ -110,3 +110,20 @@ def test_peer_client_protocol(tmp_path):
     peer.close()
     assert rec["ok"] and rec["valid"] and rec["tokens_per_second"] == 3.0 and rec["prompt_ids_match"]
     assert peer.compiled["s"]["compile_s"] == 0.5
+
+
+def test_rounds_repeat_the_workload_and_pair_ratios_within_a_round(generator, tmp_path):
+    workload = [w for w in bench.load_workload_module().load_workload() if w.schema_name == "weather"][:1]
+    out = tmp_path / "out"
+    rc = bench.main(["--out", str(out), "--ks", "2", "--no-proposers", "--no-adaptive", "--no-peer", "--no-hf-assist",
+                     "--no-sampled", "--no-progress", "--no-chart", "--rounds", "2", "--max-new-tokens", "400"],
+                    generator=generator, workload=workload)
+    assert rc == 0
+    results = json.loads((out / "results.json").read_text())
+    recs = results["records"]
+    assert sorted((r["mode"], r["round"]) for r in recs) == [("k2", 0), ("k2", 1), ("target", 0), ("target", 1)]
+    for r in recs:
+        if r["mode"] == "k2":
+            base = next(b for b in recs if b["mode"] == "target" and b["round"] == r["round"])
+            assert abs(r["speedup_vs_target"] - r["tokens_per_second"] / base["tokens_per_second"]) < 1e-9
+    assert results["summary"]["greedy"]["k2"]["runs"] == 2
