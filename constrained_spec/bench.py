@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -587,12 +588,11 @@ def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], conf
 
     settings = [setting_name(t) for t in config.temperatures]
     active = [m for m in modes if m.name not in unavailable]
-    runs = [(r, item, t, m) for r in range(config.rounds) for item in workload for t in config.temperatures
-            for m in active if not (m.kind == "hf-assist" and t != 0)]
+    per_round = sum(1 for t in config.temperatures for m in active if not (m.kind == "hf-assist" and t != 0))
     records: list[dict[str, Any]] = []
-    bar = tqdm(total=len(runs), desc="bench", unit="run", disable=not config.progress, file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(total=config.rounds * len(workload) * per_round, desc="bench", unit="run", disable=not config.progress, file=sys.stderr, dynamic_ncols=True)
     baselines: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for round_index, item in ((r, item) for r in range(config.rounds) for item in workload):
+    for round_index, item in itertools.product(range(config.rounds), workload):
         compiled = gen.compile(item.schema)
         prompt_ids = gen.prompt_ids(item.prompt, compiled.spec)
         prompt_text = user_message(gen, item, compiled.spec)
