@@ -877,6 +877,13 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .cli import add_model_arguments
 
@@ -898,7 +905,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.7, help="temperature of the sampled setting (default 0.7)")
     p.add_argument("--max-new-tokens", type=int, default=320)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rounds", type=int, default=1,
+    p.add_argument("--rounds", type=_positive, default=1,
                    help="run the whole interleaved workload this many times (ratios pair runs of the same round; "
                         "medians and means are over every prompt x round): fewer noisy single runs per figure")
     p.add_argument("--warm-masks", action="store_true", help="keep per-state masks across runs (default: every run starts cold)")
@@ -933,7 +940,7 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
     out_dir.mkdir(parents=True, exist_ok=True)
     progress = not args.no_progress
     config = BenchConfig(ks=tuple(ks), max_new_tokens=args.max_new_tokens, temperatures=temps, seed=args.seed,
-                         rounds=max(1, args.rounds), cold_masks=not args.warm_masks, progress=progress, extra={"argv": list(argv or sys.argv[1:])})
+                         rounds=args.rounds, cold_masks=not args.warm_masks, progress=progress, extra={"argv": list(argv or sys.argv[1:])})
 
     if args.threads:
         import torch

@@ -127,3 +127,9 @@ def test_rounds_repeat_the_workload_and_pair_ratios_within_a_round(generator, tm
             base = next(b for b in recs if b["mode"] == "target" and b["round"] == r["round"])
             assert abs(r["speedup_vs_target"] - r["tokens_per_second"] / base["tokens_per_second"]) < 1e-9
     assert results["summary"]["greedy"]["k2"]["runs"] == 2
+
+
+def test_zero_rounds_is_an_error_not_one_round(capsys):
+    with pytest.raises(SystemExit):
+        bench.build_parser().parse_args(["--rounds", "0"])
+    assert "--rounds: must be at least 1" in capsys.readouterr().err
