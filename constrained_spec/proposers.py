@@ -123,13 +123,20 @@ class PromptText:
     split depends on the bytes after the cut). q is a point mass, as for every lookup; the proposal
     is a function of the context alone. One object serves one request at a time (the decode loop
     holds the generator's lock); it keeps the context's bytes and extends them as the context grows.
+
+    A string value's first bytes follow a quote in the output and a space in the prompt, so
+    the ``min_match`` bytes that an ordinary match needs would have to come from the value alone.
+    A value's start is matched on its own: once ``min_word`` bytes of the string are out, the
+    latest earlier occurrence of them at a word start (after a byte that is not a letter or
+    digit) gives the continuation.
     """
 
     def __init__(self, vocab: TokenVocabulary, encode: Callable[[str], list[int]], min_match: int = 6,
-                 max_match: int = 24, max_bytes: int = 40) -> None:
+                 max_match: int = 24, max_bytes: int = 40, min_word: int = 3) -> None:
         self.tokens = vocab.tokens
         self.encode = encode
         self.min_match, self.max_match, self.max_bytes = min_match, max_match, max_bytes
+        self.min_word = min_word
         self._ids: list[int] = []  # the context whose bytes are in _text
         self._text = bytearray()
 
@@ -148,6 +155,28 @@ class PromptText:
         for m in range(min(self.max_match, len(text) - 1), self.min_match - 1, -1):
             pos = text.rfind(text[-m:], 0, len(text) - 1)  # an earlier occurrence, not the tail itself
             if pos >= 0:
-                follow = text[pos + m : pos + m + self.max_bytes].decode("utf-8", errors="ignore")
-                return self.encode(follow)[:-1] if follow else []
-        return []
+                return self._continuation(text, pos + m)
+        pos = self._word_start(text)
+        return self._continuation(text, pos) if pos >= 0 else []
+
+    def _continuation(self, text: bytes, pos: int) -> list[int]:
+        follow = text[pos : pos + self.max_bytes].decode("utf-8", errors="ignore")
+        return self.encode(follow)[:-1] if follow else []
+
+    def _word_start(self, text: bytes) -> int:
+        """Where the bytes after the latest earlier word-start occurrence of the open string's
+        start end (the string: the bytes after the text's last quote, where that quote opens a
+        JSON string), or -1."""
+        quote = text.rfind(b'"')
+        value = text[quote + 1 :]
+        if quote < 1 or text[quote - 1 : quote] not in (b":", b"[", b",", b"{", b" ", b"\n"):
+            return -1
+        if not self.min_word <= len(value) < self.min_match:
+            return -1
+        end = quote
+        while (pos := text.rfind(value, 0, end)) >= 0:
+            before = text[pos - 1 : pos]
+            if pos == 0 or not (before.isalnum() or before[0] >= 0x80):
+                return pos + len(value)
+            end = pos + len(value) - 1
+        return -1

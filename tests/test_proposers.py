@@ -90,7 +90,7 @@ def test_text_lookup_finds_a_value_the_prompt_spells_with_other_tokens(gpt2_toke
     vocab = build_vocabulary(tok, 50257)
     encode = lambda text: tok.encode(text)  # noqa: E731
     prompt = encode("Weather report: it is cold in Reykjavik today, minus three degrees.\n")
-    lookup = PromptText(vocab, encode, min_match=6, max_bytes=12)
+    lookup = PromptText(vocab, encode, min_match=6, max_bytes=12, min_word=6)  # ordinary matches only
 
     early = prompt + encode('{"city":"Reykj')  # 5 bytes of the value: below min_match
     assert prompt_lookup(early, 3, 3) == [] and lookup.propose(early) == []
@@ -104,3 +104,22 @@ def test_text_lookup_finds_a_value_the_prompt_spells_with_other_tokens(gpt2_toke
     assert tok.decode(lookup.propose(context[:-1], context[-1:])) == text
     other = encode("Nothing in common here at all.") + encode("Reykjavik")
     assert lookup.propose(other) == []
+
+
+def test_text_lookup_matches_a_string_value_start_at_a_word_start(gpt2_tokenizer):
+    """A value's first bytes follow a quote in the output and a space in the prompt: matched at a
+    word start once ``min_word`` bytes are out, before ``min_match`` bytes of the value exist."""
+    from constrained_spec.proposers import PromptText
+    from constrained_spec.vocab import build_vocabulary
+
+    tok = gpt2_tokenizer
+    encode = lambda text: tok.encode(text)  # noqa: E731
+    lookup = PromptText(build_vocabulary(tok, 50257), encode, min_match=6, max_bytes=12, min_word=3)
+    prompt = encode("Report from Greykirk: cold in Reykjavik today, minus three.\n")
+
+    proposal = tok.decode(lookup.propose(prompt + encode('{"city":"Rey')))
+    assert proposal and "kjavik today"[: len(proposal)] == proposal  # not the 'rey' inside Greykirk
+    assert lookup.propose(prompt + encode('{"city":"Re')) == []  # two bytes: too few to trust
+    assert lookup.propose(prompt + encode('{"city":"Zyx')) == []  # no word of the prompt starts so
+    # a quote that closes a string is no value start: '"a":"x","b":Rey' has no open string
+    assert lookup.propose(prompt + encode('{"a":"x","b":Rey')) == []
