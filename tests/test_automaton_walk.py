@@ -96,3 +96,44 @@ def test_zero_length_tokens_are_allowed_everywhere():
     assert sorted(table_walk(table, automaton.dfa, automaton.dead, s0).tolist()) == [0, 1, 2]
     assert np.array_equal(np.sort(table_walk(table, automaton.dfa, automaton.dead, s0)),
                           full_walk(table, automaton.dfa, automaton.dead, s0))
+
+
+BOUNDED = [
+    schema_to_regex({"type": "object", "properties": {"note": {"type": "string", "maxLength": 60}}, "required": ["note"]}).regex,
+    '"[a -]{0,40}"',  # runs of spaces and dashes: GPT-2 has tokens of 16-32 of them
+]
+
+
+@pytest.mark.parametrize("regex", BOUNDED)
+def test_masks_shared_by_a_state_class_equal_each_states_own_walk(gpt2_vocab, regex):
+    """Short tokens' masks are cached per class of states no 16-byte string tells apart, long tokens
+    are walked per state: in every state the union must be exactly the state's own full walk."""
+    automaton = AutomatonCompiler(gpt2_vocab, disk_cache=False, compile_timeout=None).compile(regex)
+    table, dfa, dead = automaton._table, automaton.dfa, automaton.dead
+    assert table.n_long > 0  # the vocabulary has tokens past SHORT_TOKEN_BYTES
+    long_allowed = 0
+    for state in range(automaton.num_states):
+        want = full_walk(table, dfa, dead, state)
+        if automaton.is_final(state):
+            want = np.sort(np.concatenate([want, np.array(gpt2_vocab.eos_token_ids)]))
+        got = automaton.allowed_ids(state)
+        assert np.array_equal(got, want), (regex[:40], state)
+        long_allowed += int(table_walk(table, dfa, dead, state, "long").size)
+    assert long_allowed > 0  # some long token was allowed somewhere: the per-state part did work
+    classes = {int(automaton._classes[s]) for s in range(automaton.num_states)}
+    assert len(classes) < automaton.num_states / 2  # and states really shared a class (a bounded string)
+    assert len(automaton._short_cache) == len(classes)
+
+
+def test_depth_classes_split_states_a_short_string_tells_apart():
+    from constrained_spec.grammar.automaton import depth_classes
+
+    # 'a{0,5}' as a chain: state i has read i a's; from i, 'a' * (5 - i) is the longest string that survives
+    dead = 6
+    dfa = np.full((7, 256), dead, dtype=np.int32)
+    for i in range(5):
+        dfa[i, ord("a")] = i + 1
+    shallow, deep = depth_classes(dfa, dead, 2), depth_classes(dfa, dead, 8)
+    # to depth 2, states 0..3 all let 'a' and 'aa' through; 4 lets only 'a'; 5 nothing
+    assert len({int(shallow[i]) for i in range(4)}) == 1 and len({int(shallow[i]) for i in (3, 4, 5)}) == 3
+    assert len({int(deep[i]) for i in range(6)}) == 6  # deep enough: every state differs

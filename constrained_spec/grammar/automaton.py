@@ -63,6 +63,7 @@ class TokenTable:
         self.start = np.zeros(257, dtype=np.int64)
         np.cumsum(np.bincount(first, minlength=256), out=self.start[1:])
         self.empty = np.arange(len(first), len(self.ids), dtype=np.int64)
+        self.n_long = int((self.lengths > SHORT_TOKEN_BYTES).sum())  # positions [0, n_long): long tokens
         self._vocab = vocab
         self._sorted_bytes: list[bytes] | None = None
         self._lock = threading.Lock()
@@ -77,6 +78,15 @@ class TokenTable:
             return self._sorted_bytes
 
 
+#: masks of the tokens up to this many bytes are shared by all states that no byte string this
+#: long tells apart (:func:`depth_classes`); longer tokens (1,918 of Qwen2's 151,646) are walked
+#: for each state. In a string of up to 400 characters, every position with 16 or more left shares
+#: one short-token mask.
+SHORT_TOKEN_BYTES = 16
+#: above this many states the classes are not computed (the refinement holds a [states, 256] table
+#: per step) and every state walks the whole vocabulary
+MAX_CLASS_STATES = 50_000
+
 _TOKEN_TABLES: dict[str, TokenTable] = {}
 _TABLES_LOCK = threading.Lock()
 
@@ -90,8 +100,9 @@ def token_table(vocab: TokenVocabulary) -> TokenTable:
         return table
 
 
-def table_walk(table: TokenTable, dfa: np.ndarray, dead: int, state: int) -> np.ndarray:
-    """Unsorted ids of the tokens whose bytes all lead from ``state`` to a live state of ``dfa``.
+def table_walk(table: TokenTable, dfa: np.ndarray, dead: int, state: int, part: str = "all") -> np.ndarray:
+    """Unsorted ids of the tokens whose bytes all lead from ``state`` to a live state of ``dfa``;
+    ``part`` "short" or "long" walks only the tokens of at most / more than ``SHORT_TOKEN_BYTES``.
 
     Only tokens whose first byte is live in ``state`` are walked (structural states, where
     few bytes are live, touch a fraction of the vocabulary); the walk then proceeds one byte
@@ -101,13 +112,16 @@ def table_walk(table: TokenTable, dfa: np.ndarray, dead: int, state: int) -> np.
     live = np.flatnonzero(row[:256] != dead)
     start = table.start
     n_first = len(table.columns[0]) if table.columns else 0
-    if live.size == 0:
+    lo, hi = {"all": (0, n_first), "short": (table.n_long, n_first), "long": (0, table.n_long)}[part]
+    if live.size == 0 or lo >= hi:
         alive = np.zeros(0, dtype=np.int64)
     elif int((start[live + 1] - start[live]).sum()) * 2 > n_first:
-        alive = np.arange(n_first, dtype=np.int64)  # most tokens start live: skip the buckets
+        alive = np.arange(lo, hi, dtype=np.int64)  # most tokens start live: skip the buckets
     else:
         alive = np.sort(np.concatenate([table.by_first[start[b] : start[b + 1]] for b in live]))
-    done = [table.empty]  # positions of tokens walked to their end without dying
+        if part != "all":
+            alive = alive[(alive >= lo) & (alive < hi)]
+    done = [table.empty if part != "long" else table.empty[:0]]  # positions walked to their end without dying
     if alive.size:
         cur = row[table.columns[0][alive]]
         keep = cur != dead
@@ -124,6 +138,37 @@ def table_walk(table: TokenTable, dfa: np.ndarray, dead: int, state: int) -> np.
             alive, cur = alive[keep], cur[keep]
         done.append(alive)
     return table.ids[np.concatenate(done)]
+
+
+def _group_rows(rows: np.ndarray) -> np.ndarray:
+    """Class id per row of an int table: equal rows, equal ids (exact; hashed, then checked)."""
+    mult = np.random.default_rng(0).integers(1, 2**63, size=rows.shape[1], dtype=np.uint64) | np.uint64(1)
+    keys = (rows.astype(np.uint64) * mult).sum(axis=1)  # wraps modulo 2**64
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    if not np.array_equal(rows, rows[first[inverse]]):  # a hash collision: sort the rows instead
+        _, inverse = np.unique(rows, axis=0, return_inverse=True)
+        inverse = inverse.ravel()
+    return inverse
+
+
+def depth_classes(dfa: np.ndarray, dead: int, depth: int) -> np.ndarray:
+    """Class id per state such that two states in one class let the same byte strings of up to
+    ``depth`` bytes through without reaching ``dead``: the same tokens of up to ``depth`` bytes
+    are allowed in both. Bounded-depth partition refinement (Moore's algorithm, stopped at
+    ``depth`` steps or when no class splits any more)."""
+    _, first = np.unique(dfa.T, axis=0, return_index=True)
+    dfa = dfa[:, np.sort(first)]  # one column per set of bytes that move every state alike
+    is_dead = (np.arange(dfa.shape[0]) == dead).astype(np.int64)
+    classes = is_dead
+    count = 2
+    for _ in range(depth):
+        classes = _group_rows(np.concatenate([is_dead[:, None], classes[dfa]], axis=1))
+        new_count = int(classes.max()) + 1
+        if new_count == count:
+            break  # stable: no longer string tells more states apart
+        count = new_count
+    return classes
 
 
 class CompiledAutomaton:
@@ -149,6 +194,10 @@ class CompiledAutomaton:
         self._mask_cache: dict[int, torch.Tensor] = {}
         self._allowed_cache: dict[int, np.ndarray] = {}
         self._bool_cache: dict[int, torch.Tensor] = {}
+        self._short_cache: dict[int, np.ndarray] = {}  # class -> allowed short tokens
+        self._classes: np.ndarray | None = None
+        if dfa.shape[0] <= MAX_CLASS_STATES:
+            self._classes = depth_classes(dfa, self.dead, SHORT_TOKEN_BYTES)
         self._lock = threading.Lock()
         if not self.allowed_ids(self.initial_state).size:
             raise EmptyLanguageError(
@@ -186,16 +235,26 @@ class CompiledAutomaton:
             self._mask_cache.clear()
             self._allowed_cache.clear()
             self._bool_cache.clear()
+            self._short_cache.clear()
 
     def allowed_ids(self, state: int) -> np.ndarray:
         """Sorted int64 array of the token ids allowed in ``state`` (EOS ids only when final)."""
         cached = self._allowed_cache.get(state)
         if cached is not None:
             return cached
-        allowed = table_walk(self._table, self.dfa, self.dead, state)
+        if self._classes is None:
+            allowed = table_walk(self._table, self.dfa, self.dead, state)
+        else:  # short tokens: shared by the state's class; long ones: walked here
+            key = int(self._classes[state])
+            short = self._short_cache.get(key)
+            if short is None:
+                short = np.sort(table_walk(self._table, self.dfa, self.dead, state, "short"))
+                with self._lock:
+                    self._short_cache[key] = short
+            allowed = np.concatenate([short, table_walk(self._table, self.dfa, self.dead, state, "long")])
         if self.is_final(state):
             allowed = np.concatenate([allowed, self._eos])
-        allowed = np.sort(allowed)
+        allowed = np.sort(allowed, kind="stable")  # a sorted run + a few: timsort merges
         with self._lock:
             self._allowed_cache[state] = allowed
         return allowed
