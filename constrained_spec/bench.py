@@ -366,6 +366,7 @@ class BenchConfig:
     temperatures: tuple[float, ...] = (0.0, 0.7)
     seed: int = 0
     rounds: int = 1  # the whole interleaved workload this many times; ratios pair runs of one round
+    calibrate: bool = False  # measure adaptive k's forward costs before the timed runs (a warm start)
     cold_masks: bool = True
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
@@ -576,8 +577,8 @@ def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], conf
         compile_info[item.schema_name] = info
 
     calibrate_s = None
-    if any(m.adaptive for m in modes if m.name not in unavailable) and workload and hasattr(gen, "calibrate"):
-        # Adaptive k measures forward costs once per Generator; do it here, not inside a timed run.
+    if config.calibrate and any(m.adaptive for m in modes if m.name not in unavailable) and workload and hasattr(gen, "calibrate"):
+        # a warm start for adaptive k's forward costs, outside the timed runs (else learnt while decoding)
         dl = getattr(gen, "draft_length", None)
         if dl is not None and not getattr(dl, "calibrated", True):
             first = gen.compile(workload[0].schema)
@@ -908,6 +909,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=_positive, default=1,
                    help="run the whole interleaved workload this many times (ratios pair runs of the same round; "
                         "medians and means are over every prompt x round): fewer noisy single runs per figure")
+    p.add_argument("--calibrate", action="store_true",
+                   help="measure adaptive k's forward costs before the timed runs (default: learnt while decoding, as in the library)")
     p.add_argument("--warm-masks", action="store_true", help="keep per-state masks across runs (default: every run starts cold)")
     p.add_argument("--peer-python", default=None, help="interpreter with outlines installed (default: $CONSTRAINED_SPEC_PEER_PYTHON or .venv-peer)")
     p.add_argument("--peer-model", default=None, help="model folder for the peer (default: the converted --model folder)")
@@ -940,7 +943,7 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
     out_dir.mkdir(parents=True, exist_ok=True)
     progress = not args.no_progress
     config = BenchConfig(ks=tuple(ks), max_new_tokens=args.max_new_tokens, temperatures=temps, seed=args.seed,
-                         rounds=args.rounds, cold_masks=not args.warm_masks, progress=progress, extra={"argv": list(argv or sys.argv[1:])})
+                         rounds=args.rounds, calibrate=args.calibrate, cold_masks=not args.warm_masks, progress=progress, extra={"argv": list(argv or sys.argv[1:])})
 
     if args.threads:
         import torch

@@ -66,3 +66,19 @@ def test_a_source_the_rule_stopped_using_is_tried_again():
     for _ in range(150):  # verifies of zero-cost proposals only
         rule.observe_block(["grammar"], [None], 1)
     assert rule.worth_proposing(1.0, "model", None, fed=1)
+
+
+def test_before_any_measurement_the_rule_drafts_from_priors_and_then_learns_costs():
+    """No calibration: a verify of a few rows counts as flat and a draft forward as ``draft_prior``
+    of a target forward, until decoding has measured them."""
+    rule = AdaptiveDraftLength(max_k=5)
+    assert not rule.calibrated
+    assert rule.worth_proposing(1.0, "model", None, fed=1)  # 0.7 kept > 0.3 of a forward
+    assert rule.worth_proposing(0.5, "grammar", None, fed=4)  # a zero-cost row is free while flat
+    assert not rule.worth_proposing(0.35, "model", None, fed=2)  # 0.245 < 0.3
+    # measured: the draft costs half a target forward here, so it must be likelier kept to pay
+    for n in (1, 2, 3):
+        rule.target.observe(n, 0.2)
+    rule.draft.observe(1, 0.1)
+    assert rule.calibrated and abs(rule.draft_cost() - 0.1) < 1e-12
+    assert not rule.worth_proposing(0.6, "model", None, fed=1)  # 0.6 * 0.7 * 0.2 = 0.084 < 0.1
