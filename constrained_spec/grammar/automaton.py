@@ -140,9 +140,9 @@ def table_walk(table: TokenTable, dfa: np.ndarray, dead: int, state: int, part: 
     return table.ids[np.concatenate(done)]
 
 
-def _group_rows(rows: np.ndarray) -> np.ndarray:
-    """Class id per row of an int table: equal rows, equal ids (exact; hashed, then checked)."""
-    mult = np.random.default_rng(0).integers(1, 2**63, size=rows.shape[1], dtype=np.uint64) | np.uint64(1)
+def _group_rows(rows: np.ndarray, mult: np.ndarray) -> np.ndarray:
+    """Class id per row of an int table: equal rows, equal ids (exact: hashed with the odd
+    multipliers ``mult``, one per column, then checked)."""
     keys = (rows.astype(np.uint64) * mult).sum(axis=1)  # wraps modulo 2**64
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     inverse = inverse.ravel()
@@ -160,10 +160,11 @@ def depth_classes(dfa: np.ndarray, dead: int, depth: int) -> np.ndarray:
     _, first = np.unique(dfa.T, axis=0, return_index=True)
     dfa = dfa[:, np.sort(first)]  # one column per set of bytes that move every state alike
     is_dead = (np.arange(dfa.shape[0]) == dead).astype(np.int64)
+    mult = np.random.default_rng(0).integers(1, 2**63, size=dfa.shape[1] + 1, dtype=np.uint64) | np.uint64(1)
     classes = is_dead
     count = 2
     for _ in range(depth):
-        classes = _group_rows(np.concatenate([is_dead[:, None], classes[dfa]], axis=1))
+        classes = _group_rows(np.concatenate([is_dead[:, None], classes[dfa]], axis=1), mult)
         new_count = int(classes.max()) + 1
         if new_count == count:
             break  # stable: no longer string tells more states apart
