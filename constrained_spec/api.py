@@ -19,6 +19,7 @@ from .decode import DecodeStats, SpeculativeDecoder
 from .errors import ModelLoadError, OutputValidationError
 from .grammar import OutputSpec, Regex, output_spec
 from .grammar.automaton import AutomatonCompiler, CompiledAutomaton
+from .grammar.schema_refs import validation_errors as validate_value
 from .draft_length import AdaptiveDraftLength
 from .models import SequenceModel, check_same_vocabulary, wrap
 from .proposers import GrammarStrings, PromptText
@@ -80,10 +81,7 @@ class CompiledConstraint:
                 return self.spec.model.model_validate(value)
             except ValidationError as exc:
                 raise OutputValidationError(f"generated value fails the Pydantic model: {exc}") from exc
-        import jsonschema
-
-        validator_cls = jsonschema.validators.validator_for(self.spec.schema)
-        errors = sorted(validator_cls(self.spec.schema).iter_errors(value), key=lambda e: list(e.path))
+        errors = validate_value(self.spec.schema, value, self.spec.schema_options)
         if errors:
             first = errors[0]
             raise OutputValidationError(
@@ -204,9 +202,21 @@ class Generator:
         return [i for i in dict.fromkeys(ids) if i is not None]
 
     # -- compile once ---------------------------------------------------------------------------
-    def compile(self, output_type: Any) -> CompiledConstraint:
-        """Compile an output type for this vocabulary (cached by its regex)."""
-        spec = output_spec(output_type, self.schema_options)
+    def compile(self, output_type: Any, schema_draft: str | None = None) -> CompiledConstraint:
+        """Compile an output type for this vocabulary (cached by its regex).
+
+        ``schema_draft`` (``"2020-12"``, ``"2019-09"``, ``"7"``, ``"6"``, ``"4"``): the draft a
+        schema without ``$schema`` is read by, for this call (default: ``schema_options.draft``,
+        else 2020-12); compilation and the final validation follow it.
+        """
+        options = self.schema_options
+        if schema_draft is not None:
+            import dataclasses
+
+            from .grammar.json_schema import SchemaOptions
+
+            options = dataclasses.replace(options or SchemaOptions(), draft=schema_draft)
+        spec = output_spec(output_type, options)
         hit = self._compiled.get(spec.regex)
         if hit is not None and hit.spec == spec:
             return hit
@@ -262,6 +272,7 @@ class Generator:
         draft_confidence: float | None = None,
         on_tokens: Callable[[list[int]], None] | None = None,
         tools: Sequence[dict] | None = None,
+        schema_draft: str | None = None,
     ) -> GenerationResult:
         """Generate one value of ``output_type``; returns it with its text and stats.
 
@@ -277,8 +288,9 @@ class Generator:
         each step's newly committed token ids: final (never rolled back), EOS excluded; together
         they are ``result.token_ids``. An exception it raises ends the generation there (and
         propagates). ``tools``: OpenAI tool dicts for the chat template (see :meth:`prompt_ids`).
+        ``schema_draft``: the JSON Schema draft of a schema without ``$schema`` (see :meth:`compile`).
         """
-        compiled = self.compile(output_type)
+        compiled = self.compile(output_type, schema_draft)
         policy = SamplingPolicy(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         ids = self.prompt_ids(prompt, compiled.spec, schema_in_prompt, tools=tools)
         k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens

@@ -384,7 +384,7 @@ def mode_unavailable_reason(gen: Any, mode: Mode) -> str | None:
 
 def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature: float, seed: int,
                     max_new_tokens: int, cold: bool) -> dict[str, Any]:
-    import jsonschema
+    from .grammar.schema_refs import validation_errors
 
     kwargs: dict[str, Any] = {"num_draft_tokens": mode.k, "temperature": temperature, "seed": seed,
                               "max_new_tokens": max_new_tokens}
@@ -410,7 +410,7 @@ def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature:
     s = result.stats
     valid = True
     try:
-        jsonschema.validate(json.loads(result.text), item.schema)
+        valid = not validation_errors(item.schema, json.loads(result.text))  # retrieves no $ref
     except Exception:  # noqa: BLE001
         valid = False
     gen_tokens = s.generated_tokens
@@ -435,7 +435,7 @@ def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature:
 
 def _peer_record(peer: PeerClient, item: Any, prompt_text: str, prompt_ids: list[int], temperature: float,
                  seed: int, max_new_tokens: int) -> dict[str, Any]:
-    import jsonschema
+    from .grammar.schema_refs import validation_errors
 
     t0 = time.perf_counter()
     try:
@@ -446,7 +446,7 @@ def _peer_record(peer: PeerClient, item: Any, prompt_text: str, prompt_ids: list
         return {"ok": False, "valid": False, "error": reply.get("error", "peer failed")}
     valid = True
     try:
-        jsonschema.validate(json.loads(reply["text"]), item.schema)
+        valid = not validation_errors(item.schema, json.loads(reply["text"]))  # retrieves no $ref
     except Exception:  # noqa: BLE001
         valid = False
     n = reply["generated_tokens"]

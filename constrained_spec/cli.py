@@ -51,7 +51,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         output_type = path.read_text()
     else:
         raise ConstrainedSpecError("pass --schema FILE, --regex PATTERN or --grammar FILE.regex")
-    options = SchemaOptions(whitespace=args.whitespace, property_order=args.property_order)
+    options = SchemaOptions(whitespace=args.whitespace, property_order=args.property_order,
+                            draft=args.schema_draft)
     draft = None if str(args.draft).lower() in {"none", ""} else args.draft
     gen = Generator(args.model, draft, num_draft_tokens=args.num_draft_tokens, schema_options=options,
                     cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, verify_backend=args.backend,
@@ -112,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-new-tokens", type=int, default=512)
     g.add_argument("--whitespace", default="compact", choices=["compact", "flexible"])
     g.add_argument("--property-order", default="schema", choices=["schema", "any"])
+    g.add_argument("--schema-draft", default=None, choices=["2020-12", "2019-09", "7", "6", "4"],
+                   help="JSON Schema draft of a schema without $schema (default 2020-12; a $schema in the schema wins)")
     g.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"], help="verify kernel")
     g.add_argument("--no-schema-in-prompt", action="store_true", help="do not append the schema to the prompt")
     g.add_argument("--debug-checks", action="store_true", help="check cache/automaton invariants after every step")

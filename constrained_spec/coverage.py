@@ -492,6 +492,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "every format without a pattern",
     )
     ap.add_argument("--timeout", type=float, default=10.0, help="compile time budget per schema (s)")
+    ap.add_argument(
+        "--schema-draft", choices=["2020-12", "2019-09", "7", "6", "4"], default=None,
+        help="draft of schemas without $schema (default 2020-12); e.g. 4 for the test suite's draft4/",
+    )
     ap.add_argument("--optional", action="store_true", help="include optional/ test folders")
     ap.add_argument("--show-failures", type=int, default=0, help="print up to N false accepts/rejects")
     ap.add_argument("--no-progress", action="store_true")
@@ -503,6 +507,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         time_budget_s=args.timeout,
         additional_properties=args.additional_properties,
         unknown_formats=args.unknown_formats,
+        draft=args.schema_draft,
     )
     rep = run_coverage(
         args.paths,

@@ -6,6 +6,7 @@ Every error the library raises on bad input or an impossible request derives fro
     ConstrainedSpecError
     ├── SchemaError               the schema is not valid JSON Schema (or not JSON at all)
     │   └── UnsupportedKeywordError  a keyword the compiler cannot enforce exactly (names it and its JSON pointer)
+    │       └── RefRetrievalError  a $ref to a file or URL that ref_allow does not list (schemas fetch nothing by default)
     ├── GrammarError              a regex or grammar that cannot be compiled
     │   ├── EmptyLanguageError    the constraint accepts no string the vocabulary can spell
     │   └── CompileLimitError     the regex / automaton exceeded a size cap or the compile timeout
@@ -40,6 +41,19 @@ class UnsupportedKeywordError(SchemaError):
             self, f"unsupported JSON Schema keyword '{keyword}' at {pointer or '#'}{detail}"
         )
         self.pointer = pointer
+
+
+class RefRetrievalError(UnsupportedKeywordError):
+    """A ``$ref`` would read a file or the network (refused unless ``ref_allow`` lists it), or
+    its allowed retrieval failed; names the reference, never the content of what it points at."""
+
+    def __init__(self, uri: str, reason: str, pointer: str = "") -> None:
+        self.uri = uri
+        self.reason = reason
+        self.keyword = "$ref"
+        self.pointer = pointer
+        where = f" (at {pointer})" if pointer else ""
+        ConstrainedSpecError.__init__(self, f"$ref {uri!r} is not retrieved: {reason}{where}")
 
 
 class GrammarError(ConstrainedSpecError):

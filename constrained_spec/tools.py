@@ -473,7 +473,8 @@ def tool_call_schema(
     return schema
 
 
-def parse_tool_output(value: Any, tools: Iterable[Any] | None = None, ids: Callable[[], str] | None = None) -> ToolReply:
+def parse_tool_output(value: Any, tools: Iterable[Any] | None = None, ids: Callable[[], str] | None = None,
+                      schema_options: Any = None) -> ToolReply:
     """A value generated under :func:`tool_call_schema` -> :class:`ToolReply` (content or calls).
 
     With ``tools``, each call's name must be one of them and its arguments must validate against
@@ -491,7 +492,7 @@ def parse_tool_output(value: Any, tools: Iterable[Any] | None = None, ids: Calla
         if not isinstance(item, dict) or "name" not in item or "arguments" not in item:
             raise ToolError(f"not a tool call: {item!r}")
         if known is not None:
-            _check_arguments(known, item["name"], item["arguments"])
+            _check_arguments(known, item["name"], item["arguments"], schema_options)
         call = ToolCall(item["name"], item["arguments"])
         if ids is not None:
             call.id = ids()
@@ -499,14 +500,16 @@ def parse_tool_output(value: Any, tools: Iterable[Any] | None = None, ids: Calla
     return ToolReply(tool_calls=calls)
 
 
-def _check_arguments(known: Mapping[str, Tool], name: Any, arguments: Any) -> None:
+def _check_arguments(known: Mapping[str, Tool], name: Any, arguments: Any, schema_options: Any = None) -> None:
     import jsonschema
+
+    from .grammar.schema_refs import validation_errors
 
     tool = known.get(name) if isinstance(name, str) else None
     if tool is None:
         raise ToolError(f"the call names tool {name!r}, which is not among the tools {sorted(known)}")
-    validator_cls = jsonschema.validators.validator_for(tool.parameters)
-    error = jsonschema.exceptions.best_match(validator_cls(tool.parameters).iter_errors(arguments))
+    # no $ref is retrieved unless schema_options.ref_allow lists it (a SchemaError otherwise)
+    error = jsonschema.exceptions.best_match(validation_errors(tool.parameters, arguments, schema_options))
     if error is not None:
         where = "/".join(map(str, error.path))
         raise ToolError(f"the arguments of the call to {name!r} fail its parameters at /{where}: {error.message}")
@@ -729,7 +732,7 @@ def generate_tool_calls(
         options["tools"] = template_tools
     options.setdefault("schema_in_prompt", False)
     result = generator.run(prompt, schema, **options)
-    reply = parse_tool_output(result.value, tool_list)
+    reply = parse_tool_output(result.value, tool_list, schema_options=getattr(generator, "schema_options", None))
     reply.result = result
     return reply
 

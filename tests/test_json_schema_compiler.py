@@ -274,6 +274,9 @@ def test_refs_defs_definitions_pointers():
     with pytest.raises(UnsupportedKeywordError) as ei:
         schema_to_regex({"$ref": "http://example.invalid/none.json"})
     assert ei.value.keyword == "$ref"
+    assert "http://example.invalid/none.json" in str(ei.value)  # never fetched: refused by name
+    with pytest.raises(SchemaError, match="#/nope"):
+        schema_to_regex({"$ref": "#/nope"})
 
 
 def test_recursion_unrolled_to_depth():

@@ -27,6 +27,8 @@ class OutputSpec:
     unenforced: tuple[str, ...] = ()  # keywords only checked after generation (opt-in)
     #: (JSON pointer, name) of ``format`` values JSON Schema does not define: annotations, ignored
     ignored_formats: tuple[tuple[str, str], ...] = ()
+    #: the SchemaOptions it was compiled with: the draft and ref_allow the value is validated by
+    schema_options: Any = None
 
 
 def _is_pydantic_model(obj: Any) -> bool:
@@ -60,7 +62,8 @@ def output_spec(output_type: Any, schema_options: Any = None) -> OutputSpec:
         schema = output_type.model_json_schema()
         compiled = schema_to_regex(schema, schema_options)
         return OutputSpec("pydantic", compiled.regex, schema, output_type, tuple(compiled.unenforced),
-                          tuple(compiled.ignored_formats))
+                          tuple(compiled.ignored_formats), schema_options)
     schema = load_schema(output_type)
     compiled = schema_to_regex(schema, schema_options)
-    return OutputSpec("json", compiled.regex, schema, None, tuple(compiled.unenforced), tuple(compiled.ignored_formats))
+    return OutputSpec("json", compiled.regex, schema, None, tuple(compiled.unenforced), tuple(compiled.ignored_formats),
+                      schema_options)

@@ -71,6 +71,13 @@ class SchemaOptions:
     ``SchemaRegex.ignored_formats``; a name the specification defines but the compiler cannot
     enforce (``"regex"``) raises :class:`UnsupportedKeywordError`.  ``"error"``: every format
     without a pattern raises.
+
+    ``draft``: the JSON Schema draft of a schema without ``$schema`` (``"2020-12"`` when
+    ``None``; also ``"2019-09"``, ``"7"``, ``"6"``, ``"4"``); a ``$schema`` in the schema wins.
+    ``ref_allow``: local folders and ``http(s)://`` URL prefixes a ``$ref`` may retrieve from
+    (see :mod:`constrained_spec.grammar.schema_refs`); empty by default, so a ``$ref`` to a file
+    or URL raises :class:`~constrained_spec.errors.RefRetrievalError`. Never fill it from input
+    you do not trust.
     """
 
     whitespace: str = "compact"
@@ -85,8 +92,16 @@ class SchemaOptions:
     additional_properties: str = "declared"
     linear_objects: bool = False
     unknown_formats: str = "annotation"
+    draft: Optional[str] = None
+    ref_allow: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from constrained_spec.grammar.schema_refs import normalize_draft
+
+        object.__setattr__(self, "draft", normalize_draft(self.draft))
+        if isinstance(self.ref_allow, str):
+            raise ValueError("ref_allow must be a sequence of folder paths / URL prefixes, not one string")
+        object.__setattr__(self, "ref_allow", tuple(str(x) for x in self.ref_allow))
         if self.whitespace not in ("compact", "flexible"):
             raise ValueError("whitespace must be 'compact' or 'flexible'")
         if self.additional_properties not in ("declared", "spec"):
@@ -320,11 +335,12 @@ _EMPTY = None  # the empty language
 class _Compiler:
     def __init__(self, schema: Union[dict, bool], options: SchemaOptions) -> None:
         from jsonschema import exceptions as js_exc
-        from jsonschema.validators import Draft202012Validator, validator_for
+
+        from constrained_spec.grammar.schema_refs import make_registry, validator_class
 
         self.opts = options
         try:
-            cls = validator_for(schema, default=Draft202012Validator)
+            cls = validator_class(schema, options.draft)
         except Exception as e:  # unknown $schema etc.
             raise SchemaError(f"cannot choose a validator for this schema: {e}") from e
         try:
@@ -336,7 +352,7 @@ class _Compiler:
             raise SchemaError(f"schema could not be checked: {e}") from e
         self.cls = cls
         self.root = schema
-        self.validator = cls(schema)
+        self.validator = cls(schema, registry=make_registry(options.ref_allow, options.draft))
         names = {
             "Draft3Validator": 3,
             "Draft4Validator": 4,
@@ -442,22 +458,30 @@ class _Compiler:
         if isinstance(s, dict):
             key = "$id" if self.draft >= 6 else "id"
             if isinstance(s.get(key), str):
-                try:
-                    from referencing import Resource
-                    from referencing.jsonschema import specification_with
+                from referencing import Resource
+                from referencing.jsonschema import specification_with
 
+                try:
                     spec = specification_with(self.validator.META_SCHEMA.get("$schema", ""))
                     res = Resource(contents=s, specification=spec)
                     return _Ctx(s, ctx.ptr, ctx.resolver.in_subresource(res))
-                except Exception:
-                    return ctx
+                except Exception as e:  # a malformed base URI: the $refs under it cannot be resolved
+                    raise SchemaError(
+                        f"{key} {s[key]!r} cannot be used as a base URI ({type(e).__name__}: {e})",
+                        (ctx.ptr or "") + "/" + key,
+                    ) from e
         return ctx
 
     def resolve_ref(self, ctx: _Ctx, ref: str, kw: str = "$ref") -> _Ctx:
+        from constrained_spec.grammar.schema_refs import ref_error
+
         try:
             resolved = ctx.resolver.lookup(ref)
         except Exception as e:
-            self.refuse(kw, ctx.ptr + "/" + kw, f"cannot resolve {ref!r} ({type(e).__name__})")
+            err = ref_error(e, ref, ctx.ptr + "/" + kw)
+            if err is None:
+                err = SchemaError(f"$ref {ref!r} cannot be resolved ({type(e).__name__})", ctx.ptr + "/" + kw)
+            raise err from None
         ptr = ref if not ref.startswith("#") else ref[1:]
         return self.enter(_Ctx(resolved.contents, ptr, resolved.resolver))
 
@@ -574,7 +598,13 @@ class _Compiler:
         if "$ref" in s and isinstance(s["$ref"], str):
             try:
                 t = self.validator._resolver.lookup(s["$ref"]).contents
-            except Exception:
+            except Exception as e:
+                from constrained_spec.errors import RefRetrievalError
+                from constrained_spec.grammar.schema_refs import ref_error
+
+                err = ref_error(e, s["$ref"])
+                if isinstance(err, RefRetrievalError):
+                    raise err from None
                 return True
             if self._dynamic_subtree(t, depth + 1):
                 return True
