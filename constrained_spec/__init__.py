@@ -4,7 +4,11 @@ Outputs follow a JSON Schema, a Pydantic model or a regex; a draft model propose
 target verifies them, with the grammar mask applied to both before acceptance.
 """
 
-from .api import Generator, GenerationResult, generate, generate_json
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     CompileLimitError,
     ConstrainedSpecError,
@@ -18,7 +22,25 @@ from .errors import (
     VocabularyMismatchError,
 )
 from .grammar import Regex
-from .sampling import SamplingPolicy
+
+if TYPE_CHECKING:
+    from .api import GenerationResult, Generator, generate, generate_json
+    from .sampling import SamplingPolicy
+
+#: names imported on first use: they pull in torch and transformers, which the command line's
+#: argument checks and ``--help`` do not need
+_LAZY = {"Generator": "api", "GenerationResult": "api", "generate": "api", "generate_json": "api",
+         "SamplingPolicy": "sampling"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 

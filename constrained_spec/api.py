@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -16,27 +17,21 @@ import torch
 
 from .constraint import Matcher
 from .decode import DecodeStats, SpeculativeDecoder
+from .defaults import DEFAULT_DRAFT, DEFAULT_TARGET, NUM_DRAFT_TOKENS, PROPOSERS
 from .errors import ModelLoadError, OutputValidationError
 from .grammar import OutputSpec, Regex, output_spec
 from .grammar.automaton import AutomatonCompiler, CompiledAutomaton
-from .grammar.schema_refs import validation_errors as validate_value
 from .draft_length import AdaptiveDraftLength
 from .models import SequenceModel, check_same_vocabulary, wrap
 from .proposers import GrammarStrings, PromptText
 from .sampling import SamplingPolicy
 from .vocab import TokenVocabulary, build_vocabulary
 
-DEFAULT_TARGET = "qwen2.5-coder-1.5b"
-DEFAULT_DRAFT = "qwen2.5-coder-0.5b"
 #: end a draft block after a model token the draft gives less than this probability
 DRAFT_CONFIDENCE = 0.3
 #: the draft scores only the first this-many token ids (the common ones in merge order) unless the
 #: grammar allows few tokens; used where the vocabulary is at least twice as large
 DRAFT_HEAD_TOKENS = 48_000
-PROPOSERS = ("draft", "grammar", "lookup")
-#: the default draft length: the best fixed k with every proposer on the 8-prompt bench
-#: (results/bench-s4-sweep: k2..k6 gave 1.57 / 1.90 / 1.92 / 2.13 / 1.67x target-only)
-NUM_DRAFT_TOKENS = 5
 
 __all__ = ["Generator", "GenerationResult", "Regex", "generate", "generate_json", "schema_hint", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
 
@@ -81,7 +76,10 @@ class CompiledConstraint:
                 return self.spec.model.model_validate(value)
             except ValidationError as exc:
                 raise OutputValidationError(f"generated value fails the Pydantic model: {exc}") from exc
-        errors = validate_value(self.spec.schema, value, self.spec.schema_options)
+        import jsonschema
+
+        validator_cls = jsonschema.validators.validator_for(self.spec.schema)
+        errors = sorted(validator_cls(self.spec.schema).iter_errors(value), key=lambda e: list(e.path))
         if errors:
             first = errors[0]
             raise OutputValidationError(
@@ -90,12 +88,45 @@ class CompiledConstraint:
         return value
 
 
-def _load(spec: Any, tokenizer: Any, role: str, cache_dir: Any, dtype: str, progress: bool) -> tuple[SequenceModel, Any]:
-    if isinstance(spec, str):
-        from .model_store import resolve_model
+class _Loaded:
+    """A model and its tokenizer as loaded from a spec; Generators hold it, the registry only weakly."""
 
-        model, tok = resolve_model(spec, cache_dir=cache_dir, dtype=dtype, progress=progress, role=role)
-        return wrap(model), tokenizer or tok
+    __slots__ = ("model", "tokenizer", "__weakref__")
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+
+
+#: models loaded from a spec, by (spec, dtype, cache folder, role), while some Generator holds them:
+#: a second Generator (or ``generate_json``'s default one) with the same spec reuses the weights
+#: instead of loading them again; each Generator wraps them in its own KV cache
+_LOADED: weakref.WeakValueDictionary[tuple, _Loaded] = weakref.WeakValueDictionary()
+_LOADED_LOCK = threading.Lock()
+
+
+def _load_shared(spec: str, role: str, cache_dir: Any, dtype: str, progress: bool) -> _Loaded:
+    """The loaded (model, tokenizer) of ``spec``: the registry's, else a fresh load registered.
+
+    ``role`` is part of the key: ``dtype="auto"`` and the packing of the output head depend on it.
+    """
+    from .model_store import resolve_model
+
+    key = (spec, str(dtype), None if cache_dir is None else str(cache_dir), role)
+    with _LOADED_LOCK:  # one load per key, even when two threads ask at once
+        hit = _LOADED.get(key)
+        if hit is None:
+            model, tok = resolve_model(spec, cache_dir=cache_dir, dtype=dtype, progress=progress, role=role)
+            hit = _LOADED[key] = _Loaded(model, tok)
+    return hit
+
+
+def _load(spec: Any, tokenizer: Any, role: str, cache_dir: Any, dtype: str, progress: bool,
+          keep: list[_Loaded]) -> tuple[SequenceModel, Any]:
+    if isinstance(spec, str):
+        loaded = _load_shared(spec, role, cache_dir, dtype, progress)
+        keep.append(loaded)  # the Generator's strong reference keeps the registry entry alive
+        return wrap(loaded.model), tokenizer or loaded.tokenizer
     if tokenizer is None and not isinstance(spec, SequenceModel):
         raise ModelLoadError(f"a {role} model object needs its tokenizer: pass tokenizer=...")
     return wrap(spec), tokenizer
@@ -106,8 +137,11 @@ class Generator:
 
     ``model``/``draft``: a short offline name (``qwen2.5-coder-1.5b``...), a local folder, a
     ``.gguf`` file, a Hugging Face hub id, or a loaded transformers model (then pass ``tokenizer``).
-    ``draft=None`` decodes with the target alone (the baseline). ``dtype`` applies to both models,
-    ``draft_dtype`` (if given) to the draft; ``"auto"`` picks the fastest measured here per role.
+    ``draft=None`` decodes with the target alone (the baseline, what the benchmark calls
+    target-only): then no proposer runs unless ``proposers`` names some. ``dtype`` applies to both
+    models, ``draft_dtype`` (if given) to the draft; ``"auto"`` picks the fastest measured here per
+    role. Models given by spec are shared with other live Generators that loaded the same spec
+    (same dtype, cache_dir and role): a second Generator does not load them again.
     """
 
     def __init__(
@@ -128,19 +162,20 @@ class Generator:
         progress: bool = True,
         debug_checks: bool = False,
         eos_token_ids: Sequence[int] | None = None,
-        proposers: Sequence[str] = PROPOSERS,
+        proposers: Sequence[str] | None = None,
         adaptive: bool = False,
         draft_confidence: float = DRAFT_CONFIDENCE,
         draft_head_tokens: int = DRAFT_HEAD_TOKENS,
     ) -> None:
         from .kernels import get_verifier
 
-        self.target, self.tokenizer = _load(model, tokenizer, "target", cache_dir, dtype, progress)
+        self._loaded: list[_Loaded] = []
+        self.target, self.tokenizer = _load(model, tokenizer, "target", cache_dir, dtype, progress, self._loaded)
         self.draft: SequenceModel | None = None
         draft_tokenizer = None
         if draft is not None:
             self.draft, draft_tokenizer = _load(draft, None if isinstance(draft, str) else tokenizer, "draft", cache_dir,
-                                               dtype if draft_dtype is None else draft_dtype, progress)
+                                               dtype if draft_dtype is None else draft_dtype, progress, self._loaded)
         check_same_vocabulary(self.tokenizer, draft_tokenizer, self.target, self.draft)
         self.draft_confidence = draft_confidence
         if draft_head_tokens and self.draft is not None and hasattr(self.draft, "set_head_prefix"):
@@ -153,7 +188,11 @@ class Generator:
         self.schema_options = schema_options
         self.verifier = get_verifier(verify_backend)
         self.debug_checks = debug_checks
-        self.proposers = tuple(proposers)
+        # default: every source with a draft model; none without one (target-only decoding)
+        self.proposers = tuple(proposers) if proposers is not None else (PROPOSERS if self.draft is not None else ())
+        unknown = set(self.proposers) - set(PROPOSERS)
+        if unknown:
+            raise ValueError(f"unknown proposers {sorted(unknown)}; choose from {PROPOSERS}")
         self.adaptive = adaptive
         self.draft_length = AdaptiveDraftLength(max_k=max(num_draft_tokens, 1))
         self._compiled: dict[Any, CompiledConstraint] = {}
@@ -202,21 +241,10 @@ class Generator:
         return [i for i in dict.fromkeys(ids) if i is not None]
 
     # -- compile once ---------------------------------------------------------------------------
-    def compile(self, output_type: Any, schema_draft: str | None = None) -> CompiledConstraint:
-        """Compile an output type for this vocabulary (cached by its regex).
-
-        ``schema_draft`` (``"2020-12"``, ``"2019-09"``, ``"7"``, ``"6"``, ``"4"``): the draft a
-        schema without ``$schema`` is read by, for this call (default: ``schema_options.draft``,
-        else 2020-12); compilation and the final validation follow it.
-        """
-        options = self.schema_options
-        if schema_draft is not None:
-            import dataclasses
-
-            from .grammar.json_schema import SchemaOptions
-
-            options = dataclasses.replace(options or SchemaOptions(), draft=schema_draft)
-        spec = output_spec(output_type, options)
+    def compile(self, output_type: Any) -> CompiledConstraint:
+        """Compile an output type for this vocabulary (cached by its regex)."""
+        # an OutputSpec (grammar.output_spec's, e.g. checked before the models loaded) is used as it is
+        spec = output_type if isinstance(output_type, OutputSpec) else output_spec(output_type, self.schema_options)
         hit = self._compiled.get(spec.regex)
         if hit is not None and hit.spec == spec:
             return hit
@@ -272,7 +300,6 @@ class Generator:
         draft_confidence: float | None = None,
         on_tokens: Callable[[list[int]], None] | None = None,
         tools: Sequence[dict] | None = None,
-        schema_draft: str | None = None,
     ) -> GenerationResult:
         """Generate one value of ``output_type``; returns it with its text and stats.
 
@@ -288,9 +315,8 @@ class Generator:
         each step's newly committed token ids: final (never rolled back), EOS excluded; together
         they are ``result.token_ids``. An exception it raises ends the generation there (and
         propagates). ``tools``: OpenAI tool dicts for the chat template (see :meth:`prompt_ids`).
-        ``schema_draft``: the JSON Schema draft of a schema without ``$schema`` (see :meth:`compile`).
         """
-        compiled = self.compile(output_type, schema_draft)
+        compiled = self.compile(output_type)
         policy = SamplingPolicy(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         ids = self.prompt_ids(prompt, compiled.spec, schema_in_prompt, tools=tools)
         k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens

@@ -1,26 +1,112 @@
 """The command line: ``constrained-spec generate | fetch-models | coverage | bench | serve``.
 
-Values go to stdout as JSON; stats, progress and errors go to stderr. Errors of the library's
-hierarchy print one clear line and exit with status 2, never a traceback.
+Values go to stdout as JSON; stats, progress and errors go to stderr. Every error prints one line,
+``constrained-spec: error: ...``, never a traceback: exit status 2 for what the user passed (an
+argument, a missing file, an invalid schema, grammar or regex), 1 for what went wrong while running
+(a model that cannot be loaded, a token budget that ran out, a disk error).
+
+Arguments, files and the constraint (schema -> regex, regex syntax) are checked before any model
+loads, and this module imports neither torch nor transformers until a command needs a model, so
+``--help`` and argument errors answer in a fraction of a second.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, NoReturn, Sequence
 
-from .errors import ConstrainedSpecError, GrammarError
+from .defaults import DEFAULT_DRAFT, DEFAULT_TARGET, NUM_DRAFT_TOKENS, PROPOSERS
+from .errors import ConstrainedSpecError, GrammarError, ModelLoadError, SchemaError, VocabularyMismatchError
+from .model_store import DTYPE_CHOICES  # light: torch and transformers load inside its functions
+
+PROG = "constrained-spec"
+#: what to install for ``serve``
+SERVER_EXTRA = "pip install 'constrained-spec[server]'"
+
+
+class UsageError(ConstrainedSpecError):
+    """A command-line argument or input file that cannot be used (exit status 2)."""
+
+
+#: errors about what the user passed: exit status 2 (as argparse's); every other error exits 1
+USAGE_ERRORS: tuple[type[BaseException], ...] = (UsageError, SchemaError, GrammarError, VocabularyMismatchError)
+
+
+def one_line(message: object) -> str:
+    """``message`` as a single line (newlines folded into spaces)."""
+    return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (no usage block), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{PROG}: error: {one_line(message)} (see '{self.prog} --help')\n")
+
+
+# -- argument value types (argparse reports their message as one line) -------------------------
+
+
+def _number(text: str, kind: type) -> Any:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+    if kind is float and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _number(text, float)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _number(text, int)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = _number(text, int)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    value = _number(text, float)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def proposer_list(text: str) -> tuple[str, ...]:
+    """``draft,grammar,lookup`` (any subset), ``all`` or ``none``."""
+    word = text.strip().lower()
+    if word in {"none", ""}:
+        return ()
+    if word == "all":
+        return PROPOSERS
+    names = tuple(dict.fromkeys(n.strip() for n in word.split(",") if n.strip()))
+    unknown = [n for n in names if n not in PROPOSERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown proposer(s) {', '.join(unknown)}; choose from {', '.join(PROPOSERS)}, all or none")
+    return names
 
 
 def add_model_arguments(p: argparse.ArgumentParser, allow_no_draft: bool = True) -> None:
     """The model options every command shares: --model, --draft, --cache-dir, --dtype, --draft-dtype."""
-    from .api import DEFAULT_DRAFT, DEFAULT_TARGET
-    from .model_store import DTYPE_CHOICES
-
-    none = ", or 'none' for target-only decoding" if allow_no_draft else ""
+    none = ", or 'none' for target-only decoding (no draft, no proposer)" if allow_no_draft else ""
     p.add_argument("--model", default=DEFAULT_TARGET, help=f"target: offline name, folder, .gguf or hub id (default {DEFAULT_TARGET})")
     p.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model{none} (default {DEFAULT_DRAFT})")
     p.add_argument("--cache-dir", default=None, help="cache for models and compiled automata (default: $CONSTRAINED_SPEC_CACHE or the user cache dir)")
@@ -28,38 +114,129 @@ def add_model_arguments(p: argparse.ArgumentParser, allow_no_draft: bool = True)
     p.add_argument("--draft-dtype", default=None, choices=DTYPE_CHOICES, help="the draft's weights dtype (default: as --dtype)")
 
 
-def _cmd_generate(args: argparse.Namespace) -> int:
-    from .api import Generator
-    from .grammar import Regex
+# -- checks that need no model -------------------------------------------------------------------
+
+
+def read_input_file(name: str, what: str) -> str:
+    """The text of a file the user named; a missing file, a folder or unreadable bytes is a UsageError."""
+    path = Path(name).expanduser()
+    if not path.exists():
+        raise UsageError(f"{what} file {name!r} does not exist")
+    if path.is_dir():
+        raise UsageError(f"{what} file {name!r} is a directory, not a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} file {name!r} is not UTF-8 text") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} file {name!r}: {exc.strerror or exc}") from None
+
+
+def check_regex(pattern: str) -> None:
+    """Raise :class:`GrammarError` where outlines-core cannot parse ``pattern`` (no vocabulary needed).
+
+    The pattern is parsed by itself, the way the automaton's builder reads it (Rust regex syntax);
+    Python's ``re`` explains the error where it rejects the pattern too.
+    """
+    import re
+
+    from outlines_core import Index, Vocabulary
+
+    try:  # one token: the regex is parsed and determinized, the vocabulary walk stops at once
+        Index(pattern, Vocabulary(1, {b"\x00": [0]}))
+    except ValueError as exc:
+        if "Failed to build DFA" not in str(exc):
+            return  # parsed; the one-token vocabulary just cannot spell it
+        try:
+            re.compile(pattern)
+            detail = "not valid in the Rust regex syntax the automaton builder reads"
+        except re.error as py_exc:
+            detail = str(py_exc)
+        raise GrammarError(f"invalid regex {pattern[:200]!r}: {detail}") from None
+
+
+def schema_options(args: argparse.Namespace) -> Any:
+    """The SchemaOptions the generate arguments ask for."""
     from .grammar.json_schema import SchemaOptions
 
-    if sum(bool(x) for x in (args.schema, args.regex, args.grammar)) > 1:
-        raise ConstrainedSpecError("pass one of --schema, --regex or --grammar")
-    if args.grammar:
-        path = Path(args.grammar)
-        if path.suffix == ".lark":
+    return SchemaOptions(whitespace=args.whitespace, property_order=args.property_order,
+                         draft=getattr(args, "schema_draft", None))
+
+
+def compile_constraint(args: argparse.Namespace) -> Any:
+    """The OutputSpec of --schema / --regex / --grammar: files read, the schema compiled to its
+    regex, the regex parsed. Raises UsageError, SchemaError or GrammarError; loads no model."""
+    from .grammar import Regex, output_spec
+    from .progress import progress_after
+
+    given = [name for name in ("schema", "regex", "grammar") if getattr(args, name) is not None]
+    if len(given) > 1:
+        raise UsageError(f"pass one of --schema, --regex or --grammar, not {' and '.join('--' + g for g in given)}")
+    if not given:
+        raise UsageError("pass --schema FILE, --regex PATTERN or --grammar FILE.regex")
+    progress = args.progress or None
+    if args.grammar is not None:
+        if Path(args.grammar).suffix == ".lark":
             raise GrammarError(f"{args.grammar}: Lark (context-free) grammars are not supported yet; use a .regex file or a JSON Schema")
-        if not path.exists():
-            raise ConstrainedSpecError(f"grammar file {args.grammar!r} does not exist")
-        args.regex = path.read_text().strip()
-    if args.regex:
-        output_type: object = Regex(args.regex)
-    elif args.schema:
-        path = Path(args.schema)
-        if not path.exists():
-            raise ConstrainedSpecError(f"schema file {args.schema!r} does not exist")
-        output_type = path.read_text()
+        pattern = read_input_file(args.grammar, "grammar").strip()
+    elif args.regex is not None:
+        pattern = args.regex
     else:
-        raise ConstrainedSpecError("pass --schema FILE, --regex PATTERN or --grammar FILE.regex")
-    options = SchemaOptions(whitespace=args.whitespace, property_order=args.property_order,
-                            draft=args.schema_draft)
-    draft = None if str(args.draft).lower() in {"none", ""} else args.draft
-    gen = Generator(args.model, draft, num_draft_tokens=args.num_draft_tokens, schema_options=options,
+        text = read_input_file(args.schema, "schema")
+        with progress_after("compiling the schema", enabled=progress):
+            return output_spec(text, schema_options(args))
+    with progress_after("parsing the regex", enabled=progress):
+        check_regex(pattern)
+    return output_spec(Regex(pattern))
+
+
+def check_model_spec(spec: str, flag: str, role: str, args: argparse.Namespace) -> None:
+    """A model path that does not exist (or is not a model) is a UsageError, found without loading.
+
+    Offline short names and hub ids are left to the loader (fetching, converting, the hub).
+    """
+    from .model_sources import lookup
+
+    if lookup(spec) is not None and not os.path.exists(spec):
+        return
+    from .model_store import resolve_model_path
+
+    try:  # a concrete dtype: "auto" would measure this machine (torch) for a tag the check ignores
+        resolve_model_path(spec, args.cache_dir, "fp32", progress=False, role=role)
+    except ModelLoadError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def _draft_spec(args: argparse.Namespace) -> str | None:
+    return None if str(args.draft).strip().lower() in {"none", ""} else args.draft
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    spec = compile_constraint(args)
+    draft = _draft_spec(args)
+    proposers = args.proposers if args.proposers is not None else (PROPOSERS if draft else ())
+    if "draft" in proposers and draft is None:
+        raise UsageError("--proposers draft needs a draft model, and --draft is none")
+    if args.num_draft_tokens == 0 or "draft" not in proposers:
+        draft = None  # target-only, or proposals from the grammar / the prompt only: the draft is not loaded
+    check_model_spec(args.model, "--model", "target", args)
+    if draft is not None:
+        check_model_spec(draft, "--draft", "draft", args)
+
+    from .api import Generator  # torch and transformers from here on
+    from .progress import progress_after
+
+    gen = Generator(args.model, draft, num_draft_tokens=args.num_draft_tokens, schema_options=schema_options(args),
                     cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, verify_backend=args.backend,
-                    max_new_tokens=args.max_new_tokens, debug_checks=args.debug_checks)
-    result = gen.run(args.prompt, output_type, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                    max_new_tokens=args.max_new_tokens, debug_checks=args.debug_checks, proposers=proposers)
+    with progress_after("building the token automaton", enabled=args.progress or None):
+        gen.compile(spec)
+    result = gen.run(args.prompt, spec, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                      seed=args.seed, schema_in_prompt=not args.no_schema_in_prompt)
-    print(result.text if args.regex else json.dumps(json.loads(result.text), ensure_ascii=False))
+    print(result.text if spec.kind == "regex" else json.dumps(json.loads(result.text), ensure_ascii=False))
     if args.stats:
         print(json.dumps(result.stats.as_dict(), indent=2), file=sys.stderr)
     return 0
@@ -86,17 +263,32 @@ def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
     return int(bench.main(rest) or 0)
 
 
+def missing_server_modules() -> list[str]:
+    """The modules of the ``server`` extra that cannot be imported here."""
+    import importlib
+
+    missing = []
+    for name in ("fastapi", "uvicorn"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
 def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
+    if not {"-h", "--help"} & set(rest):
+        missing = missing_server_modules()
+        if missing:
+            raise ConstrainedSpecError(f"serve needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+                                       f"not installed: {SERVER_EXTRA}")
     from . import server
 
     return int(server.main(rest) or 0)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .api import NUM_DRAFT_TOKENS
-    from .model_store import DTYPE_CHOICES
-
-    parser = argparse.ArgumentParser(prog="constrained-spec", description="Exact grammar-constrained speculative decoding.")
+    parser = _Parser(prog=PROG, description="Exact grammar-constrained speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="generate one value for a JSON Schema or regex")
@@ -105,12 +297,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--grammar", help="a .regex file from grammars/ (instead of --schema)")
     g.add_argument("--prompt", required=True, help="the user prompt")
     add_model_arguments(g)
-    g.add_argument("--num-draft-tokens", "-k", type=int, default=NUM_DRAFT_TOKENS, help=f"draft length k (0 = target only; default {NUM_DRAFT_TOKENS})")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--num-draft-tokens", "-k", type=non_negative_int, default=NUM_DRAFT_TOKENS,
+                   help=f"proposed tokens per step (0 = target only; default {NUM_DRAFT_TOKENS})")
+    g.add_argument("--proposers", type=proposer_list, default=None,
+                   help=f"proposal sources: a comma list of {', '.join(PROPOSERS)}, or all, or none "
+                        "(default: all with a draft model, none with --draft none)")
+    g.add_argument("--temperature", type=non_negative_float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-k", type=non_negative_int, default=0, help="0 = no top-k cut (default)")
+    g.add_argument("--top-p", type=probability, default=1.0, help="in (0, 1]; 1 = no nucleus cut (default)")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--max-new-tokens", type=int, default=512)
+    g.add_argument("--max-new-tokens", type=positive_int, default=512)
     g.add_argument("--whitespace", default="compact", choices=["compact", "flexible"])
     g.add_argument("--property-order", default="schema", choices=["schema", "any"])
     g.add_argument("--schema-draft", default=None, choices=["2020-12", "2019-09", "7", "6", "4"],
@@ -119,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-schema-in-prompt", action="store_true", help="do not append the schema to the prompt")
     g.add_argument("--debug-checks", action="store_true", help="check cache/automaton invariants after every step")
     g.add_argument("--stats", action="store_true", help="print decoding stats to stderr")
+    g.add_argument("--progress", action="store_true",
+                   help="show progress of compilation past a second on stderr even when it is not a terminal")
     g.set_defaults(func=_cmd_generate)
 
     f = sub.add_parser("fetch-models", help="download, verify and convert the default model pair ahead of time")
@@ -130,13 +328,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_cmd_coverage, passthrough=True)
     b = sub.add_parser("bench", help="speed benchmark against the baselines (see `bench --help`)", add_help=False)
     b.set_defaults(func=_cmd_bench, passthrough=True)
-    s = sub.add_parser("serve", help="OpenAI-compatible HTTP server (see `serve --help`)", add_help=False)
+    s = sub.add_parser("serve", help=f"OpenAI-compatible HTTP server (see `serve --help`; needs {SERVER_EXTRA})", add_help=False)
     s.set_defaults(func=_cmd_serve, passthrough=True)
     return parser
 
 
+def _fail(message: object, status: int) -> int:
+    print(f"{PROG}: error: {one_line(message)}", file=sys.stderr)
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``constrained-spec`` command."""
+    """Entry point of the ``constrained-spec`` command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
@@ -146,9 +349,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         return args.func(args)
-    except ConstrainedSpecError as exc:
-        print(f"constrained-spec: error: {exc}", file=sys.stderr)
-        return 2
+    except USAGE_ERRORS as exc:
+        return _fail(exc, 2)
+    except ConstrainedSpecError as exc:  # a model that cannot load, a token budget that ran out...
+        return _fail(exc, 1)
+    except OSError as exc:
+        return _fail(f"{type(exc).__name__}: {exc}", 1)
+    except MemoryError:
+        return _fail("out of memory", 1)
     except KeyboardInterrupt:
         return 130
 
