@@ -22,7 +22,7 @@ distribution, so a rougher draft costs acceptance, never correctness. The target
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -60,6 +60,68 @@ class _PackedLinear(torch.nn.Module):
     def _pack(self, w: torch.Tensor, b: torch.Tensor | None) -> Any:
         raise NotImplementedError
 
+    # -- storing the packed form (model_store's packed cache) -----------------------------------
+
+    #: the stored tensors of this kind: name -> (dtype, shape as a function of (out, in))
+    STORED: ClassVar[dict[str, tuple[torch.dtype, Any]]] = {}
+
+    def stored_tensors(self) -> dict[str, torch.Tensor]:
+        """The tensors :meth:`from_stored` rebuilds this layer from, bit for bit: the weight as
+        fbgemm holds it (fp16, or int8 with its per-row scales), the bias if any, and ``weight_half``
+        (the fp16 copy of :attr:`weight`) where one is kept and differs from the stored fp16 weight."""
+        out = self._stored_weight()
+        if self.bias is not None:
+            out["bias"] = self.bias.contiguous()
+        if self.weight is not None and not ("weight" in out and torch.equal(out["weight"], self.weight)):
+            out["weight_half"] = self.weight.contiguous()
+        return out
+
+    def _stored_weight(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def _pack_stored(self, tensors: dict[str, torch.Tensor]) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def expected_tensors(cls, out_features: int, in_features: int, bias: bool) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        """Name -> (dtype, shape) of the tensors a stored layer of this shape must have (the
+        optional ``weight_half`` aside), to check a cache before it is loaded."""
+        want = {k: (dt, shape(out_features, in_features)) for k, (dt, shape) in cls.STORED.items()}
+        if bias:
+            want["bias"] = (torch.float32, (out_features,))
+        return want
+
+    @classmethod
+    def from_stored(
+        cls, tensors: dict[str, torch.Tensor], in_features: int, out_features: int, keep_weight: bool = False
+    ) -> _PackedLinear:
+        """The layer :meth:`stored_tensors` gave, rebuilt without an fp32 weight: fbgemm packs the
+        stored fp16 / int8 weight directly (its packed layout itself cannot be saved from Python).
+
+        Raises :class:`ModelLoadError` when a tensor is missing or has the wrong dtype or shape.
+        """
+        want = cls.expected_tensors(out_features, in_features, "bias" in tensors)
+        for name, (dtype, shape) in want.items():
+            t = tensors.get(name)
+            if t is None or t.dtype != dtype or tuple(t.shape) != shape:
+                got = None if t is None else (t.dtype, tuple(t.shape))
+                raise ModelLoadError(f"stored {cls.kind} layer: {name} should be {dtype} {shape}, got {got}")
+        half = tensors.get("weight_half")
+        if half is not None and (half.dtype != torch.float16 or tuple(half.shape) != (out_features, in_features)):
+            raise ModelLoadError(f"stored {cls.kind} layer: weight_half has {half.dtype} {tuple(half.shape)}")
+        layer = cls.__new__(cls)
+        torch.nn.Module.__init__(layer)
+        layer.in_features = in_features
+        layer.out_features = out_features
+        layer.register_buffer("bias", tensors.get("bias"), persistent=False)
+        layer._packed = layer._pack_stored(tensors)
+        layer.weight = None
+        if keep_weight:
+            layer.weight = half if half is not None else tensors.get("weight")
+            if layer.weight is None:
+                raise ModelLoadError(f"stored {cls.kind} layer has no fp16 copy of its weight to keep")
+        return layer
+
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
@@ -77,8 +139,18 @@ class PackedFp16Linear(_PackedLinear):
 
     kind = "fp16"
 
+    STORED: ClassVar[dict[str, tuple[torch.dtype, Any]]] = {"weight": (torch.float16, lambda n, k: (n, k))}
+
     def _pack(self, w: torch.Tensor, b: torch.Tensor | None) -> Any:
         return torch.ops.quantized.linear_prepack_fp16(w, b)
+
+    def _stored_weight(self) -> dict[str, torch.Tensor]:
+        w, _ = torch.ops.quantized.linear_unpack_fp16(self._packed)  # fp32 holding fbgemm's fp16 values
+        return {"weight": w.half().contiguous()}
+
+    def _pack_stored(self, tensors: dict[str, torch.Tensor]) -> Any:
+        # fbgemm takes the fp16 tensor as is: the values it holds are the stored ones
+        return torch.ops.quantized.linear_prepack_fp16(tensors["weight"], tensors.get("bias"))
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.quantized.linear_dynamic_fp16(x, self._packed)
@@ -99,6 +171,25 @@ class PackedInt8Linear(_PackedLinear):
             warnings.simplefilter("ignore")
             qweight = torch.quantize_per_channel(w, scales, zero_points, 0, torch.qint8)
             return torch.ops.quantized.linear_prepack(qweight, b)
+
+    STORED: ClassVar[dict[str, tuple[torch.dtype, Any]]] = {
+        "weight_int8": (torch.int8, lambda n, k: (n, k)),
+        "weight_scales": (torch.float64, lambda n, k: (n,)),
+    }
+
+    def _stored_weight(self) -> dict[str, torch.Tensor]:
+        q, _ = torch.ops.quantized.linear_unpack(self._packed)
+        return {"weight_int8": q.int_repr().contiguous(), "weight_scales": q.q_per_channel_scales().contiguous()}
+
+    def _pack_stored(self, tensors: dict[str, torch.Tensor]) -> Any:
+        import warnings
+
+        scales = tensors["weight_scales"]
+        zero_points = torch.zeros(scales.shape[0], dtype=torch.long)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            qweight = torch._make_per_channel_quantized_tensor(tensors["weight_int8"], scales, zero_points, 0)
+            return torch.ops.quantized.linear_prepack(qweight, tensors.get("bias"))
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         # reduce_range: 7-bit activations, so AVX2's 16-bit pair sums cannot saturate
