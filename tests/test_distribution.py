@@ -9,9 +9,11 @@ deliberately wrong verifier must be rejected by the same test (negative controls
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 
 import pytest
+import regex as regex_pkg
 import torch
 from scipy.stats import chisquare
 
@@ -46,23 +48,30 @@ def automaton():
     return AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(REGEX)
 
 
-def exact_distribution(automaton, policy: SamplingPolicy, prompt: list[int] = PROMPT) -> dict[tuple[int, ...], float]:
-    """P(token sequence incl. EOS) under the target alone, by enumeration."""
+def exact_distribution(pattern: str, policy: SamplingPolicy, prompt: list[int] = PROMPT) -> dict[tuple[int, ...], float]:
+    """P(token sequence incl. EOS) under the target alone, by enumeration, without the project's
+    automaton: a token is allowed where the text so far plus its bytes can still be completed to a
+    full match (``regex`` partial matching), EOS where the text is a full match (``re.fullmatch``)."""
     target = MemoModel(10, seed=11)
     params = policy.as_tensors(1)
+    tokens = letters_vocab().tokens
+    partial = regex_pkg.compile(pattern)
     out: dict[tuple[int, ...], float] = {}
 
-    def walk(state: int, seq: tuple[int, ...], prob: float) -> None:
-        allowed = unpack_bitmask(automaton.bitmask(state), 10).unsqueeze(0)
+    def walk(text: str, seq: tuple[int, ...], prob: float) -> None:
+        allowed = torch.zeros(1, 10, dtype=torch.bool)
+        for tok, raw in tokens.items():
+            allowed[0, tok] = partial.fullmatch(text + raw.decode(), partial=True) is not None
+        allowed[0, 9] = re.fullmatch(pattern, text) is not None
         p = effective_probs(target.logits(prompt + list(seq)).unsqueeze(0), allowed, params.temperature, params.top_k, params.top_p)[0]
         for tok in torch.nonzero(p > 0).flatten().tolist():
             pt = prob * float(p[tok])
             if tok == 9:
                 out[seq + (9,)] = out.get(seq + (9,), 0.0) + pt
             else:
-                walk(automaton.next_state(state, tok), seq + (tok,), pt)
+                walk(text + tokens[tok].decode(), seq + (tok,), pt)
 
-    walk(automaton.initial_state, (), 1.0)
+    walk("", (), 1.0)
     assert math.isclose(sum(out.values()), 1.0, abs_tol=1e-6)
     return out
 
@@ -154,7 +163,7 @@ SLOW_CASES = [
 
 @pytest.mark.parametrize("policy,k", CASES)
 def test_speculative_matches_exact_constrained_target(automaton, policy, k):
-    exact = exact_distribution(automaton, policy)
+    exact = exact_distribution(automaton.regex, policy)
     counts = sample(automaton, policy, k, SAMPLES)
     pvalue = chi2_pvalue(counts, exact)
     print(f"p-value {pvalue:.4f} over {len(exact)} outcomes")
@@ -163,7 +172,7 @@ def test_speculative_matches_exact_constrained_target(automaton, policy, k):
 
 def test_blocks_ending_at_unsure_draft_tokens_stay_exact(automaton):
     policy = SamplingPolicy(temperature=1.0)
-    exact = exact_distribution(automaton, policy)
+    exact = exact_distribution(automaton.regex, policy)
     counts = sample(automaton, policy, 4, SAMPLES // 2, draft_confidence=0.5)
     pvalue = chi2_pvalue(counts, exact)
     print(f"p-value {pvalue:.4f} over {len(exact)} outcomes")
@@ -175,14 +184,14 @@ def test_blocks_ending_at_unsure_draft_tokens_stay_exact(automaton):
 @pytest.mark.slow
 @pytest.mark.parametrize("policy,k", SLOW_CASES)
 def test_speculative_matches_exact_full_grid(automaton, policy, k):
-    exact = exact_distribution(automaton, policy)
+    exact = exact_distribution(automaton.regex, policy)
     assert chi2_pvalue(sample(automaton, policy, k, SAMPLES), exact) > ALPHA
 
 
 @pytest.mark.parametrize("wrong", [verify_resample_from_p, verify_unmasked_acceptance], ids=["resample-from-p", "unmasked-acceptance"])
 def test_negative_controls_are_rejected(automaton, wrong):
     policy = SamplingPolicy(temperature=1.0)
-    exact = exact_distribution(automaton, policy)
+    exact = exact_distribution(automaton.regex, policy)
     counts = sample(automaton, policy, 3, SAMPLES, verifier=wrong)
     pvalue = chi2_pvalue(counts, exact)
     print(f"negative control {wrong.__name__}: p-value {pvalue:.3g}")
@@ -193,7 +202,7 @@ def test_unmasked_draft_is_still_exact_but_wastes_drafts(automaton):
     """The construction is exact for any proposal q: a draft that ignores the grammar stays exact
     (its forbidden tokens are always rejected) but keeps fewer tokens."""
     policy = SamplingPolicy(temperature=1.0)
-    exact = exact_distribution(automaton, policy)
+    exact = exact_distribution(automaton.regex, policy)
 
     class UnmaskedDraft(SpeculativeDecoder):
         def _allowed(self, state):
@@ -247,7 +256,7 @@ def test_point_mass_proposals_grammar_strings_and_lookup_stay_exact(policy):
     automaton = AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(FORCED_REGEX)
     strings = GrammarStrings(automaton, letters_encode)
     assert strings.tokens(automaton.next_state(automaton.initial_state, 0)), "the grammar must force a string here"
-    exact = exact_distribution(automaton, policy)
+    exact = exact_distribution(automaton.regex, policy)
     counts = sample(automaton, policy, 3, SAMPLES, grammar_strings=strings, lookup=True, lookup_min_ngram=1)
     pvalue = chi2_pvalue(counts, exact)
     print(f"point-mass proposals: p-value {pvalue:.4f} over {len(exact)} outcomes")
@@ -266,7 +275,7 @@ def test_text_lookup_proposals_stay_exact(automaton):
     policy = SamplingPolicy(temperature=1.0)
     prompt = [0, 2, 1, 8, 5, 8]  # "acbccbccc": after "a" or "b" it proposes "c", "bc", "cc"
     text = PromptText(letters_vocab(), letters_encode, min_match=1, max_bytes=4)
-    exact = exact_distribution(automaton, policy, prompt)
+    exact = exact_distribution(automaton.regex, policy, prompt)
     counts = sample(automaton, policy, 3, SAMPLES // 2, prompt=prompt, lookup=True, lookup_min_ngram=20, text_lookup=text)
     pvalue = chi2_pvalue(counts, exact)
     print(f"text lookup: p-value {pvalue:.4f} over {len(exact)} outcomes")
@@ -295,7 +304,7 @@ def test_adaptive_block_lengths_stay_exact(automaton):
 
     policy = SamplingPolicy(temperature=1.0)
     rule = AdaptiveDraftLength(max_k=4, target=FixedCosts({n: 1.0 for n in range(1, 7)}), draft=FixedCosts({1: 0.3}))
-    exact = exact_distribution(automaton, policy)
+    exact = exact_distribution(automaton.regex, policy)
     counts = sample(automaton, policy, 4, SAMPLES // 2, draft_length=rule)
     pvalue = chi2_pvalue(counts, exact)
     print(f"adaptive k: p-value {pvalue:.4f} over {len(exact)} outcomes")

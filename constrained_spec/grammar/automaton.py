@@ -307,27 +307,35 @@ def _short(text: str, limit: int = 120) -> str:
 
 
 _BYTE_EOS = 256
+#: the two end sentinels (see :func:`dfa_table`): Unicode noncharacters, "permanently reserved for
+#: internal use", which no tokenizer's text holds
+_SENTINELS = ("\ufdd0", "\ufdd1")
 
 
-def _build_index(regex: str) -> Any:
-    """outlines-core's Index over the 256 single bytes: the regex's byte-level DFA.
+def _build_index(regex: str, sentinel: str) -> Any:
+    """outlines-core's Index over the 256 single bytes for ``\x00(?:regex)<sentinel>``.
 
-    The regex is built behind a NUL sentinel byte (``\x00(?:regex)``) whose transition gives the real
-    start state: outlines-core 0.2.14 hangs building some regexes that start with a quote (for
-    example a bounded JSON string) and builds the same ones instantly behind any other first byte.
+    The NUL start sentinel's transition gives the real start state: outlines-core 0.2.14 hangs
+    building some regexes that start with a quote (for example a bounded JSON string) and builds the
+    same ones instantly behind any other first byte. The end sentinel keeps every state of the
+    user's regex non-accepting inside outlines-core, whose ``Index`` drops each transition from an
+    accepting state to a non-accepting one (``ab(cd)*`` would accept only ``ab``); acceptance is
+    read off the sentinel's transition instead.
     """
     from outlines_core import Index, Vocabulary
 
-    return Index("\\x00(?:" + regex + ")", Vocabulary(_BYTE_EOS, {bytes([b]): [b] for b in range(256)}))
+    tail = f"\\x{{{ord(sentinel):X}}}"
+    return Index("\\x00(?:" + regex + ")" + tail, Vocabulary(_BYTE_EOS, {bytes([b]): [b] for b in range(256)}))
 
 
-def dfa_table(index: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Dense transition table int32 [S + 1, 256] (start state 0, dead state S) and final flags."""
+def _raw_table(index: Any) -> tuple[np.ndarray, np.ndarray]:
+    """One build as a dense table int32 [n + 1, 256] (row n dead, row 0 the state past the NUL
+    start sentinel) and the outlines-core final flags (the states just past the end sentinel)."""
     transitions = index.get_transitions()
-    start = transitions[index.get_initial_state()][0]  # past the NUL sentinel
+    start = transitions[index.get_initial_state()][0]
     number = {start: 0}
     order = [start]
-    for s in order:  # breadth-first over the states reachable from the real start
+    for s in order:
         for byte, nxt in transitions.get(s, {}).items():
             if byte < 256 and nxt not in number:
                 number[nxt] = len(order)
@@ -346,9 +354,116 @@ def dfa_table(index: Any) -> tuple[np.ndarray, np.ndarray]:
     return table, finals
 
 
+def _exact_part(table: np.ndarray, finals: np.ndarray, sentinel: str) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """A build's trustworthy transitions: every move into a state past the end sentinel goes to an
+    extra LOST row (outlines-core drops that state's onward moves, so where the user's regex itself
+    reads the sentinel byte after a complete match this build cannot follow it). Returns the table
+    [n + 2, 256] (row ``dead``, row ``lost``), acceptance per state, the dead and lost ids."""
+    dead = table.shape[0] - 1
+    lost = dead + 1
+    out = np.empty((dead + 2, 256), dtype=np.int64)
+    out[: dead + 1] = table
+    out[: dead + 1][finals[table]] = lost
+    out[lost] = lost
+    out[dead] = dead
+    accepting = np.zeros(dead + 2, dtype=bool)
+    after = np.arange(dead + 1)
+    for byte in sentinel.encode():  # the states the whole sentinel leads from to a final state
+        after = table[after, byte]
+    accepting[: dead + 1] = finals[after]
+    accepting[dead] = False
+    return out, accepting, dead, lost
+
+
+def dfa_table(first: Any, second: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The user's regex as a dense byte DFA int32 [S + 1, 256] (start 0, dead S) and final flags,
+    from two outlines-core builds behind different end sentinels (:data:`_SENTINELS`).
+
+    Each build is exact along every path until the regex reads that build's own sentinel byte right
+    after a complete match; there the other build (whose sentinel differs) carries on. The states
+    are the reachable pairs of both builds' states (in the usual case the two move in lockstep, one
+    pair per state). Only strings that read both sentinel bytes after complete matches are beyond
+    both builds (strings holding both noncharacters U+FDD0 and U+FDD1 each right after a complete
+    match: never in JSON, where nothing follows a complete value but whitespace). States from which no accepting state can be reached are
+    folded into the dead state, so every live state is a prefix of some string of the language.
+    """
+    ta, fa, da, la = _exact_part(*_raw_table(first), _SENTINELS[0])
+    tb, fb, db, lb = _exact_part(*_raw_table(second), _SENTINELS[1])
+    width = tb.shape[0]
+    keys = [0]  # pair key a * width + b; the start pair is (0, 0)
+    index = {0: 0}
+    rows: list[np.ndarray] = []
+    frontier = np.array([0], dtype=np.int64)
+    while frontier.size:
+        a, b = frontier // width, frontier % width
+        na, nb = ta[a], tb[b]  # [f, 256]
+        dead = (na == da) | (nb == db) | ((na == la) & (nb == lb))
+        nk = np.where(dead, -1, na * width + nb)
+        rows.append(nk)
+        fresh = np.unique(nk[nk >= 0])
+        new = [int(k) for k in fresh if int(k) not in index]
+        for k in new:
+            index[k] = len(keys)
+            keys.append(k)
+        frontier = np.array(new, dtype=np.int64)
+    n = len(keys)
+    key_arr = np.array(keys, dtype=np.int64)
+    order = np.argsort(key_arr)
+    all_rows = np.concatenate(rows) if rows else np.zeros((0, 256), dtype=np.int64)
+    pos = np.searchsorted(key_arr[order], np.maximum(all_rows, 0))
+    ids = np.where(all_rows >= 0, order[np.minimum(pos, n - 1)], n)
+    a, b = key_arr // width, key_arr % width
+    accepting = np.where(a != la, fa[a], fb[b])
+    return _prune(ids.astype(np.int64), accepting)
+
+
+def _prune(table: np.ndarray, accepting: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fold the states that reach no accepting state into the dead state and renumber breadth
+    first from state 0: returns int32 [S + 1, 256] (row S dead) and bool [S + 1]."""
+    n = table.shape[0]
+    live = accepting.copy()
+    src = np.repeat(np.arange(n), 256)
+    dst = table.ravel()
+    ok = dst < n
+    src, dst = src[ok], dst[ok]
+    while True:  # co-reachability: a state is live if a move leads to a live state
+        grow = np.zeros(n, dtype=bool)
+        grow[src[live[dst]]] = True
+        grow &= ~live
+        if not grow.any():
+            break
+        live |= grow
+    if not live[0]:  # the empty language: a start state with no way on
+        return np.ones((2, 256), dtype=np.int32), np.zeros(2, dtype=bool)
+    new_id = np.full(n + 1, -1, dtype=np.int64)
+    new_id[0] = 0
+    order = [np.array([0], dtype=np.int64)]
+    count = 1
+    frontier = order[0]
+    while frontier.size:  # breadth-first renumbering over live states, one level at a time
+        nxt = table[frontier].ravel()
+        nxt = nxt[(nxt < n)]
+        nxt = nxt[live[nxt] & (new_id[nxt] < 0)]
+        _, first = np.unique(nxt, return_index=True)
+        frontier = nxt[np.sort(first)]
+        new_id[frontier] = np.arange(count, count + frontier.size)
+        count += frontier.size
+        order.append(frontier)
+    states = np.concatenate(order)
+    new_id[new_id < 0] = count
+    out = np.vstack([new_id[table[states]], np.full((1, 256), count, dtype=np.int64)]).astype(np.int32)
+    finals = np.zeros(count + 1, dtype=bool)
+    finals[:count] = accepting[states]
+    return out, finals
+
+
+def _build_tables(regex: str) -> tuple[np.ndarray, np.ndarray]:
+    return dfa_table(*(_build_index(regex, sentinel) for sentinel in _SENTINELS))
+
+
 def _build_in_child(regex: str, conn: Any) -> None:  # pragma: no cover - child
     try:
-        conn.send(("ok", pickle.dumps(dfa_table(_build_index(regex)))))
+        conn.send(("ok", pickle.dumps(_build_tables(regex))))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
@@ -358,7 +473,7 @@ def _build_in_child(regex: str, conn: Any) -> None:  # pragma: no cover - child
 def _build_with_timeout(regex: str, timeout: float | None) -> tuple[np.ndarray, np.ndarray]:
     """Build the DFA table; with a timeout the build runs in a forked child, killed on expiry."""
     if timeout is None or "fork" not in mp.get_all_start_methods():
-        return dfa_table(_build_index(regex))
+        return _build_tables(regex)
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_build_in_child, args=(regex, child), daemon=True)
@@ -402,7 +517,7 @@ class AutomatonCompiler:
     def key(self, regex: str) -> str:
         """Cache key: the byte DFA depends on the regex and the outlines-core version only."""
         h = hashlib.sha256()
-        for part in (regex, _OUTLINES_VERSION, "bytedfa-2"):
+        for part in (regex, _OUTLINES_VERSION, "bytedfa-3-end-sentinels"):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:40]
