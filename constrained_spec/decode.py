@@ -198,13 +198,12 @@ class SpeculativeDecoder:
         start = time.perf_counter()
         self.committed = list(prompt_ids)
         self.prompt_len = len(prompt_ids)
-        self.target.reset()
-        if len(prompt_ids) > 1:
-            self.target.extend(prompt_ids[:-1])
-        if self.draft is not None:
-            self.draft.reset()
-            if len(prompt_ids) > 1:
-                self.draft.extend(prompt_ids[:-1])
+        for model in (self.target, self.draft):
+            if model is None:
+                continue
+            model.reset()
+            if len(prompt_ids) > 1:  # the prompt's logits are not needed: models that can skip them do
+                getattr(model, "prefill", model.extend)(prompt_ids[:-1])
         self.stats.prefill_seconds = time.perf_counter() - start
         while not self.matcher.finished:
             remaining = self.max_new_tokens - self.stats.generated_tokens

@@ -56,7 +56,7 @@ class HFModel:
         self._cache = None
         self._length = 0
 
-    def _run(self, module: Any, tokens: list[int]) -> Any:
+    def _run(self, module: Any, tokens: list[int], **kwargs: Any) -> Any:
         """Feed ``tokens`` through ``module`` (the model or its base) on the cache; advance the length."""
         from transformers import DynamicCache
 
@@ -65,13 +65,19 @@ class HFModel:
         if self._cache is None:
             self._cache = DynamicCache(config=self.config)
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        out = module(input_ids=ids, cache=self._cache, use_cache=True)
+        out = module(input_ids=ids, cache=self._cache, use_cache=True, **kwargs)
         self._length += len(tokens)
         return out
 
     @torch.inference_mode()
     def extend(self, tokens: list[int]) -> torch.Tensor:
         return self._run(self.model, tokens).logits[0, :, : self.vocab_size].float()
+
+    @torch.inference_mode()
+    def prefill(self, tokens: list[int]) -> None:
+        """Append ``tokens`` (a prompt) without keeping their logits: the output head runs for the
+        last position only (``logits_to_keep=1``), so a long prompt never holds [T, V] logits."""
+        self._run(self.model, tokens, logits_to_keep=1)
 
     #: model types whose output head is a plain linear map of the final hidden state
     RESTRICTABLE = {"llama", "qwen2", "qwen3", "mistral", "phi3", "smollm3"}
