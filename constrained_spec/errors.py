@@ -13,6 +13,7 @@ Every error the library raises on bad input or an impossible request derives fro
     ├── VocabularyMismatchError   target and draft (or tokenizer and model) disagree on the vocabulary
     ├── ModelLoadError            a model could not be fetched, verified, converted or loaded
     ├── TokenBudgetExceeded       max_new_tokens ran out before the constraint was complete (carries the partial text)
+    ├── ContextLengthError        the prompt plus max_new_tokens does not fit the model's context window
     └── OutputValidationError     a finished value failed its schema (only possible with post-validation opt-ins)
 """
 
@@ -79,8 +80,12 @@ class ModelLoadError(ConstrainedSpecError):
 class TokenBudgetExceeded(ConstrainedSpecError):
     """Generation hit max_new_tokens before the constraint reached a final state.
 
-    ``partial_text`` holds what was generated; it is never returned as a value.
+    ``partial_text`` holds what was generated; it is never returned as a value. ``Generator.run``
+    also attaches ``token_ids`` (the generated ids) and ``prompt_tokens`` (the prompt's length).
     """
+
+    token_ids: list[int] | None = None
+    prompt_tokens: int | None = None
 
     def __init__(self, max_new_tokens: int, partial_text: str) -> None:
         self.max_new_tokens = max_new_tokens
@@ -89,6 +94,21 @@ class TokenBudgetExceeded(ConstrainedSpecError):
         super().__init__(
             f"token budget of {max_new_tokens} new tokens ran out before the output was complete; "
             f"partial output: {preview!r}"
+        )
+
+
+class ContextLengthError(ConstrainedSpecError, ValueError):
+    """The prompt's tokens plus ``max_new_tokens`` exceed the model's context window (checked
+    before any forward)."""
+
+    def __init__(self, prompt_tokens: int, max_new_tokens: int, context_length: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.max_new_tokens = max_new_tokens
+        self.context_length = context_length
+        super().__init__(
+            f"this model's maximum context length is {context_length} tokens; the prompt has {prompt_tokens} "
+            f"tokens and {max_new_tokens} more were asked for (max_new_tokens / max_tokens): "
+            f"{prompt_tokens + max_new_tokens} in all; shorten the prompt or lower max_tokens"
         )
 
 
