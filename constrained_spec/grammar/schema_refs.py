@@ -24,22 +24,23 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any
 
 from constrained_spec.errors import RefRetrievalError, SchemaError
 
 __all__ = [
     "DEFAULT_DRAFT",
     "DRAFTS",
-    "normalize_draft",
-    "validator_class",
-    "make_registry",
-    "make_validator",
-    "validation_errors",
-    "ref_error",
     "MAX_REF_BYTES",
     "REF_TIMEOUT_S",
+    "make_registry",
+    "make_validator",
+    "normalize_draft",
+    "ref_error",
+    "validation_errors",
+    "validator_class",
 ]
 
 #: the draft of schemas without ``$schema``
@@ -55,7 +56,7 @@ _ALIASES = {"2020": "2020-12", "202012": "2020-12", "2019": "2019-09", "201909":
             "07": "7", "06": "6", "04": "4"}
 
 
-def normalize_draft(draft: Optional[str]) -> Optional[str]:
+def normalize_draft(draft: str | None) -> str | None:
     """``"draft-07"``, ``"draft7"``, ``"07"``, ``7`` -> ``"7"``; ``None`` stays ``None``.
 
     Raises ``ValueError`` naming the accepted values for anything else.
@@ -80,7 +81,7 @@ def _classes() -> dict[str, type]:
             "6": v.Draft6Validator, "4": v.Draft4Validator}
 
 
-def validator_class(schema: Any, draft: Optional[str] = None) -> type:
+def validator_class(schema: Any, draft: str | None = None) -> type:
     """The jsonschema validator class for ``schema``: its ``$schema`` if it names a known draft,
     else ``draft`` (default 2020-12)."""
     from jsonschema.validators import validator_for
@@ -138,7 +139,7 @@ def _read_file(uri: str, path: str, folders: Sequence[Path]) -> bytes:
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, D102
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
         raise urllib.error.HTTPError(req.full_url, code, "redirects are not followed for $ref", headers, fp)
 
 
@@ -171,7 +172,7 @@ def _fetch(uri: str, parts: urllib.parse.SplitResult, prefixes: Sequence[urllib.
 class _Retrieve:
     """The registry's retrieval: refuses every URI that ``ref_allow`` does not list."""
 
-    def __init__(self, ref_allow: Sequence[str], draft: Optional[str]) -> None:
+    def __init__(self, ref_allow: Sequence[str], draft: str | None) -> None:
         self.folders, self.urls = _split_allow(ref_allow)
         self.draft = normalize_draft(draft) or DEFAULT_DRAFT
 
@@ -199,7 +200,7 @@ class _Retrieve:
         return Resource.from_contents(contents, default_specification=default)
 
 
-def make_registry(ref_allow: Sequence[str] = (), draft: Optional[str] = None) -> Any:
+def make_registry(ref_allow: Sequence[str] = (), draft: str | None = None) -> Any:
     """A ``referencing.Registry`` that retrieves only what ``ref_allow`` lists (nothing by
     default); documents it retrieves without ``$schema`` are read as ``draft``."""
     from referencing import Registry
@@ -207,7 +208,7 @@ def make_registry(ref_allow: Sequence[str] = (), draft: Optional[str] = None) ->
     return Registry(retrieve=_Retrieve(tuple(ref_allow), draft))
 
 
-def _options(options: Any, draft: Optional[str], ref_allow: Optional[Sequence[str]]) -> tuple[Optional[str], tuple]:
+def _options(options: Any, draft: str | None, ref_allow: Sequence[str] | None) -> tuple[str | None, tuple]:
     if draft is None and options is not None:
         draft = getattr(options, "draft", None)
     if ref_allow is None:
@@ -215,8 +216,8 @@ def _options(options: Any, draft: Optional[str], ref_allow: Optional[Sequence[st
     return draft, tuple(ref_allow)
 
 
-def make_validator(schema: Any, options: Any = None, *, draft: Optional[str] = None,
-                   ref_allow: Optional[Sequence[str]] = None, format_checker: Any = None) -> Any:
+def make_validator(schema: Any, options: Any = None, *, draft: str | None = None,
+                   ref_allow: Sequence[str] | None = None, format_checker: Any = None) -> Any:
     """A jsonschema validator for ``schema`` that retrieves no ``$ref`` outside ``ref_allow``.
 
     ``options`` (a :class:`~constrained_spec.grammar.json_schema.SchemaOptions` or anything with
@@ -228,7 +229,7 @@ def make_validator(schema: Any, options: Any = None, *, draft: Optional[str] = N
     return cls(schema, registry=make_registry(allow, draft), **kwargs)
 
 
-def ref_error(exc: BaseException, ref: str = "", pointer: str = "") -> Optional[SchemaError]:
+def ref_error(exc: BaseException, ref: str = "", pointer: str = "") -> SchemaError | None:
     """The :class:`SchemaError` for a failed ``$ref`` lookup (``exc`` from referencing or
     jsonschema), or ``None`` when ``exc`` is no reference failure.
 
@@ -238,8 +239,8 @@ def ref_error(exc: BaseException, ref: str = "", pointer: str = "") -> Optional[
     from referencing.exceptions import Unresolvable
 
     seen = set()
-    cur: Optional[BaseException] = exc
-    unresolvable: Optional[BaseException] = None
+    cur: BaseException | None = exc
+    unresolvable: BaseException | None = None
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
         if isinstance(cur, RefRetrievalError):
@@ -253,8 +254,8 @@ def ref_error(exc: BaseException, ref: str = "", pointer: str = "") -> Optional[
     return SchemaError(f"$ref {name!r} cannot be resolved ({type(unresolvable).__name__})", pointer)
 
 
-def validation_errors(schema: Any, value: Any, options: Any = None, *, draft: Optional[str] = None,
-                      ref_allow: Optional[Sequence[str]] = None) -> list:
+def validation_errors(schema: Any, value: Any, options: Any = None, *, draft: str | None = None,
+                      ref_allow: Sequence[str] | None = None) -> list:
     """Every ``jsonschema.ValidationError`` of ``value`` under ``schema`` (sorted by path).
 
     Raises :class:`SchemaError` (a :class:`RefRetrievalError` for a refused retrieval) when a
