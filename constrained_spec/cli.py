@@ -17,12 +17,21 @@ import json
 import math
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, NoReturn
 
 from .defaults import DEFAULT_DRAFT, DEFAULT_TARGET, NUM_DRAFT_TOKENS, PROPOSERS
-from .errors import ConstrainedSpecError, GrammarError, ModelLoadError, SchemaError, VocabularyMismatchError
-from .model_store import DTYPE_CHOICES  # light: torch and transformers load inside its functions
+from .errors import (
+    ConstrainedSpecError,
+    GrammarError,
+    ModelLoadError,
+    SchemaError,
+    VocabularyMismatchError,
+)
+
+# model_store is light: it imports torch and transformers inside its functions
+from .model_store import DTYPE_CHOICES
 
 PROG = "constrained-spec"
 #: what to install for ``serve``
@@ -305,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=non_negative_float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=non_negative_int, default=0, help="0 = no top-k cut (default)")
     g.add_argument("--top-p", type=probability, default=1.0, help="in (0, 1]; 1 = no nucleus cut (default)")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=None, help="random seed (default: fresh randomness; a seed reproduces a sample)")
     g.add_argument("--max-new-tokens", type=positive_int, default=512)
     g.add_argument("--whitespace", default="compact", choices=["compact", "flexible"])
     g.add_argument("--property-order", default="schema", choices=["schema", "any"])
