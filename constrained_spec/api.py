@@ -18,13 +18,14 @@ import torch
 from .constraint import Matcher
 from .decode import DecodeStats, SpeculativeDecoder
 from .defaults import DEFAULT_DRAFT, DEFAULT_TARGET, NUM_DRAFT_TOKENS, PROPOSERS
-from .errors import ModelLoadError, OutputValidationError
+from .errors import ContextLengthError, ModelLoadError, OutputValidationError, TokenBudgetExceeded
 from .grammar import OutputSpec, Regex, output_spec
 from .grammar.automaton import AutomatonCompiler, CompiledAutomaton
+from .grammar.schema_refs import validation_errors as validate_value
 from .draft_length import AdaptiveDraftLength
 from .models import SequenceModel, check_same_vocabulary, wrap
 from .proposers import GrammarStrings, PromptText
-from .sampling import SamplingPolicy
+from .sampling import SamplingPolicy, make_generator
 from .vocab import TokenVocabulary, build_vocabulary
 
 #: end a draft block after a model token the draft gives less than this probability
@@ -36,14 +37,26 @@ DRAFT_HEAD_TOKENS = 48_000
 __all__ = ["Generator", "GenerationResult", "Regex", "generate", "generate_json", "schema_hint", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
 
 
-def schema_hint(schema: Any, subject: str = "Answer with a single JSON value") -> str:
+#: the longest schema text a prompt hint carries (characters); longer schemas are cut there
+SCHEMA_HINT_MAX_CHARS = 6000
+
+
+def schema_hint(schema: Any, subject: str = "Answer with a single JSON value", max_chars: int = SCHEMA_HINT_MAX_CHARS) -> str:
     """The prompt sentence that gives the model the JSON Schema its answer follows.
 
     The one place this text is written: ``Generator.prompt_ids`` appends it (after a blank line)
     to the last message, the function-calling prompts of :mod:`constrained_spec.tools` use it
-    with their own ``subject`` for a reply's ``content``. The schema is ``json.dumps``'d as is.
+    with their own ``subject`` for a reply's ``content``. The schema is ``json.dumps``'d as is;
+    past ``max_chars`` characters it is written compactly and cut there (with a note saying so),
+    so a huge schema cannot make a huge prompt. The constraint is always the whole schema.
     """
-    return f"{subject} that follows this JSON Schema:\n" + json.dumps(schema)
+    text = json.dumps(schema)
+    if len(text) > max_chars:
+        compact = json.dumps(schema, separators=(",", ":"))
+        if len(compact) > max_chars:
+            compact = compact[:max_chars] + f" ... (cut at {max_chars} of {len(compact)} characters)"
+        text = compact
+    return f"{subject} that follows this JSON Schema:\n" + text
 
 
 @dataclass
@@ -76,10 +89,7 @@ class CompiledConstraint:
                 return self.spec.model.model_validate(value)
             except ValidationError as exc:
                 raise OutputValidationError(f"generated value fails the Pydantic model: {exc}") from exc
-        import jsonschema
-
-        validator_cls = jsonschema.validators.validator_for(self.spec.schema)
-        errors = sorted(validator_cls(self.spec.schema).iter_errors(value), key=lambda e: list(e.path))
+        errors = validate_value(self.spec.schema, value, self.spec.schema_options)
         if errors:
             first = errors[0]
             raise OutputValidationError(
@@ -199,6 +209,8 @@ class Generator:
         self._strings: dict[str, GrammarStrings] = {}
         self._prompt_text = PromptText(self.vocab, self._encode)  # one request at a time, under _lock
         self._lock = threading.Lock()
+        #: tokens the models can attend to (prompt + new tokens); None: unknown, not checked
+        self.context_length: int | None = _context_length(self.tokenizer, self.target, self.draft)
 
     def _grammar_strings(self, compiled: CompiledConstraint) -> GrammarStrings:
         hit = self._strings.get(compiled.spec.regex)
@@ -241,10 +253,22 @@ class Generator:
         return [i for i in dict.fromkeys(ids) if i is not None]
 
     # -- compile once ---------------------------------------------------------------------------
-    def compile(self, output_type: Any) -> CompiledConstraint:
-        """Compile an output type for this vocabulary (cached by its regex)."""
+    def compile(self, output_type: Any, schema_draft: str | None = None) -> CompiledConstraint:
+        """Compile an output type for this vocabulary (cached by its regex).
+
+        ``schema_draft`` (``"2020-12"``, ``"2019-09"``, ``"7"``, ``"6"``, ``"4"``): the draft a
+        schema without ``$schema`` is read by, for this call (default: ``schema_options.draft``,
+        else 2020-12); compilation and the final validation follow it.
+        """
+        options = self.schema_options
+        if schema_draft is not None:
+            import dataclasses
+
+            from .grammar.json_schema import SchemaOptions
+
+            options = dataclasses.replace(options or SchemaOptions(), draft=schema_draft)
         # an OutputSpec (grammar.output_spec's, e.g. checked before the models loaded) is used as it is
-        spec = output_type if isinstance(output_type, OutputSpec) else output_spec(output_type, self.schema_options)
+        spec = output_type if isinstance(output_type, OutputSpec) else output_spec(output_type, options)
         hit = self._compiled.get(spec.regex)
         if hit is not None and hit.spec == spec:
             return hit
@@ -293,13 +317,14 @@ class Generator:
         temperature: float = 0.0,
         top_k: int = 0,
         top_p: float = 1.0,
-        seed: int | None = 0,
+        seed: int | None = None,
         schema_in_prompt: bool = True,
         proposers: Sequence[str] | None = None,
         adaptive: bool | None = None,
         draft_confidence: float | None = None,
         on_tokens: Callable[[list[int]], None] | None = None,
         tools: Sequence[dict] | None = None,
+        schema_draft: str | None = None,
     ) -> GenerationResult:
         """Generate one value of ``output_type``; returns it with its text and stats.
 
@@ -315,17 +340,25 @@ class Generator:
         each step's newly committed token ids: final (never rolled back), EOS excluded; together
         they are ``result.token_ids``. An exception it raises ends the generation there (and
         propagates). ``tools``: OpenAI tool dicts for the chat template (see :meth:`prompt_ids`).
+        ``schema_draft``: the JSON Schema draft of a schema without ``$schema`` (see :meth:`compile`).
         """
-        compiled = self.compile(output_type)
+        compiled = self.compile(output_type, schema_draft)
         policy = SamplingPolicy(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         ids = self.prompt_ids(prompt, compiled.spec, schema_in_prompt, tools=tools)
+        budget = max_new_tokens or self.max_new_tokens
+        if self.context_length is not None:  # before any forward
+            room = self.context_length - len(ids)
+            if max_new_tokens is None and room >= 1:
+                budget = min(budget, room)  # the default budget shrinks to the room left, as OpenAI's does
+            if len(ids) + budget > self.context_length:
+                raise ContextLengthError(len(ids), budget, self.context_length)
         k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
         sources = set(self.proposers if proposers is None else proposers)
         unknown = sources - set(PROPOSERS)
         if unknown:
             raise ValueError(f"unknown proposers {sorted(unknown)}; choose from {PROPOSERS}")
         adaptive = self.adaptive if adaptive is None else adaptive
-        gen = torch.Generator().manual_seed(seed if seed is not None else torch.seed())
+        gen = make_generator(seed)
         with self._lock:
             decoder = SpeculativeDecoder(
                 self.target,
@@ -333,7 +366,7 @@ class Generator:
                 Matcher(compiled.automaton),
                 policy,
                 num_draft_tokens=k,
-                max_new_tokens=max_new_tokens or self.max_new_tokens,
+                max_new_tokens=budget,
                 verifier=self.verifier,
                 debug_checks=self.debug_checks,
                 generator=gen,
@@ -344,7 +377,12 @@ class Generator:
                 draft_confidence=self.draft_confidence if draft_confidence is None else draft_confidence,
                 on_tokens=on_tokens,
             )
-            result = decoder.run(ids)
+            try:
+                result = decoder.run(ids)
+            except TokenBudgetExceeded as exc:  # the partial output, for callers that return it
+                exc.token_ids = [t for t in decoder.generated if not decoder.matcher.is_eos(t)]
+                exc.prompt_tokens = len(ids)
+                raise
         text = self.vocab.decode(result.token_ids)
         return GenerationResult(compiled.parse(text), text, result.token_ids, result.stats, prompt_tokens=len(ids))
 
@@ -356,6 +394,23 @@ class Generator:
         """A JSON value that validates against ``schema`` (dict, JSON text, or Pydantic model class)."""
         value = self.generate(prompt, schema, **options)
         return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
+
+
+def _context_length(tokenizer: Any, *models: Any) -> int | None:
+    """The smallest context window the models' configs (``max_position_embeddings``...) and the
+    tokenizer's ``model_max_length`` declare; None when none declares one."""
+    limits = []
+    for model in models:
+        config = getattr(model, "config", None) or getattr(getattr(model, "model", None), "config", None)
+        for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+            value = getattr(config, name, None)
+            if isinstance(value, int) and value > 0:
+                limits.append(value)
+                break
+    value = getattr(tokenizer, "model_max_length", None)
+    if isinstance(value, int) and 0 < value < 10**8:  # transformers writes ~1e30 for "unknown"
+        limits.append(value)
+    return min(limits) if limits else None
 
 
 _DEFAULT: dict[tuple, Generator] = {}

@@ -28,7 +28,7 @@ from .errors import ConstrainedSpecError, TokenBudgetExceeded
 from .draft_length import AdaptiveDraftLength
 from .models import SequenceModel
 from .proposers import GrammarStrings, PromptText, prompt_lookup
-from .sampling import PolicyTensors, SamplingPolicy, draw, effective_probs
+from .sampling import PolicyTensors, SamplingPolicy, draw, effective_probs, make_generator
 from .speculative import VerifyResult, verify
 
 Verifier = Callable[..., VerifyResult]
@@ -163,7 +163,7 @@ class SpeculativeDecoder:
         self.max_new_tokens = max_new_tokens
         self.verifier = verifier
         self.debug_checks = debug_checks
-        self.gen = generator or torch.Generator().manual_seed(policy.seed if policy.seed is not None else 0)
+        self.gen = generator or make_generator(policy.seed)
         self.params: PolicyTensors = policy.as_tensors(1)
         self.vocab_size = target.vocab_size
         self.stats = DecodeStats()

@@ -11,6 +11,7 @@ Every error the library raises on bad input or an impossible request derives fro
     │   ├── EmptyLanguageError    the constraint accepts no string the vocabulary can spell
     │   └── CompileLimitError     the regex / automaton exceeded a size cap or the compile timeout
     ├── VocabularyMismatchError   target and draft (or tokenizer and model) disagree on the vocabulary
+    ├── SamplingError             a distribution to draw from has no mass (a bug upstream, never silent)
     ├── ModelLoadError            a model could not be fetched, verified, converted or loaded
     ├── TokenBudgetExceeded       max_new_tokens ran out before the constraint was complete (carries the partial text)
     ├── ContextLengthError        the prompt plus max_new_tokens does not fit the model's context window
@@ -71,6 +72,10 @@ class CompileLimitError(GrammarError):
 
 class VocabularyMismatchError(ConstrainedSpecError):
     """Two components (target/draft model, tokenizer/model) do not share one vocabulary."""
+
+
+class SamplingError(ConstrainedSpecError):
+    """A distribution to sample from has no mass (every token has probability 0): a bug upstream."""
 
 
 class ModelLoadError(ConstrainedSpecError):

@@ -14,9 +14,12 @@ Batched parameters are tensors of shape [B] broadcast over the position axis.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 import torch
+
+from .errors import SamplingError
 
 NEG_INF = float("-inf")
 
@@ -129,12 +132,22 @@ def effective_probs(
     return probs
 
 
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
+    """The explicit random generator of one request: seeded from ``seed`` when given (the same
+    seed reproduces the same sample), else from fresh OS entropy (never the global torch RNG)."""
+    return torch.Generator(device=device).manual_seed(seed if seed is not None else secrets.randbits(63))
+
+
 def draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draw from (possibly unnormalised) probs [..., V] with uniforms [...] in [0, 1).
 
-    A token with zero mass is never drawn. Uses float64 cumulative sums.
+    A token with zero mass is never drawn; a row with no mass at all raises
+    :class:`~constrained_spec.errors.SamplingError` (there is nothing to draw). Uses float64
+    cumulative sums.
     """
     cdf = torch.cumsum(probs.double(), dim=-1)
+    if not bool((cdf[..., -1] > 0).all()):
+        raise SamplingError("cannot draw from a distribution with no mass (every token has probability 0)")
     # u is in [0, 1); clamping keeps a u that rounded up to 1.0 off the zero-mass tail
     target = (uniforms.double().unsqueeze(-1) * cdf[..., -1:]).minimum(cdf[..., -1:] * (1 - 1e-12))
     idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)
