@@ -158,7 +158,7 @@ def check_regex(pattern: str) -> None:
             return  # parsed; the one-token vocabulary just cannot spell it
         try:
             re.compile(pattern)
-            detail = "not valid in the Rust regex syntax the automaton builder reads"
+            detail = "not valid in the Rust regex syntax the automaton builder reads (no look-around, no backreferences)"
         except re.error as py_exc:
             detail = str(py_exc)
         raise GrammarError(f"invalid regex {pattern[:200]!r}: {detail}") from None
