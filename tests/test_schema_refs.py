@@ -342,3 +342,38 @@ def test_cli_has_schema_draft():
     assert args.schema_draft == "4"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["generate", "--schema", "s.json", "--prompt", "p", "--schema-draft", "5"])
+
+
+def test_cli_schema_draft_reads_a_draft4_schema(tmp_path, capsys):
+    """The schema is checked before any model loads: by 2020-12 rules it is invalid, by draft-04 it is fine
+    (the run then stops at the missing model)."""
+    from constrained_spec.cli import main
+
+    path = tmp_path / "d4.json"
+    path.write_text(json.dumps(DRAFT4_INT))
+    base = ["generate", "--schema", str(path), "--prompt", "p", "--model", str(tmp_path / "no-model"), "--draft", "none"]
+    for extra, schema_refused in (([], True), (["--schema-draft", "4"], False)):
+        try:
+            rc = main(base + extra)
+        except SystemExit as exc:
+            rc = exc.code
+        err = capsys.readouterr().err
+        assert rc != 0
+        assert ("exclusiveMaximum" in err) == schema_refused, err
+
+
+def test_generator_compile_takes_a_schema_draft():
+    """``Generator.run(..., schema_draft=)`` compiles (and later validates) by that draft's rules."""
+    from types import SimpleNamespace
+
+    from constrained_spec.api import Generator
+
+    fake = SimpleNamespace(schema_options=None, _compiled={}, compiler=SimpleNamespace(compile=lambda regex: None))
+    with pytest.raises(SchemaError):
+        Generator.compile(fake, DRAFT4_INT)
+    compiled = Generator.compile(fake, DRAFT4_INT, schema_draft="4")
+    assert compiled.spec.schema_options.draft == "4"
+    _ints(compiled.spec.regex, DRAFT4_INT, jsonschema.Draft4Validator)
+    assert compiled.parse("9") == 9
+    with pytest.raises(OutputValidationError):
+        compiled.parse("0")
