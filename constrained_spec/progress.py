@@ -10,7 +10,8 @@ import contextlib
 import sys
 import threading
 import time
-from typing import IO, Iterator
+from collections.abc import Iterator
+from typing import IO
 
 SPINNER = "|/-\\"
 
