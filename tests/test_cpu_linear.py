@@ -107,3 +107,28 @@ def test_int8_draft_keeps_greedy_output_equal_to_the_target_alone(gpt2_tokenizer
     s = spec.stats
     assert s.model_proposed > 0 and 0 < s.accepted_tokens < s.drafted_tokens  # kept some, rejected some
     assert s.restricted_head_forwards + s.prefix_head_forwards > 0
+
+
+@pytest.mark.parametrize("cls", [PackedFp16Linear, pytest.param(PackedInt8Linear, marks=INT8)])
+@pytest.mark.parametrize("bias,keep", [(True, True), (False, False)])
+def test_a_layer_rebuilt_from_its_stored_tensors_is_the_same_layer(cls, bias, keep):
+    """What the packed model cache stores (fp16, or int8 and per-row scales: no fp32 weight) packs
+    back into a layer whose outputs equal the original's bit for bit."""
+    torch.manual_seed(3)
+    lin = torch.nn.Linear(160, 72, bias=bias)
+    original = cls(lin, keep_weight=keep)
+    stored = original.stored_tensors()
+    assert all(t.dtype != torch.float32 for k, t in stored.items() if k != "bias")
+    assert ("bias" in stored) == bias
+    rebuilt = cls.from_stored({k: v.clone() for k, v in stored.items()}, 160, 72, keep_weight=keep)
+    x = torch.randn(7, 160)
+    assert torch.equal(rebuilt(x), original(x))
+    if keep:
+        assert torch.equal(rebuilt.weight, lin.weight.detach().half())
+    else:
+        assert rebuilt.weight is None
+    bad = dict(stored)
+    key = next(k for k in stored if k != "bias")
+    bad[key] = stored[key][:-1]  # one row short
+    with pytest.raises(ModelLoadError, match=key):
+        cls.from_stored(bad, 160, 72)

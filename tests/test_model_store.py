@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -430,3 +431,221 @@ def test_ensure_converted_replaces_a_broken_folder(tiny_store) -> None:
     folder = ms.ensure_converted(source.name, cache, dtype="fp32", progress=False)
     assert (folder / ms.META_FILE).is_file() and (folder / "model.safetensors").is_file()
     assert calls["gguf_loads"] == 1
+
+
+# ----------------------------------------------------------------------------- packed cache (tiny stand-in)
+
+from constrained_spec.cpu_linear import packing_available  # noqa: E402
+
+PACKED_PARAMS = [
+    pytest.param(tag, tied, marks=pytest.mark.skipif(not packing_available(kind), reason=f"no fbgemm {kind}"))
+    for tag, kind in (("fp16w", "fp16"), ("int8w", "int8")) for tied in (False, True)
+]
+
+
+def _tiny_fp32(tied: bool, intermediate: int = 48):
+    """A small random Llama (untied like the Qwen pair's conversions, or tied) and a word-level tokenizer."""
+    import torch
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    words = ["<unk>", "</s>", *(f"w{i}" for i in range(198))]
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>")),
+                                  unk_token="<unk>", eos_token="</s>")
+    cfg = LlamaConfig(vocab_size=len(words), hidden_size=32, intermediate_size=intermediate, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      tie_word_embeddings=tied, attention_bias=True)  # biases: q/k/v like Qwen2
+    torch.manual_seed(5)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)  # big enough that fp16 / int8 rounding shows in the logits
+    return model, tok
+
+
+@pytest.fixture
+def packed_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A fake short name whose fp32 weights come from ``_tiny_fp32`` (no GGUF); counts the builds."""
+    cache = tmp_path / "cache"
+    source = _fake_source("tiny-packed", PARTS)
+    monkeypatch.setitem(src_mod.MODELS, source.name, source)
+    state = {"builds": 0, "tied": False, "intermediate": 48}
+
+    def fp32_source(src, root, progress):
+        state["builds"] += 1
+        model, tok = _tiny_fp32(state["tied"], state["intermediate"])
+        return model, tok, "test"
+
+    monkeypatch.setattr(ms, "_fp32_source", fp32_source)
+    return cache, source, state
+
+
+def _fresh_packed(tag: str, tied: bool, keep_head: bool):
+    """The oracle: the fp32 model packed in memory by pack_linears, with no cache involved."""
+    from constrained_spec.cpu_linear import pack_linears
+
+    model, _ = _tiny_fp32(tied)
+    pack_linears(model, keep_head_weight=keep_head, weights=ms.PACKED_TAGS[tag])
+    return model
+
+
+def _logits(model):
+    import torch
+
+    ids = torch.tensor([[3, 17, 42, 99, 150, 7, 7, 64, 199, 2]])
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def _st_header(path: Path) -> dict:
+    """The header of a safetensors file, read with struct and json (not with the code under test)."""
+    import json
+    import struct
+
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n))
+
+
+@pytest.mark.parametrize("tag,tied", PACKED_PARAMS)
+def test_packed_cache_round_trips_bit_for_bit(packed_store, tag: str, tied: bool) -> None:
+    import torch
+
+    cache, source, state = packed_store
+    state["tied"] = tied
+    built, _ = ms.load_packed(source.name, cache, dtype=tag, role="draft", progress=False)
+    assert state["builds"] == 1
+    loaded, tok = ms.load_packed(source.name, cache, dtype=tag, role="draft", progress=False)
+    assert state["builds"] == 1  # the second load read the cache
+    fresh = _fresh_packed(tag, tied, keep_head=True)
+    reference = _logits(fresh)
+    assert torch.equal(_logits(built), reference)
+    assert torch.equal(_logits(loaded), reference)
+    assert not loaded.training and tok.convert_tokens_to_ids("w5") == 7
+    head, fresh_head = loaded.get_output_embeddings(), fresh.get_output_embeddings()
+    assert type(head) is type(fresh_head) and torch.equal(head.weight, fresh_head.weight)  # the draft's fp16 head copy
+    # a target does not keep the head's fp16 copy, and computes the same logits
+    target, _ = ms.load_packed(source.name, cache, dtype=tag, role="target", progress=False)
+    assert target.get_output_embeddings().weight is None
+    assert torch.equal(_logits(target), reference)
+    # the rounding is real: the fp32 model gives other logits
+    assert not torch.equal(_logits(_tiny_fp32(tied)[0]), reference)
+
+
+@pytest.mark.skipif(not packing_available("fp16"), reason="no fbgemm")
+def test_packed_cache_keeps_no_fp32_intermediate(packed_store) -> None:
+    cache, source, state = packed_store
+    old_fp32 = cache / "converted" / f"{source.name}-fp32"  # what older versions kept beside the GGUF
+    old_fp32.mkdir(parents=True)
+    (old_fp32 / "model.safetensors").write_bytes(b"x" * 1000)
+    folder = ms.ensure_packed(source.name, cache, dtype="fp16w", progress=False)
+    assert folder == ms.packed_dir(source.name, "fp16w", cache) and state["builds"] == 1
+    assert not old_fp32.exists()
+    files = [p for p in cache.rglob("*") if p.is_file() and "locks" not in p.parts]
+    assert {p.parent for p in files} == {folder}  # no temporary folder, no fp32 folder
+    model, _ = _tiny_fp32(False)
+    linear_weights = {f"{n}.weight" for n, m in model.named_modules() if type(m).__name__ == "Linear"}
+    header = _st_header(folder / ms.PACKED_FILE)
+    stored = {k: v["dtype"] for k, v in header.items() if k != "__metadata__"}
+    assert linear_weights <= set(stored)
+    assert {stored[k] for k in linear_weights} == {"F16"}  # every linear weight in fp16, none in fp32
+    fp32_bytes = sum(p.numel() * 4 for p in model.parameters())
+    assert (folder / ms.PACKED_FILE).stat().st_size < 0.75 * fp32_bytes
+    assert ms.ensure_packed(source.name, cache, dtype="fp16w", progress=False) == folder and state["builds"] == 1
+
+
+def _damage(folder: Path, how: str) -> None:
+    import json
+
+    f = folder / ms.PACKED_FILE
+    if how == "truncated":
+        data = f.read_bytes()
+        f.write_bytes(data[: len(data) // 2])
+    elif how == "header":
+        data = bytearray(f.read_bytes())
+        data[8:40] = b"#" * 32  # same size, an unreadable header
+        f.write_bytes(bytes(data))
+    elif how == "no-marker":
+        (folder / ms.PACKED_META).unlink()
+    elif how == "marker":
+        (folder / ms.PACKED_META).write_text('{"format": 1, "name": ')
+    elif how == "shapes":  # the file is intact but is not this config's model
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg["intermediate_size"] = 40
+        (folder / "config.json").write_text(json.dumps(cfg))
+    elif how == "torch":
+        meta = json.loads((folder / ms.PACKED_META).read_text())
+        meta["torch_version"] = "1.0.0"
+        (folder / ms.PACKED_META).write_text(json.dumps(meta))
+    elif how == "tokenizer":
+        (folder / "tokenizer.json").write_text("{")
+
+
+@pytest.mark.skipif(not packing_available("int8"), reason="no fbgemm")
+@pytest.mark.parametrize("how", ["truncated", "header", "no-marker", "marker", "shapes", "torch", "tokenizer"])
+def test_damaged_packed_cache_is_rebuilt(packed_store, how: str, caplog) -> None:
+    import torch
+
+    cache, source, state = packed_store
+    folder = ms.ensure_packed(source.name, cache, dtype="int8w", progress=False)
+    _damage(folder, how)
+    with caplog.at_level("WARNING", logger=ms.__name__):
+        model, _ = ms.load_packed(source.name, cache, dtype="int8w", role="draft", progress=False)
+    assert state["builds"] == 2
+    assert "rebuilding" in caplog.text
+    assert torch.equal(_logits(model), _logits(_fresh_packed("int8w", False, keep_head=True)))
+    model, _ = ms.load_packed(source.name, cache, dtype="int8w", role="draft", progress=False)
+    assert state["builds"] == 2  # the rebuilt cache loads
+
+
+@pytest.mark.skipif(not packing_available("fp16"), reason="no fbgemm")
+def test_packed_cache_of_another_format_is_ignored(packed_store, monkeypatch) -> None:
+    import json
+
+    cache, source, state = packed_store
+    current = ms.PACKED_FORMAT
+    monkeypatch.setattr(ms, "PACKED_FORMAT", current - 1)
+    old = ms.ensure_packed(source.name, cache, dtype="fp16w", progress=False)
+    monkeypatch.setattr(ms, "PACKED_FORMAT", current)
+    assert state["builds"] == 1
+    new = ms.packed_dir(source.name, "fp16w", cache)
+    assert new != old and f"-f{ms.PACKED_FORMAT}" in new.name
+    # an old-format folder renamed to the current name is refused by its metadata too
+    shutil.copytree(old, new)
+    ms.load_packed(source.name, cache, dtype="fp16w", progress=False)
+    assert state["builds"] == 2
+    assert json.loads((new / ms.PACKED_META).read_text())["format"] == ms.PACKED_FORMAT
+    assert not old.exists()  # the build removed the other format's folder
+
+
+@pytest.mark.skipif(not packing_available("fp16"), reason="no fbgemm")
+def test_interrupted_packed_write_leaves_nothing_loadable(packed_store, monkeypatch) -> None:
+    cache, source, state = packed_store
+    real_write = ms._write_safetensors
+
+    def crash(path, tensors):
+        real_write(path, tensors)
+        raise KeyboardInterrupt  # killed after the weights, before the metadata
+
+    monkeypatch.setattr(ms, "_write_safetensors", crash)
+    with pytest.raises(KeyboardInterrupt):
+        ms.ensure_packed(source.name, cache, dtype="fp16w", progress=False)
+    folder = ms.packed_dir(source.name, "fp16w", cache)
+    assert not folder.exists() and list(folder.parent.iterdir()) == []
+    monkeypatch.setattr(ms, "_write_safetensors", real_write)
+    ms.load_packed(source.name, cache, dtype="fp16w", progress=False)
+    assert state["builds"] == 2 and (folder / ms.PACKED_META).is_file()
+
+
+@pytest.mark.skipif(not packing_available("fp16"), reason="no fbgemm")
+def test_resolve_model_and_fetch_use_the_packed_cache(packed_store) -> None:
+    import torch
+
+    cache, source, state = packed_store
+    paths = ms.fetch_default_models(cache, dtype="fp16w", progress=False, names=(source.name,))
+    assert paths == {source.name: ms.packed_dir(source.name, "fp16w", cache)}
+    model, _ = ms.resolve_model(source.name, cache_dir=cache, dtype="fp16w", progress=False, role="target")
+    assert state["builds"] == 1
+    assert torch.equal(_logits(model), _logits(_fresh_packed("fp16w", False, keep_head=False)))
+    assert not (cache / "converted").exists()
