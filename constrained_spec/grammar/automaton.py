@@ -12,6 +12,7 @@ cache at once are safe.
 from __future__ import annotations
 
 import hashlib
+from itertools import chain
 import multiprocessing as mp
 import os
 import pickle
@@ -333,24 +334,25 @@ def _raw_table(index: Any) -> tuple[np.ndarray, np.ndarray]:
     start sentinel) and the outlines-core final flags (the states just past the end sentinel)."""
     transitions = index.get_transitions()
     start = transitions[index.get_initial_state()][0]
-    number = {start: 0}
-    order = [start]
-    for s in order:
-        for byte, nxt in transitions.get(s, {}).items():
-            if byte < 256 and nxt not in number:
-                number[nxt] = len(order)
-                order.append(nxt)
-    dead = len(order)
+    rows = list(transitions.values())
+    sizes = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    total = int(sizes.sum())
+    moves = np.empty((total, 3), dtype=np.int64)
+    moves[:, 0] = np.repeat(np.fromiter(transitions.keys(), dtype=np.int64, count=len(rows)), sizes)
+    moves[:, 1] = np.fromiter(chain.from_iterable(map(dict.keys, rows)), dtype=np.int64, count=total)
+    moves[:, 2] = np.fromiter(chain.from_iterable(map(dict.values, rows)), dtype=np.int64, count=total)
+    moves = moves[moves[:, 1] < 256]  # the EOS id's moves
+    ids = np.unique(np.concatenate([[start], moves[:, 0], moves[:, 2]]))
+    ids = np.concatenate([[start], ids[ids != start]])  # the real start first
+    order = np.argsort(ids)
+    number = lambda x: order[np.searchsorted(ids, x, sorter=order)]  # noqa: E731
+    dead = len(ids)
     table = np.full((dead + 1, 256), dead, dtype=np.int32)
-    for s in order:
-        row = table[number[s]]
-        for byte, nxt in transitions.get(s, {}).items():
-            if byte < 256:
-                row[byte] = number[nxt]
+    table[number(moves[:, 0]), moves[:, 1]] = number(moves[:, 2])
     finals = np.zeros(dead + 1, dtype=bool)
-    for s in index.get_final_states():
-        if s in number:
-            finals[number[s]] = True
+    known = np.array([s for s in index.get_final_states()], dtype=np.int64)
+    known = known[np.isin(known, ids)]
+    finals[number(known)] = True
     return table, finals
 
 
@@ -424,15 +426,19 @@ def _prune(table: np.ndarray, accepting: np.ndarray) -> tuple[np.ndarray, np.nda
     live = accepting.copy()
     src = np.repeat(np.arange(n), 256)
     dst = table.ravel()
-    ok = dst < n
-    src, dst = src[ok], dst[ok]
-    while True:  # co-reachability: a state is live if a move leads to a live state
-        grow = np.zeros(n, dtype=bool)
-        grow[src[live[dst]]] = True
-        grow &= ~live
-        if not grow.any():
-            break
-        live |= grow
+    keep = dst < n
+    src, dst = src[keep], dst[keep]
+    by_dst = np.argsort(dst, kind="stable")
+    preds = src[by_dst]
+    start = np.searchsorted(dst[by_dst], np.arange(n + 1))
+    frontier = np.flatnonzero(live)
+    while frontier.size:  # co-reachability, backwards from the accepting states: each edge once
+        lo, hi = start[frontier], start[frontier + 1]
+        sizes = hi - lo
+        offsets = np.repeat(lo - np.cumsum(sizes) + sizes, sizes)
+        found = preds[np.arange(int(sizes.sum())) + offsets]
+        frontier = np.unique(found[~live[found]])
+        live[frontier] = True
     if not live[0]:  # the empty language: a start state with no way on
         return np.ones((2, 256), dtype=np.int32), np.zeros(2, dtype=bool)
     new_id = np.full(n + 1, -1, dtype=np.int64)
