@@ -1,23 +1,56 @@
 # The two commands a fresh machine needs: `make demo` (the main job) and `make test`.
+#
+# Installing is done once per interpreter and redone only when pyproject.toml changes (a stamp
+# file under build/), or when the package is no longer installed. torch is never replaced: a torch
+# that imports is kept as it is (pip is told to keep its version); only when none imports is
+# torch==$(TORCH_VERSION) installed, the CPU build from $(TORCH_INDEX).
 PYTHON ?= python3
 PIP = $(PYTHON) -m pip
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install install-test demo test fetch-models
+STAMP_DIR = build
+STAMP_TAG := $(subst /,_,$(PYTHON))
+INSTALLED = $(STAMP_DIR)/.installed-$(STAMP_TAG)
+INSTALLED_TEST = $(STAMP_DIR)/.installed-test-$(STAMP_TAG)
 
-install:
-	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e .
+# A stamp is stale when what it stands for is gone (the package or pytest uninstalled).
+has_dists = $(shell $(PYTHON) -c "import importlib.metadata as m; [m.version(d) for d in '$(1)'.split()]" >/dev/null 2>&1 && echo yes)
+ifneq ($(call has_dists,constrained-spec torch),yes)
+$(INSTALLED): FORCE
+endif
+ifneq ($(call has_dists,constrained-spec torch pytest),yes)
+$(INSTALLED_TEST): FORCE
+endif
 
-install-test: install
-	$(PIP) install --quiet -e ".[test]"
-	$(PYTHON) -m constrained_spec.tokenizer_assets gpt-2 llama-bpe llama-spm qwen2
+DEMO_PROMPT = Extract the order: order ORD-482913 for Ada Lovelace, 12 Analytical Row, London, zip 10115, already shipped.
+
+.PHONY: install install-test demo test fetch-models FORCE
+
+install: $(INSTALLED)
+
+install-test: $(INSTALLED_TEST)
+
+$(INSTALLED): pyproject.toml
+	@if ! $(PYTHON) -c "import torch" >/dev/null 2>&1; then \
+	  echo "torch does not import: installing torch==$(TORCH_VERSION) (CPU build)"; \
+	  $(PIP) install --quiet "torch==$(TORCH_VERSION)" --index-url "$(TORCH_INDEX)"; \
+	fi
+	$(PIP) install --quiet -e . "torch==$$($(PYTHON) -c 'import importlib.metadata as m; print(m.version("torch"))')"
+	@mkdir -p $(STAMP_DIR) && touch $@
+
+$(INSTALLED_TEST): $(INSTALLED) pyproject.toml
+	$(PIP) install --quiet -e ".[test]" "torch==$$($(PYTHON) -c 'import importlib.metadata as m; print(m.version("torch"))')"
+	@mkdir -p $(STAMP_DIR) && touch $@
 
 fetch-models: install
-	constrained-spec fetch-models
+	$(PYTHON) -m constrained_spec.cli fetch-models
 
 demo: install
-	constrained-spec generate --schema schemas/order.json --stats \
-	  --prompt "Extract the order: order ORD-482913 for Ada Lovelace, 12 Analytical Row, London, zip 10115, already shipped."
+	$(PYTHON) -m constrained_spec.cli generate --schema schemas/order.json --stats --prompt "$(DEMO_PROMPT)"
 
 test: install-test
+	$(PYTHON) -m constrained_spec.tokenizer_assets gpt-2 llama-bpe llama-spm qwen2 >/dev/null
 	CONSTRAINED_SPEC_REQUIRE_ASSETS=1 $(PYTHON) -m pytest -q
+
+FORCE:

@@ -2,12 +2,25 @@
 
 ``--tiny`` builds two small random-weight Llama models over the GPT-2 vocabulary: they need no
 download beyond the GPT-2 tokenizer and produce nonsense, but the output still follows its type.
+``CONSTRAINED_SPEC_EXAMPLE_MODELS=tiny`` in the environment does the same for every example
+(``tests/test_examples.py`` runs the examples that way); the library never reads it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
+
+EXAMPLE_MODELS_ENV = "CONSTRAINED_SPEC_EXAMPLE_MODELS"
+
+
+def use_tiny(args: argparse.Namespace) -> bool:
+    """``--tiny`` given, or ``CONSTRAINED_SPEC_EXAMPLE_MODELS=tiny`` set (any other value is an error)."""
+    value = os.environ.get(EXAMPLE_MODELS_ENV, "").strip().lower()
+    if value not in ("", "tiny", "default"):
+        raise SystemExit(f"{EXAMPLE_MODELS_ENV}={value!r}: use 'tiny' or 'default'")
+    return bool(getattr(args, "tiny", False)) or value == "tiny"
 
 
 def add_model_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -31,7 +44,7 @@ def make_generator(args: argparse.Namespace, **options):
     from constrained_spec import Generator
     from constrained_spec.api import DEFAULT_DRAFT, DEFAULT_TARGET
 
-    if args.tiny:
+    if use_tiny(args):
         from transformers import AutoTokenizer
 
         from constrained_spec.tokenizer_assets import ensure_vocab_tokenizer

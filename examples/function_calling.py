@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 from typing import Annotated, Literal
 
+from _models import add_model_args, make_generator
 from pydantic import Field
 
-from _models import add_model_args, make_generator
 from constrained_spec import TokenBudgetExceeded
 from constrained_spec.tools import call_tool, generate_tool_calls
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 PERSON = {
     "type": "object",
@@ -50,29 +51,36 @@ def show(body: dict) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
+    p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", "unused"),
+                   help="sent as 'Authorization: Bearer KEY' (for a server started with --api-key)")
     p.add_argument("--in-process", action="store_true", help="no server: run the app in process on random tiny models")
     args = p.parse_args()
+    headers = {"Authorization": f"Bearer {args.api_key}"}
     if args.in_process:
+        from _models import make_generator
         from fastapi.testclient import TestClient
 
-        from _models import make_generator
         from constrained_spec.server import create_app
 
-        with TestClient(create_app(make_generator(argparse.Namespace(tiny=True)))) as client:
+        with TestClient(create_app(make_generator(argparse.Namespace(tiny=True))), headers=headers) as client:
+            model = client.get("/v1/models").json()["data"][0]["id"]
             for req in requests():
-                show(client.post("/v1/chat/completions", json=req).json())
+                show(client.post("/v1/chat/completions", json={"model": model, **req}).json())
         return
     try:
         from openai import OpenAI
     except ImportError:
         import httpx
 
+        base = args.base_url.rstrip("/")
+        model = httpx.get(base + "/models", headers=headers, timeout=60).json()["data"][0]["id"]
         for req in requests():
-            show(httpx.post(args.base_url.rstrip("/") + "/chat/completions", json={"model": "default", **req}, timeout=600).json())
+            show(httpx.post(base + "/chat/completions", json={"model": model, **req}, headers=headers, timeout=600).json())
         return
-    client = OpenAI(base_url=args.base_url, api_key="unused")
+    client = OpenAI(base_url=args.base_url, api_key=args.api_key)
+    model = client.models.list().data[0].id  # the id the server reports for its model
     for req in requests():
-        completion = client.chat.completions.create(model="default", **req)
+        completion = client.chat.completions.create(model=model, **req)
         show(completion.model_dump())
         if completion.choices[0].message.content:
             print("  parsed:", json.loads(completion.choices[0].message.content))

@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Literal
 
-from pydantic import BaseModel, Field
-
 from _models import add_model_args, make_generator
+from pydantic import BaseModel, Field
 
 
 class Ingredient(BaseModel):

@@ -1,0 +1,180 @@
+"""The examples, run as the README shows them, on random tiny models: their printed output has the
+documented shape, and every value in it validates against a JSON Schema written here (jsonschema is
+the oracle, not the library's compiler).
+
+Each example runs in its own process with ``CONSTRAINED_SPEC_EXAMPLE_MODELS=tiny`` (read by
+``examples/_models.py`` only). The run through a real HTTP server with the ``openai`` client is
+``slow``; ``make demo``'s command on the real pair is ``real_models``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+
+RECIPE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string", "maxLength": 60},
+        "difficulty": {"enum": ["easy", "medium", "hard"]},
+        "minutes": {"type": "integer", "minimum": 1, "maximum": 240},
+        "ingredients": {"type": "array", "minItems": 1, "maxItems": 6, "items": {
+            "type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 30},
+                           "grams": {"type": "integer", "minimum": 1, "maximum": 1000}},
+            "required": ["name", "grams"], "additionalProperties": False}},
+    },
+    "required": ["title", "difficulty", "minutes", "ingredients"],
+    "additionalProperties": False,
+}
+CURRENCY = {"enum": ["EUR", "USD", "GBP"]}
+TOOL_ARGS = {
+    "get_weather": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+                    "required": ["city"], "additionalProperties": False},
+    "convert_currency": {"type": "object", "properties": {"amount": {"type": "integer", "minimum": 0, "maximum": 1_000_000},
+                                                          "source": CURRENCY, "target": CURRENCY},
+                         "required": ["amount", "source", "target"], "additionalProperties": False},
+}
+PERSON_SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40},
+                                                  "age": {"type": "integer", "minimum": 0, "maximum": 130}},
+                 "required": ["name", "age"], "additionalProperties": False}
+CITY_ARGS = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}}, "required": ["city"]}
+
+
+def example_env() -> dict[str, str]:
+    """The environment the examples run in: tiny models, offline, one torch thread."""
+    env = dict(os.environ, CONSTRAINED_SPEC_EXAMPLE_MODELS="tiny", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               PYTHONIOENCODING="utf-8")
+    env.pop("OPENAI_API_KEY", None)
+    return env
+
+
+def run_example(*argv: str, timeout: float = 300) -> list[str]:
+    """Run ``python examples/<argv>`` from the repository root; its stdout lines (exit 0 asserted)."""
+    proc = subprocess.run([sys.executable, *argv], check=False, cwd=ROOT, env=example_env(), capture_output=True,
+                          text=True, encoding="utf-8", timeout=timeout)
+    assert proc.returncode == 0, f"{argv} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    return proc.stdout.splitlines()
+
+
+def check_usage(line: str) -> None:
+    """``  usage {...}, acceptance X``: token counts that add up, an acceptance in [0, 1] or None."""
+    m = re.fullmatch(r"  usage (\{.*\}), acceptance (None|[0-9.]+)", line)
+    assert m, line
+    usage = ast.literal_eval(m.group(1))
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0, usage
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"], usage
+    assert m.group(2) == "None" or 0.0 <= float(m.group(2)) <= 1.0, line
+
+
+def check_openai_client_output(lines: list[str]) -> None:
+    """Two replies: the json_schema one (content that validates), then a get_weather tool call."""
+    assert not [line for line in lines if line.startswith("error:")], lines
+    content = [i for i, line in enumerate(lines) if line.startswith("content: ")]
+    calls = [i for i, line in enumerate(lines) if line.startswith("tool call: ")]
+    assert len(content) == 1 and len(calls) == 1 and content[0] < calls[0], lines
+    jsonschema.validate(json.loads(lines[content[0]].removeprefix("content: ")), PERSON_SCHEMA)
+    m = re.fullmatch(r"tool call: get_weather\((\{.*\})\)", lines[calls[0]])
+    assert m, lines[calls[0]]
+    jsonschema.validate(json.loads(m.group(1)), CITY_ARGS)
+    usage = [line for line in lines if line.startswith("  usage ")]
+    assert len(usage) == 2, lines
+    for line in usage:
+        check_usage(line)
+
+
+def test_pydantic_output_prints_a_valid_recipe_then_stats() -> None:
+    lines = run_example("examples/pydantic_output.py")
+    *value_lines, stats = lines
+    jsonschema.validate(json.loads("\n".join(value_lines)), RECIPE_SCHEMA)
+    m = re.fullmatch(r"(\d+) tokens, (\d+) target forwards, acceptance (\d+)%", stats)
+    assert m, stats
+    tokens, forwards, acceptance = map(int, m.groups())
+    assert tokens >= 1 and 1 <= forwards <= tokens + 1 and 0 <= acceptance <= 100, stats
+
+
+def test_function_calling_prints_calls_with_valid_arguments_and_their_results() -> None:
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import function_calling  # the example's own functions compute the expected results
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    lines = run_example("examples/function_calling.py")
+    answers = [line for line in lines if line.startswith("answer: ")]
+    calls = [i for i, line in enumerate(lines) if line.startswith("call: ")]
+    assert answers or calls, lines
+    assert len(answers) + 2 * len(calls) == len(lines), lines
+    for i in calls:
+        m = re.fullmatch(r"call: (\w+)\((\{.*\})\)", lines[i])
+        assert m, lines[i]
+        name, arguments = m.group(1), ast.literal_eval(m.group(2))
+        jsonschema.validate(arguments, TOOL_ARGS[name])
+        assert lines[i + 1] == "result: " + getattr(function_calling, name)(**arguments)
+
+
+def test_openai_client_in_process_prints_a_valid_reply_and_tool_call() -> None:
+    check_openai_client_output(run_example("examples/openai_client.py", "--in-process"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_openai_client_against_a_served_tiny_model() -> None:
+    """The README's two-process use: a uvicorn server on tiny models, the example over HTTP (openai client if installed)."""
+    import httpx
+
+    port = _free_port()
+    launcher = ("import argparse, sys; sys.path.insert(0, 'examples'); import uvicorn; from _models import make_generator; "
+                "from constrained_spec.server import create_app; "
+                f"uvicorn.run(create_app(make_generator(argparse.Namespace(tiny=True))), host='127.0.0.1', port={port}, log_level='warning')")
+    server = subprocess.Popen([sys.executable, "-c", launcher], cwd=ROOT, env=example_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert server.poll() is None, server.stderr.read().decode(errors="replace")[-4000:]
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the tiny server did not come up"
+            time.sleep(0.5)
+        check_openai_client_output(run_example("examples/openai_client.py", "--base-url", f"http://127.0.0.1:{port}/v1"))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.real_models
+def test_make_demo_command_on_the_real_pair() -> None:
+    """``make demo``'s command: a value for schemas/order.json on stdout, the stats on stderr."""
+    makefile = (ROOT / "Makefile").read_text()
+    prompt = re.search(r"^DEMO_PROMPT = (.+)$", makefile, re.MULTILINE).group(1)
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-m", "constrained_spec.cli", "generate", "--schema", "schemas/order.json",
+                           "--stats", "--prompt", prompt], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    value = json.loads(proc.stdout)
+    jsonschema.validate(value, json.loads((ROOT / "schemas" / "order.json").read_text()))
+    assert "ORD-482913" in json.dumps(value)
+    err = proc.stderr.splitlines()
+    stats = json.loads("\n".join(err[max(i for i, line in enumerate(err) if line == "{"):]))
+    assert stats["generated_tokens"] > 0 and stats["stop_reason"] == "eos", stats
