@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import tiny_llama
 
-from constrained_spec.cpu_linear import PackedFp16Linear, PackedInt8Linear, pack_linears, packing_available
+from constrained_spec.cpu_linear import (
+    PackedFp16Linear,
+    PackedInt8Linear,
+    pack_linears,
+    packing_available,
+)
 from constrained_spec.errors import ModelLoadError
 from constrained_spec.models import HFModel
-from tiny_models import tiny_llama
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="torch build without fbgemm")
 

@@ -19,6 +19,7 @@ import pytest
 
 from constrained_spec import model_sources as src_mod
 from constrained_spec import model_store as ms
+from constrained_spec.cpu_linear import packing_available
 from constrained_spec.errors import ModelLoadError
 from constrained_spec.model_sources import Chunk, ModelSource
 
@@ -435,7 +436,6 @@ def test_ensure_converted_replaces_a_broken_folder(tiny_store) -> None:
 
 # ----------------------------------------------------------------------------- packed cache (tiny stand-in)
 
-from constrained_spec.cpu_linear import packing_available  # noqa: E402
 
 PACKED_PARAMS = [
     pytest.param(tag, tied, marks=pytest.mark.skipif(not packing_available(kind), reason=f"no fbgemm {kind}"))
