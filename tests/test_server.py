@@ -88,18 +88,22 @@ def test_same_seed_same_answer(client):
     assert a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"]
 
 
+@pytest.mark.parametrize("parallel", [None, False])
 @pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "add"}}])
-def test_tools_response_has_a_valid_tool_call(client, tool_choice):
-    r = post(client, messages=[{"role": "user", "content": "Add 2 and 3."}], tools=TOOLS, tool_choice=tool_choice, temperature=1.0, seed=3)
+def test_tools_response_has_a_valid_tool_call(client, tool_choice, parallel):
+    extra = {} if parallel is None else {"parallel_tool_calls": parallel}
+    r = post(client, messages=[{"role": "user", "content": "Add 2 and 3."}], tools=TOOLS, tool_choice=tool_choice, temperature=1.0, seed=3, **extra)
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
-    [call] = choice["message"]["tool_calls"]
-    assert call["type"] == "function" and call["id"].startswith("call_")
-    name = call["function"]["name"]
-    if isinstance(tool_choice, dict):
-        assert name == "add"
-    jsonschema.validate(json.loads(call["function"]["arguments"]), PARAMS[name])
+    calls = choice["message"]["tool_calls"]
+    assert 1 <= len(calls) <= (1 if parallel is False else 4)
+    for call in calls:
+        assert call["type"] == "function" and call["id"].startswith("call_")
+        name = call["function"]["name"]
+        if isinstance(tool_choice, dict):
+            assert name == "add"
+        jsonschema.validate(json.loads(call["function"]["arguments"]), PARAMS[name])
 
 
 def test_tools_auto_with_response_format(client):
@@ -165,11 +169,24 @@ def test_n_2_message_is_clear(client):
     assert "n=1" in post(client, n=2).json()["error"]["message"]
 
 
-def test_token_budget_exhausted_is_a_400_saying_so(client):
-    r = post(client, response_format=json_format(PERSON), max_tokens=2)
-    assert r.status_code == 400
-    err = r.json()["error"]
-    assert err["code"] == "token_budget_exceeded" and "ran out" in err["message"] and "max_tokens" in err["message"]
+def test_token_budget_exhausted_is_a_200_with_finish_reason_length_and_the_partial_text(client, generator, gpt2_tokenizer):
+    r = post(client, response_format=json_format(PERSON), max_tokens=2, temperature=1.0)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "length" and body["usage"]["completion_tokens"] == 2
+    content = choice["message"]["content"]
+    assert content.startswith("{")  # the start of a PERSON object, not a whole one
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(content)
+    # the Python API raises, with the partial output attached
+    from constrained_spec.errors import TokenBudgetExceeded
+
+    with pytest.raises(TokenBudgetExceeded) as info:
+        generator.run(USER, PERSON, max_new_tokens=2, temperature=1.0, seed=1)
+    exc = info.value
+    assert len(exc.token_ids) == 2 and exc.prompt_tokens > 0
+    assert exc.partial_text == gpt2_tokenizer.decode(exc.token_ids) and exc.partial_text.startswith("{")
 
 
 def test_stream_sends_sse_chunks_then_done(client):
@@ -190,16 +207,31 @@ def test_stream_sends_sse_chunks_then_done(client):
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
 
 
-def test_stream_of_a_tool_call(client):
-    body = {"messages": USER, "seed": 2, "temperature": 1.0, "tools": TOOLS, "tool_choice": "required", "stream": True}
-    with client.stream("POST", "/v1/chat/completions", json=body) as r:
+@pytest.mark.parametrize("seed, parallel", [(2, None), (4, None), (2, False)])
+def test_stream_of_tool_calls_sends_argument_deltas_as_generated(client, seed, parallel):
+    body = {"messages": USER, "seed": seed, "temperature": 1.0, "tools": TOOLS, "tool_choice": "required"}
+    if parallel is not None:
+        body["parallel_tool_calls"] = parallel
+    whole = client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["tool_calls"]
+    with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
         lines = [line for line in r.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(line[6:]) for line in lines[:-1]]
-    calls = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls", [])]
-    assert len(calls) == 1 and calls[0]["index"] == 0
-    jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), PARAMS[calls[0]["function"]["name"]])
+    deltas = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls", [])]
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    calls: dict[int, dict] = {}
+    for d in deltas:
+        if d["index"] not in calls:  # OpenAI's shape: the first delta of a call has its id, type and name
+            assert d["id"].startswith("call_") and d["type"] == "function" and d["function"]["name"] in PARAMS
+            calls[d["index"]] = {"name": d["function"]["name"], "arguments": d["function"].get("arguments", "")}
+        else:
+            assert set(d) == {"index", "function"} and set(d["function"]) == {"arguments"}
+            calls[d["index"]]["arguments"] += d["function"]["arguments"]
+    assert sorted(calls) == list(range(len(calls))) and len(calls) == len(whole)
+    for i, call in calls.items():
+        jsonschema.validate(json.loads(call["arguments"]), PARAMS[call["name"]])
+        assert call == {"name": whole[i]["function"]["name"], "arguments": whole[i]["function"]["arguments"]}
+    assert sum(1 for d in deltas if d["function"].get("arguments")) >= 2  # streamed in pieces, not at the end
 
 
 def stream_events(client, body):
@@ -245,11 +277,17 @@ def test_stream_error_before_decoding_is_an_http_error(client):
     assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_schema_keyword"
 
 
-def test_stream_error_mid_stream_is_an_error_event_then_done(client):
-    chunks = stream_events(client, {"messages": USER, "seed": 1, "temperature": 1.0, "response_format": json_format(PERSON), "max_tokens": 2})
+def test_stream_whose_budget_runs_out_ends_with_finish_reason_length(client):
+    chunks = stream_events(client, {"messages": USER, "seed": 1, "temperature": 1.0, "response_format": json_format(PERSON), "max_tokens": 2,
+                                    "stream_options": {"include_usage": True}})
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-    assert chunks[-1]["error"]["code"] == "token_budget_exceeded" and "ran out" in chunks[-1]["error"]["message"]
-    assert not any(c.get("choices") and c["choices"][0]["finish_reason"] for c in chunks)
+    assert not any("error" in c for c in chunks)
+    finals = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert finals == ["length"] and chunks[-1]["usage"]["completion_tokens"] == 2
+    text = "".join(content_deltas(chunks))
+    assert text.startswith("{")
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
 
 
 def test_prompt_is_tokenized_once_and_counted(client, generator, monkeypatch):
