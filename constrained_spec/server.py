@@ -138,13 +138,13 @@ MAX_SCHEMA_CHARS = 32_768
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 #: fields OpenAI defines that this server cannot serve, and why (refused with a 400 when given)
 REFUSED = {
-    "functions": "the legacy 'functions' are not supported; use 'tools'",
-    "function_call": "the legacy 'function_call' is not supported; use 'tool_choice'",
-    "audio": "audio output is not supported",
-    "prediction": "predicted outputs are not supported",
-    "web_search_options": "web search is not supported",
-    "reasoning_effort": "reasoning_effort is not supported (not a reasoning model)",
-    "verbosity": "verbosity is not supported",
+    "functions": "the legacy functions API; use 'tools'",
+    "function_call": "the legacy functions API; use 'tool_choice'",
+    "audio": "this server writes text only",
+    "prediction": "predicted outputs",
+    "web_search_options": "this server has no web search",
+    "reasoning_effort": "not a reasoning model",
+    "verbosity": "the constraint decides the length",
 }
 
 
@@ -358,14 +358,15 @@ def _check_unsupported(req: ChatCompletionRequest) -> None:
     """Refuse, by name, every field that is given and that this server cannot serve."""
     for name in req.model_extra or {}:
         if name in REFUSED:
-            raise APIError(400, f"{REFUSED[name]}", param=name, code="unsupported_parameter")
+            raise APIError(400, f"{name!r} is not supported ({REFUSED[name]})", param=name, code="unsupported_parameter")
         raise APIError(400, f"unrecognized request argument supplied: {name}", param=name, code="unsupported_parameter")
     if req.n not in (None, 1):
         raise APIError(400, f"n={req.n} is not supported: this server returns exactly one choice (n=1)", param="n", code="unsupported_parameter")
     if req.stop not in (None, [], ""):
         raise APIError(400, "stop sequences are not supported: the output ends where its constraint is complete", param="stop", code="unsupported_parameter")
     if req.logprobs or req.top_logprobs:
-        raise APIError(400, "logprobs are not supported", param="logprobs" if req.logprobs else "top_logprobs", code="unsupported_parameter")
+        name = "logprobs" if req.logprobs else "top_logprobs"
+        raise APIError(400, f"{name} is not supported", param=name, code="unsupported_parameter")
     for name in ("presence_penalty", "frequency_penalty"):
         if getattr(req, name):
             raise APIError(400, f"{name} is not supported (it would change the sampled distribution)", param=name, code="unsupported_parameter")

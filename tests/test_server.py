@@ -8,6 +8,7 @@ import time
 from types import SimpleNamespace
 
 import jsonschema
+import torch
 import pytest
 
 pytest.importorskip("fastapi")
@@ -482,3 +483,375 @@ def test_parallel_tool_calls_come_back_as_several_entries():
         r = c.post("/v1/chat/completions", json={"messages": USER, "tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": True})
         entries = r.json()["choices"][0]["message"]["tool_calls"]
         assert [e["function"]["name"] for e in entries] == ["add", "get_weather"] and len({e["id"] for e in entries}) == 2
+
+
+# -- issue 14, section 3: the server refuses what it cannot serve, in OpenAI's shapes --------
+
+
+def assert_openai_error(r, status, code=None, param=None):
+    """``r`` is an error of ``status`` in OpenAI's body shape; returns its error object."""
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and isinstance(err["message"], str) and err["message"]
+    assert "Traceback" not in r.text
+    if code is not None:
+        assert err["code"] == code, err
+    if param is not None:
+        assert err["param"] == param, err
+    return err
+
+
+def asgi_post(app, parts, headers=(), disconnect_after=None, path="/v1/chat/completions"):
+    """POST ``parts`` (body chunks) straight through ASGI; the receive may report a disconnect.
+    Returns (status, body bytes, how many chunks the app pulled)."""
+    import asyncio
+
+    sent, pulled = [], [0]
+
+    async def main():
+        start = time.monotonic()
+
+        async def receive():
+            if pulled[0] < len(parts):
+                pulled[0] += 1
+                return {"type": "http.request", "body": parts[pulled[0] - 1], "more_body": pulled[0] < len(parts)}
+            if disconnect_after is not None and time.monotonic() - start > disconnect_after:
+                return {"type": "http.disconnect"}
+            await asyncio.sleep(3600)  # nothing yet (a disconnect poll cancels this wait)
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+                 "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+                 "headers": [(b"content-type", b"application/json"), *headers], "client": ("127.0.0.1", 1), "server": ("test", 80)}
+        await app(scope, receive, send)
+
+    asyncio.run(main())
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"), pulled[0]
+
+
+def test_prefill_computes_the_head_for_the_last_position_only(gpt2_tokenizer):
+    from constrained_spec.models import HFModel
+    from tiny_models import tiny_llama
+
+    model = tiny_llama(50257, 3)
+    seen = []
+    model.lm_head.register_forward_hook(lambda mod, args, out: seen.append(tuple(out.shape)))
+    ids = gpt2_tokenizer("a prompt of some length, long enough to matter " * 4)["input_ids"]
+    wrapped = HFModel(model)
+    wrapped.prefill(ids[:-1])
+    assert wrapped.length == len(ids) - 1 and seen == [(1, 1, 50257)]  # never [T, V]
+    last = wrapped.extend(ids[-1:])[-1]
+    reference = HFModel(tiny_llama(50257, 3)).extend(ids)[-1]  # an independent full forward
+    assert torch.allclose(last, reference, atol=1e-4)
+
+
+def test_api_key_is_required_when_set(monkeypatch):
+    with TestClient(create_app(ScriptedGenerator({}), api_key="s3cret")) as c:
+        body = {"messages": USER, "response_format": {"type": "json_object"}}
+        assert_openai_error(c.post("/v1/chat/completions", json=body), 401, "invalid_api_key")
+        r = c.post("/v1/chat/completions", json=body, headers={"Authorization": "Bearer wrong"})
+        assert_openai_error(r, 401, "invalid_api_key")
+        assert r.headers["www-authenticate"] == "Bearer"
+        assert_openai_error(c.get("/v1/models"), 401, "invalid_api_key")
+        assert c.get("/health").status_code == 200  # for load balancers
+        ok = c.post("/v1/chat/completions", json=body, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "{}"
+        assert c.get("/v1/models", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_serve_reads_the_api_key_from_the_environment(monkeypatch):
+    import uvicorn
+
+    import constrained_spec.api as api
+
+    ran = {}
+    monkeypatch.setattr(api, "Generator", lambda *a, **k: ScriptedGenerator({}))
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.update(app=app))
+    monkeypatch.setenv(server.API_KEY_ENV, "from-env")
+    assert server.main(["--model", "m", "--draft", "none"]) == 0
+    with TestClient(ran["app"]) as c:
+        assert_openai_error(c.get("/v1/models"), 401)
+        assert c.get("/v1/models", headers={"Authorization": "Bearer from-env"}).status_code == 200
+    assert server.main(["--model", "m", "--draft", "none", "--api-key", "flag"]) == 0  # the flag wins
+    with TestClient(ran["app"]) as c:
+        assert c.get("/v1/models", headers={"Authorization": "Bearer flag"}).status_code == 200
+
+
+def test_a_5_mb_body_is_a_413():
+    gen = RecordingGenerator(None)
+    with TestClient(create_app(gen)) as c:
+        big = {"messages": [{"role": "user", "content": "x" * 5_000_000}]}
+        err = assert_openai_error(c.post("/v1/chat/completions", json=big), 413, "request_too_large")
+        assert str(server.MAX_BODY_BYTES) in err["message"]
+    assert gen.runs == []
+
+
+def test_a_chunked_body_over_the_cap_is_a_413_while_reading():
+    gen = RecordingGenerator(None)
+    app = create_app(gen, max_body_bytes=100_000)
+    parts = [b'{"messages": [{"role": "user", "content": "'] + [b"x" * 10_000] * 50 + [b'"}]}']  # no Content-Length
+    status, body, pulled = asgi_post(app, parts)
+    assert status == 413 and json.loads(body)["error"]["code"] == "request_too_large"
+    assert pulled <= 12 < len(parts)  # refused as soon as the bytes read passed the cap
+    assert gen.runs == []
+    small = [b'{"messages": [{"role": "user", ', b'"content": "hi"}], "tools": ', json.dumps(TOOLS).encode(), b', "tool_choice": "required"}']
+    status, body, _ = asgi_post(app, small)  # a chunked body under the cap is read whole
+    assert status == 200, body
+
+
+def test_a_5000_property_schema_is_a_400_fast(client):
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(5000)}}
+    start = time.monotonic()
+    r = post(client, response_format=json_format(schema))
+    assert time.monotonic() - start < 3.0
+    err = assert_openai_error(r, 400, "schema_too_large", "response_format")
+    assert str(server.MAX_SCHEMA_CHARS) in err["message"]
+
+
+def test_schema_hint_in_the_prompt_is_bounded():
+    from constrained_spec.api import SCHEMA_HINT_MAX_CHARS, schema_hint
+
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(5000)}}
+    hint = schema_hint(schema)
+    assert len(hint) < SCHEMA_HINT_MAX_CHARS + 200 < len(json.dumps(schema))
+    assert "cut at" in hint
+    assert schema_hint(PERSON).endswith(json.dumps(PERSON))  # small schemas are given whole
+
+
+def test_compilation_past_its_cap_is_a_400_naming_the_cap(client, generator, monkeypatch):
+    monkeypatch.setattr(generator.compiler, "max_regex_chars", 50)
+    schema = {"type": "object", "properties": {"zz": {"type": "string", "maxLength": 3}}, "required": ["zz"], "additionalProperties": False}
+    err = assert_openai_error(post(client, response_format=json_format(schema)), 400, "compile_limit")
+    assert "cap of 50" in err["message"]
+
+
+class SlowCompileGenerator(ScriptedGenerator):
+    """compile() blocks on schemas with a 'slow' property until released; run() answers at once."""
+
+    def __init__(self):
+        super().__init__({})
+        self.release = threading.Event()
+        self.compiling = threading.Event()
+        self.compile_threads = set()
+
+    def compile(self, output_type):
+        self.compile_threads.add(threading.current_thread().name)
+        if isinstance(output_type, dict) and "slow" in output_type.get("properties", {}):
+            self.compiling.set()
+            self.release.wait(10)
+        return SimpleNamespace(spec=output_type)
+
+
+def test_a_slow_compile_holds_no_other_request():
+    gen = SlowCompileGenerator()
+    slow = {"messages": USER, "response_format": json_format({"type": "object", "properties": {"slow": {"type": "string"}}})}
+    fast = {"messages": USER, "response_format": {"type": "json_object"}}
+    with TestClient(create_app(gen)) as c:
+        results = []
+        t = threading.Thread(target=lambda: results.append(c.post("/v1/chat/completions", json=slow)))
+        t.start()
+        assert gen.compiling.wait(5)
+        r = c.post("/v1/chat/completions", json=fast)  # served while the other compiles
+        assert r.status_code == 200 and not results
+        gen.release.set()
+        t.join(10)
+        assert results[0].status_code == 200
+    assert all(name.startswith("constrained-spec-compile") for name in gen.compile_threads)
+
+
+class ForwardCounter:
+    """Counts every forward (extend / prefill / head variants) of a wrapped model."""
+
+    def __init__(self, monkeypatch, model):
+        self.calls = 0
+        for attr in ("extend", "prefill", "extend_last", "extend_prefix_head"):
+            real = getattr(model, attr, None)
+            if real is not None:
+                monkeypatch.setattr(model, attr, self._counting(real))
+
+    def _counting(self, real):
+        def wrapper(*args, **kwargs):
+            self.calls += 1
+            return real(*args, **kwargs)
+        return wrapper
+
+
+def test_a_prompt_over_the_context_is_a_400_before_any_forward(client, generator, gpt2_tokenizer, monkeypatch):
+    target, draft = ForwardCounter(monkeypatch, generator.target), ForwardCounter(monkeypatch, generator.draft)
+    limit = generator.context_length
+    assert limit == 1024  # the tiny models' max_position_embeddings and GPT-2's model_max_length
+    long = "hello world " * 1000
+    assert len(gpt2_tokenizer(long)["input_ids"]) > limit
+    err = assert_openai_error(post(client, messages=[{"role": "user", "content": long}]), 400, "context_length_exceeded", "messages")
+    assert "1024" in err["message"]
+    # a short prompt whose max_tokens would not fit either
+    assert_openai_error(post(client, max_tokens=1020), 400, "context_length_exceeded")
+    assert target.calls == 0 and draft.calls == 0
+    from constrained_spec.errors import ContextLengthError
+
+    with pytest.raises(ContextLengthError):
+        generator.run(long, PERSON)
+    assert target.calls == 0 and draft.calls == 0
+    r = post(client, response_format=json_format(PERSON), max_tokens=50)  # one that fits runs
+    assert r.status_code == 200 and target.calls > 0
+
+
+@pytest.mark.parametrize("messages, param", [
+    ([{"content": "hi"}], "messages[0].role"),
+    ([{"role": "wizard", "content": "hi"}], "messages[0].role"),
+    ([{"role": "user", "content": 5}], "messages[0].content"),
+    ([{"role": "user", "content": {"text": "hi"}}], "messages[0].content"),
+    ([{"role": "user"}], "messages[0].content"),
+    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}], "messages[0].content[0]"),
+    ([{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": "nope"}], "messages[1].tool_calls"),
+    (["just a string"], "messages.0"),
+])
+def test_malformed_messages_are_400s(client, messages, param):
+    assert_openai_error(post(client, messages=messages), 400, param=param)
+
+
+def test_lone_surrogates_are_400s(client):
+    for raw, param in ((b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}', "messages[0].content"),
+                       (b'{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", '
+                        b'"json_schema": {"name": "x", "schema": {"const": "\\udfff"}}}}', "response_format.json_schema.schema.const")):
+        r = client.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+        assert_openai_error(r, 400, "invalid_text", param)
+
+
+def test_framework_errors_have_openai_shape(client):
+    r = client.post("/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert_openai_error(r, 400)
+    assert_openai_error(post(client, temperature=5), 400, param="temperature")
+    assert_openai_error(client.get("/v1/nothing-here"), 404)
+    assert_openai_error(client.get("/v1/chat/completions"), 405)
+
+
+class FailingGenerator:
+    def run(self, prompt, output_type, **options):
+        raise RuntimeError("secret-detail at /home/someone/file.py")
+
+
+def test_unexpected_errors_are_500s_without_internals(monkeypatch):
+    with TestClient(create_app(FailingGenerator()), raise_server_exceptions=False) as c:
+        r = c.post("/v1/chat/completions", json={"messages": USER})
+        err = assert_openai_error(r, 500)
+        assert err["type"] == "server_error" and "secret-detail" not in r.text
+    monkeypatch.setattr(server, "_usage", lambda result: 1 / 0)  # an error outside every handler's try
+    with TestClient(create_app(ScriptedGenerator({})), raise_server_exceptions=False) as c:
+        r = c.post("/v1/chat/completions", json={"messages": USER})
+        err = assert_openai_error(r, 500)
+        assert "division" not in r.text
+
+
+def test_unknown_model_is_a_404_and_models_by_id(client):
+    assert_openai_error(post(client, model="gpt-4o"), 404, "model_not_found", "model")
+    assert post(client, model="tiny", max_tokens=4).status_code == 200
+    card = client.get("/v1/models/tiny").json()
+    assert card["id"] == "tiny" and card["object"] == "model"
+    assert_openai_error(client.get("/v1/models/gpt-4o"), 404, "model_not_found")
+
+
+@pytest.mark.parametrize("field, value", [
+    ("logit_bias", {"50256": -100}),
+    ("functions", [{"name": "f", "parameters": {"type": "object"}}]),
+    ("function_call", "auto"),
+    ("logprobs", True),
+    ("top_logprobs", 3),
+    ("n", 2),
+    ("audio", {"voice": "alloy", "format": "wav"}),
+    ("modalities", ["text", "audio"]),
+    ("prediction", {"type": "content", "content": "x"}),
+    ("reasoning_effort", "low"),
+    ("presence_penalty", 0.5),
+    ("stop", ["\n"]),
+    ("no_such_field", 1),
+])
+def test_unsupported_fields_are_refused_by_name(field, value):
+    gen = RecordingGenerator(None)
+    with TestClient(create_app(gen)) as c:
+        r = c.post("/v1/chat/completions", json={"messages": USER, field: value})
+        err = assert_openai_error(r, 400, param=field)
+        assert field in err["message"]
+    assert gen.runs == []
+
+
+def test_harmless_fields_are_accepted():
+    with TestClient(create_app(ScriptedGenerator({}))) as c:
+        r = c.post("/v1/chat/completions", json={"messages": USER, "user": "u1", "metadata": {"a": "b"}, "store": False,
+                                                 "logit_bias": {}, "logprobs": False, "n": 1, "modalities": ["text"]})
+        assert r.status_code == 200, r.text
+
+
+def test_parallel_tool_calls_defaults_to_true():
+    gen = RecordingGenerator(None)
+    seen = []
+    real_run = gen.run
+    gen.run = lambda prompt, output_type, **options: (seen.append(output_type), real_run(prompt, output_type, **options))[1]
+    with TestClient(create_app(gen)) as c:
+        for extra in ({}, {"parallel_tool_calls": False}):
+            c.post("/v1/chat/completions", json={"messages": USER, "tools": TOOLS, "tool_choice": "required", **extra})
+    default, single = seen
+    assert "tool_calls" in default["properties"] and default["properties"]["tool_calls"]["type"] == "array"
+    assert "tool_calls" not in json.dumps(single)
+
+
+class CountingLoopGenerator:
+    """Commits a token every 10 ms for up to 10 s through on_tokens; counts the steps."""
+
+    def __init__(self):
+        self.steps = 0
+        self.how = None
+        self.ended = threading.Event()
+
+    def run(self, prompt, output_type, *, on_tokens=None, **options):
+        try:
+            for _ in range(1000):
+                self.steps += 1
+                on_tokens([1])
+                time.sleep(0.01)
+            self.how = "finished"
+        except server.Cancelled:
+            self.how = "cancelled"
+            raise
+        finally:
+            self.ended.set()
+        return SimpleNamespace(value={}, text="{}", token_ids=[1], stats=DecodeStats(generated_tokens=1, stop_reason="eos"))
+
+
+def test_a_client_that_disconnects_cancels_its_generation():
+    gen = CountingLoopGenerator()
+    app = create_app(gen)
+    body = json.dumps({"messages": USER, "response_format": {"type": "json_object"}}).encode()
+    start = time.monotonic()
+    status, _, _ = asgi_post(app, [body], disconnect_after=0.3)
+    assert gen.ended.wait(5) and gen.how == "cancelled"
+    assert gen.steps < 200 and time.monotonic() - start < 5  # stopped within steps of the disconnect, not after 1000
+    assert status == 499
+
+
+def test_official_openai_client(generator):
+    openai = pytest.importorskip("openai", reason="the openai package is not installed")
+    with TestClient(create_app(generator, model_name="tiny", api_key="k")) as http:
+        client = openai.OpenAI(api_key="k", base_url="http://testserver/v1", http_client=http, max_retries=0)
+        done = client.chat.completions.create(model="tiny", messages=USER, response_format=json_format(PERSON), seed=1, temperature=1.0)
+        jsonschema.validate(json.loads(done.choices[0].message.content), PERSON)
+        assert done.choices[0].finish_reason == "stop" and done.usage.completion_tokens > 0
+        calls: dict[int, dict] = {}
+        for event in client.chat.completions.create(model="tiny", messages=USER, tools=TOOLS, tool_choice="required", seed=2,
+                                                    temperature=1.0, stream=True):
+            for d in event.choices[0].delta.tool_calls or [] if event.choices else []:
+                entry = calls.setdefault(d.index, {"name": d.function.name, "arguments": ""})
+                entry["arguments"] += d.function.arguments or ""
+        assert calls and all(jsonschema.validate(json.loads(c["arguments"]), PARAMS[c["name"]]) is None for c in calls.values())
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model="gpt-4o", messages=USER)
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model="tiny", messages=USER, logit_bias={"1": 5})
+        assert info.value.body["param"] == "logit_bias"
+        assert client.models.retrieve("tiny").id == "tiny"
+        bad = openai.OpenAI(api_key="wrong", base_url="http://testserver/v1", http_client=http, max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            bad.models.list()
