@@ -81,15 +81,17 @@ def check_usage(line: str) -> None:
 
 
 def check_openai_client_output(lines: list[str]) -> None:
-    """Two replies: the json_schema one (content that validates), then a get_weather tool call."""
+    """Two replies: the json_schema one (content that validates), then one or more get_weather calls
+    (parallel tool calls are on by default, as in OpenAI's API)."""
     assert not [line for line in lines if line.startswith("error:")], lines
     content = [i for i, line in enumerate(lines) if line.startswith("content: ")]
     calls = [i for i, line in enumerate(lines) if line.startswith("tool call: ")]
-    assert len(content) == 1 and len(calls) == 1 and content[0] < calls[0], lines
+    assert len(content) == 1 and calls and content[0] < calls[0], lines
     jsonschema.validate(json.loads(lines[content[0]].removeprefix("content: ")), PERSON_SCHEMA)
-    m = re.fullmatch(r"tool call: get_weather\((\{.*\})\)", lines[calls[0]])
-    assert m, lines[calls[0]]
-    jsonschema.validate(json.loads(m.group(1)), CITY_ARGS)
+    for i in calls:
+        m = re.fullmatch(r"tool call: get_weather\((\{.*\})\)", lines[i])
+        assert m, lines[i]
+        jsonschema.validate(json.loads(m.group(1)), CITY_ARGS)
     usage = [line for line in lines if line.startswith("  usage ")]
     assert len(usage) == 2, lines
     for line in usage:
