@@ -51,8 +51,9 @@ def show(body: dict) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
-    p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", "unused"),
-                   help="sent as 'Authorization: Bearer KEY' (for a server started with --api-key)")
+    p.add_argument("--api-key", default=os.environ.get("CONSTRAINED_SPEC_API_KEY", "unused"),
+                   help="sent as 'Authorization: Bearer KEY' for a server started with --api-key "
+                        "(default: $CONSTRAINED_SPEC_API_KEY, the server's variable)")
     p.add_argument("--in-process", action="store_true", help="no server: run the app in process on random tiny models")
     args = p.parse_args()
     headers = {"Authorization": f"Bearer {args.api_key}"}

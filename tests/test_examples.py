@@ -58,7 +58,7 @@ def example_env() -> dict[str, str]:
     """The environment the examples run in: tiny models, offline, one torch thread."""
     env = dict(os.environ, CONSTRAINED_SPEC_EXAMPLE_MODELS="tiny", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
                PYTHONIOENCODING="utf-8")
-    env.pop("OPENAI_API_KEY", None)
+    env.pop("CONSTRAINED_SPEC_API_KEY", None)
     return env
 
 
@@ -139,13 +139,15 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_openai_client_against_a_served_tiny_model() -> None:
-    """The README's two-process use: a uvicorn server on tiny models, the example over HTTP (openai client if installed)."""
+    """The README's two-process use: a uvicorn server on tiny models that wants an API key, the
+    example over HTTP (the openai client when installed) with ``--api-key``."""
     import httpx
 
     port = _free_port()
     launcher = ("import argparse, sys; sys.path.insert(0, 'examples'); import uvicorn; from _models import make_generator; "
                 "from constrained_spec.server import create_app; "
-                f"uvicorn.run(create_app(make_generator(argparse.Namespace(tiny=True))), host='127.0.0.1', port={port}, log_level='warning')")
+                "app = create_app(make_generator(argparse.Namespace(tiny=True)), api_key='example-key'); "
+                f"uvicorn.run(app, host='127.0.0.1', port={port}, log_level='warning')")
     server = subprocess.Popen([sys.executable, "-c", launcher], cwd=ROOT, env=example_env(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -159,7 +161,9 @@ def test_openai_client_against_a_served_tiny_model() -> None:
                 pass
             assert time.monotonic() < deadline, "the tiny server did not come up"
             time.sleep(0.5)
-        check_openai_client_output(run_example("examples/openai_client.py", "--base-url", f"http://127.0.0.1:{port}/v1"))
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).status_code == 401  # the key is enforced
+        check_openai_client_output(run_example("examples/openai_client.py", "--base-url", f"http://127.0.0.1:{port}/v1",
+                                               "--api-key", "example-key"))
     finally:
         server.terminate()
         server.wait(timeout=30)
