@@ -8,8 +8,8 @@ import time
 from types import SimpleNamespace
 
 import jsonschema
-import torch
 import pytest
+import torch
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -565,7 +565,7 @@ def test_api_key_is_required_when_set(monkeypatch):
 def test_serve_reads_the_api_key_from_the_environment(monkeypatch):
     import uvicorn
 
-    import constrained_spec.api as api
+    from constrained_spec import api
 
     ran = {}
     monkeypatch.setattr(api, "Generator", lambda *a, **k: ScriptedGenerator({}))
@@ -715,8 +715,8 @@ def test_malformed_messages_are_400s(client, messages, param):
 
 def test_lone_surrogates_are_400s(client):
     for raw, param in ((b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}', "messages[0].content"),
-                       (b'{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", '
-                        b'"json_schema": {"name": "x", "schema": {"const": "\\udfff"}}}}', "response_format.json_schema.schema.const")):
+                       ((b'{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", '
+                         b'"json_schema": {"name": "x", "schema": {"const": "\\udfff"}}}}'), "response_format.json_schema.schema.const")):
         r = client.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
         assert_openai_error(r, 400, "invalid_text", param)
 
@@ -855,3 +855,36 @@ def test_official_openai_client(generator):
         bad = openai.OpenAI(api_key="wrong", base_url="http://testserver/v1", http_client=http, max_retries=0)
         with pytest.raises(openai.AuthenticationError):
             bad.models.list()
+
+
+@pytest.mark.parametrize("value", [
+    {"name": "add", "arguments": {"a": 1, "b": 2}},
+    {"arguments": {"a": 1, "b": [1, {"x": "}\"]"}]}, "name": "add"},
+    {"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}, {"name": "get_weather", "arguments": {"city": "R\"o{m}e", "days": 1}}]},
+    {"name": "x", "arguments": {}},
+    {"content": "hello \"world\" \u00e9"},
+])
+@pytest.mark.parametrize("dump", [json.dumps, lambda v: json.dumps(v, separators=(",", ":")), lambda v: json.dumps(v, indent=2)])
+@pytest.mark.parametrize("piece", [1, 3, 1000])
+def test_tool_call_stream_reads_calls_in_any_layout(value, dump, piece):
+    from constrained_spec.tools import ToolCallStream, partial_json_string
+
+    text = dump(value)
+    stream, streamed = ToolCallStream(), {}
+    names = {}
+    for i in range(0, len(text), piece):
+        for kind, index, payload in stream.push(text[i:i + piece]):
+            if kind == "name":
+                assert index not in names and index not in streamed  # the name comes before any argument piece
+                names[index] = payload
+            else:
+                streamed[index] = streamed.get(index, "") + payload
+    expected = value.get("tool_calls") or ([value] if "name" in value else [])
+    assert [(n, json.loads(a)) for n, a in stream.calls] == [(c["name"], c["arguments"]) for c in expected]
+    assert [streamed.get(i, "") for i in range(len(expected))] == [a for _, a in stream.calls]
+    assert names == {i: c["name"] for i, c in enumerate(expected)}
+    if "content" in value:
+        assert json.loads(stream.content) == value["content"]
+        raw = json.dumps(value["content"])
+        for cut in range(len(raw)):  # any cut of the string decodes to a prefix of the text
+            assert value["content"].startswith(partial_json_string(raw[:cut]))
