@@ -1,12 +1,13 @@
 """Talk to ``constrained-spec serve`` with OpenAI-style requests: a JSON Schema reply, then a tool call.
 
-Start a server, then run this script:
+Start a server (its extra: ``pip install 'constrained-spec[server]'``), then run this script:
 
     constrained-spec serve --port 8000             # or: python -m constrained_spec.server
     python examples/openai_client.py --base-url http://127.0.0.1:8000/v1
 
-Uses the ``openai`` package when it is installed, plain ``httpx`` otherwise. ``--in-process``
-skips the server process and drives the app in process with random tiny models (offline).
+Uses the ``openai`` package when it is installed, plain ``httpx`` otherwise; ``--api-key KEY`` (default
+``$CONSTRAINED_SPEC_API_KEY``) for a server started with a key. ``--in-process`` skips the server
+process and drives the app in process with random tiny models (offline).
 """
 
 from __future__ import annotations
