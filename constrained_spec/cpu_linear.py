@@ -113,13 +113,15 @@ class _PackedLinear(torch.nn.Module):
         torch.nn.Module.__init__(layer)
         layer.in_features = in_features
         layer.out_features = out_features
-        layer.register_buffer("bias", tensors.get("bias"), persistent=False)
-        layer._packed = layer._pack_stored(tensors)
+        bias = tensors.get("bias")
+        layer.register_buffer("bias", None if bias is None else bias.clone(), persistent=False)
+        layer._packed = layer._pack_stored(tensors)  # fbgemm copies the weight into its own layout
         layer.weight = None
-        if keep_weight:
-            layer.weight = half if half is not None else tensors.get("weight")
-            if layer.weight is None:
+        if keep_weight:  # a copy: the stored tensors may be views of a memory-mapped file
+            kept = half if half is not None else tensors.get("weight")
+            if kept is None:
                 raise ModelLoadError(f"stored {cls.kind} layer has no fp16 copy of its weight to keep")
+            layer.weight = kept.clone()
         return layer
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:

