@@ -24,6 +24,15 @@ ifneq ($(call has_dists,constrained-spec torch pytest),yes)
 $(INSTALLED_TEST): FORCE
 endif
 
+# The torch that is there must be one pyproject.toml allows (make will not upgrade it for you).
+define TORCH_CHECK
+import importlib.metadata as m, re, sys
+v = m.version("torch")
+if tuple(int(x) for x in re.findall(r"\d+", v)[:2]) < (2, 4):
+    sys.exit(f"torch {v} is installed; constrained-spec needs torch>=2.4. make does not replace your torch: upgrade it yourself, or use another PYTHON")
+endef
+export TORCH_CHECK
+
 DEMO_PROMPT = Extract the order: order ORD-482913 for Ada Lovelace, 12 Analytical Row, London, zip 10115, already shipped.
 
 .PHONY: install install-test demo test fetch-models FORCE
@@ -37,6 +46,7 @@ $(INSTALLED): pyproject.toml
 	  echo "torch does not import: installing torch==$(TORCH_VERSION) (CPU build)"; \
 	  $(PIP) install --quiet --no-deps "torch==$(TORCH_VERSION)" --index-url "$(TORCH_INDEX)"; \
 	fi
+	@$(PYTHON) -c "$$TORCH_CHECK"
 	$(PIP) install --quiet -e . "torch==$$($(PYTHON) -c 'import importlib.metadata as m; print(m.version("torch"))')"
 	@mkdir -p $(STAMP_DIR) && touch $@
 
