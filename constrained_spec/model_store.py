@@ -805,7 +805,7 @@ def _load_packed_folder(folder: Path, meta: dict[str, Any], keep_head_weight: bo
     from safetensors import safe_open
     from transformers import AutoTokenizer
 
-    from .cpu_linear import PACKED
+    from .cpu_linear import PACKED, _file_mappings, _release
 
     cls = PACKED[meta["packing"]]
     model = _empty_model(folder)
@@ -830,8 +830,13 @@ def _load_packed_folder(folder: Path, meta: dict[str, Any], keep_head_weight: bo
     if keys != expected:
         raise _CacheInvalid(f"{len(keys ^ expected)} tensors missing or unexpected, e.g. {sorted(keys ^ expected)[:3]}")
 
+    mapped = _file_mappings()  # the file's pages are let go once copied (else they count as resident)
+
     def build(path: str, lin: Any, tensors: dict[str, Any]) -> Any:
-        return cls.from_stored(tensors, lin.in_features, lin.out_features, keep_weight=keep_head_weight and lin is head)
+        layer = cls.from_stored(tensors, lin.in_features, lin.out_features, keep_weight=keep_head_weight and lin is head)
+        for t in tensors.values():
+            _release(t, mapped)
+        return layer
 
     def read(name: str, shape: Any = None) -> Any:
         t = f.get_tensor(name)
@@ -856,7 +861,9 @@ def _load_packed_folder(folder: Path, meta: dict[str, Any], keep_head_weight: bo
             for item in pending:
                 _install(modules, *_done(item))
         for key, ref in params.items():  # copied out of the file mapping, which is let go on return
-            _set_tensor(model, key, read(key, ref.shape).clone())
+            stored = read(key, ref.shape)
+            _set_tensor(model, key, stored.clone())
+            _release(stored, mapped)
     except ModelLoadError as exc:
         raise _CacheInvalid(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - a damaged file surfaces as safetensors' or torch's own errors
