@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -803,7 +804,6 @@ def _load_packed_folder(folder: Path, meta: dict[str, Any], keep_head_weight: bo
     :class:`_CacheInvalid` when the file does not hold what the model needs."""
     import torch
     from safetensors import safe_open
-    from transformers import AutoTokenizer
 
     from .cpu_linear import PACKED, _file_mappings, _release
 
@@ -872,10 +872,33 @@ def _load_packed_folder(folder: Path, meta: dict[str, Any], keep_head_weight: bo
         raise _CacheInvalid("some parameters were not in the cache")
     model.eval()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        tokenizer = _shared_tokenizer(folder)
     except Exception as exc:  # noqa: BLE001
         raise _CacheInvalid(f"tokenizer: {exc}") from None
     return model, tokenizer
+
+
+#: loaded tokenizers by the sha256 of their files, while something holds them
+_TOKENIZERS: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
+                    "added_tokens.json")
+
+
+def _shared_tokenizer(folder: Path) -> Any:
+    """The tokenizer saved in a packed folder; one object for folders whose tokenizer files are the
+    same bytes (the default pair's), so the second model's costs no second parse (about a second)."""
+    from transformers import AutoTokenizer
+
+    h = hashlib.sha256()
+    for name in _TOKENIZER_FILES:
+        p = folder / name
+        h.update(name.encode() + b"\0" + (p.read_bytes() if p.is_file() else b"-") + b"\0")
+    key = h.hexdigest()
+    tokenizer = _TOKENIZERS.get(key)
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        _TOKENIZERS[key] = tokenizer
+    return tokenizer
 
 
 def _done(item: tuple[str, Any]) -> tuple[str, Any]:

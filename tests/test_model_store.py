@@ -654,3 +654,16 @@ def test_resolve_model_and_fetch_use_the_packed_cache(packed_store) -> None:
     assert state["builds"] == 1
     assert torch.equal(_logits(model), _logits(_fresh_packed("fp16w", False, keep_head=False)))
     assert not (cache / "converted").exists()
+
+
+@pytest.mark.skipif(not packing_available("fp16"), reason="no fbgemm")
+def test_packed_loads_share_a_tokenizer_only_when_its_files_are_the_same(packed_store) -> None:
+    cache, source, _ = packed_store
+    folder = ms.ensure_packed(source.name, cache, dtype="fp16w", progress=False)
+    _, tok_a = ms.load_packed(source.name, cache, dtype="fp16w", role="target", progress=False)
+    _, tok_b = ms.load_packed(source.name, cache, dtype="fp16w", role="draft", progress=False)
+    assert tok_a is tok_b
+    cfg = folder / "tokenizer_config.json"
+    cfg.write_text(cfg.read_text().replace("</s>", "w9"))  # another eos token: another tokenizer
+    _, tok_c = ms.load_packed(source.name, cache, dtype="fp16w", role="draft", progress=False)
+    assert tok_c is not tok_a and (tok_c.eos_token, tok_a.eos_token) == ("w9", "</s>")
