@@ -113,11 +113,13 @@ class _PackedLinear(torch.nn.Module):
         torch.nn.Module.__init__(layer)
         layer.in_features = in_features
         layer.out_features = out_features
-        bias = tensors.get("bias")
-        layer.register_buffer("bias", None if bias is None else bias.clone(), persistent=False)
-        layer._packed = layer._pack_stored(tensors)  # fbgemm copies the weight into its own layout
+        # small tensors that fbgemm keeps by reference are copied: the stored ones may be views of a
+        # memory-mapped file; the weight itself fbgemm copies into its own layout
+        tensors = {k: v.clone() if k in ("bias", "weight_scales") else v for k, v in tensors.items()}
+        layer.register_buffer("bias", tensors.get("bias"), persistent=False)
+        layer._packed = layer._pack_stored(tensors)
         layer.weight = None
-        if keep_weight:  # a copy: the stored tensors may be views of a memory-mapped file
+        if keep_weight:
             kept = half if half is not None else tensors.get("weight")
             if kept is None:
                 raise ModelLoadError(f"stored {cls.kind} layer has no fp16 copy of its weight to keep")
