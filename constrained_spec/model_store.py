@@ -654,9 +654,8 @@ PACKED_FORMAT = 1
 PACKED_FILE = "packed.safetensors"
 PACKED_META = "constrained_spec_packed.json"  # written last: the folder's completion marker
 
-_ST_DTYPES = {torch_name: st for torch_name, st in (
-    ("float16", "F16"), ("float32", "F32"), ("float64", "F64"), ("int8", "I8"), ("bfloat16", "BF16"),
-)}
+#: safetensors' names of the dtypes the packed cache stores
+_ST_DTYPES = {"float16": "F16", "float32": "F32", "float64": "F64", "int8": "I8", "bfloat16": "BF16"}
 
 
 class _CacheInvalid(Exception):
@@ -708,7 +707,7 @@ def _write_safetensors(path: Path, tensors: dict[str, Any]) -> int:
 
 
 def _linear_paths(model: Any, cls: type) -> dict[str, Any]:
-    return {name: m for name, m in model.named_modules() if type(m) is cls or isinstance(m, cls)}
+    return {name: m for name, m in model.named_modules() if isinstance(m, cls)}
 
 
 def _save_packed(folder: Path, model: Any, tokenizer: Any, src: ModelSource, tag: str, origin: str) -> None:
