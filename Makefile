@@ -3,12 +3,11 @@
 # Installing is done once per interpreter and redone only when pyproject.toml changes (a stamp
 # file under build/), or when the package is no longer installed. torch is never replaced: a torch
 # that imports is kept as it is (pip is told to keep its version); only when none imports is
-# torch==$(TORCH_VERSION) installed, the CPU build from $(TORCH_INDEX) (its own dependencies then come
-# from PyPI with the package's).
+# torch==$(TORCH_VERSION) installed by name from the package index pip is set up with (its own
+# dependencies then come with the package's).
 PYTHON ?= python3
 PIP = $(PYTHON) -m pip
 TORCH_VERSION ?= 2.13.0
-TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 STAMP_DIR = build
 STAMP_TAG := $(subst /,_,$(PYTHON))
@@ -44,7 +43,7 @@ install-test: $(INSTALLED_TEST)
 $(INSTALLED): pyproject.toml
 	@if ! $(PYTHON) -c "import torch" >/dev/null 2>&1; then \
 	  echo "torch does not import: installing torch==$(TORCH_VERSION) (CPU build)"; \
-	  $(PIP) install --quiet --no-deps "torch==$(TORCH_VERSION)" --index-url "$(TORCH_INDEX)"; \
+	  $(PIP) install --quiet --no-deps "torch==$(TORCH_VERSION)"; \
 	fi
 	@$(PYTHON) -c "$$TORCH_CHECK"
 	$(PIP) install --quiet -e . "torch==$$($(PYTHON) -c 'import importlib.metadata as m; print(m.version("torch"))')"
