@@ -42,7 +42,7 @@ install-test: $(INSTALLED_TEST)
 
 $(INSTALLED): pyproject.toml
 	@if ! $(PYTHON) -c "import torch" >/dev/null 2>&1; then \
-	  echo "torch does not import: installing torch==$(TORCH_VERSION) (CPU build)"; \
+	  echo "torch does not import: installing torch==$(TORCH_VERSION) from the configured package index"; \
 	  $(PIP) install --quiet --no-deps "torch==$(TORCH_VERSION)"; \
 	fi
 	@$(PYTHON) -c "$$TORCH_CHECK"
