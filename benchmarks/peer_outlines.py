@@ -102,8 +102,8 @@ def _pack(model: Any, weights: str) -> None:
 
 class Peer:
     def __init__(self, model_path: str, threads: int | None, dtype: str = "fp32") -> None:
-        import torch
         import outlines
+        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if threads:

@@ -13,16 +13,14 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import torch
-
 from .constraint import Matcher
 from .decode import DecodeStats, SpeculativeDecoder
 from .defaults import DEFAULT_DRAFT, DEFAULT_TARGET, NUM_DRAFT_TOKENS, PROPOSERS
+from .draft_length import AdaptiveDraftLength
 from .errors import ContextLengthError, ModelLoadError, OutputValidationError, TokenBudgetExceeded
 from .grammar import OutputSpec, Regex, output_spec
 from .grammar.automaton import AutomatonCompiler, CompiledAutomaton
 from .grammar.schema_refs import validation_errors as validate_value
-from .draft_length import AdaptiveDraftLength
 from .models import SequenceModel, check_same_vocabulary, wrap
 from .proposers import GrammarStrings, PromptText
 from .sampling import SamplingPolicy, make_generator

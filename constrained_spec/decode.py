@@ -24,8 +24,8 @@ from typing import Callable
 import torch
 
 from .constraint import Matcher
-from .errors import ConstrainedSpecError, TokenBudgetExceeded
 from .draft_length import AdaptiveDraftLength
+from .errors import ConstrainedSpecError, TokenBudgetExceeded
 from .models import SequenceModel
 from .proposers import GrammarStrings, PromptText, prompt_lookup
 from .sampling import PolicyTensors, SamplingPolicy, draw, effective_probs, make_generator

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import real_tokenizer
+
 from constrained_spec.grammar.automaton import AutomatonCompiler, CompiledAutomaton, table_walk
 from constrained_spec.grammar.json_schema import schema_to_regex
 from constrained_spec.vocab import build_vocabulary

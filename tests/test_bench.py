@@ -8,10 +8,10 @@ import textwrap
 from types import SimpleNamespace
 
 import pytest
+from tiny_models import tiny_llama
 
 from constrained_spec import bench
 from constrained_spec.api import Generator
-from tiny_models import tiny_llama
 
 
 @pytest.fixture(scope="module")

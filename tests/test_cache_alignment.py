@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import tiny_llama
 
 from constrained_spec.constraint import Matcher
 from constrained_spec.cpu_linear import pack_linears, packing_available
@@ -12,7 +13,6 @@ from constrained_spec.grammar.automaton import AutomatonCompiler
 from constrained_spec.models import HFModel
 from constrained_spec.sampling import SamplingPolicy
 from constrained_spec.vocab import build_vocabulary
-from tiny_models import tiny_llama
 
 PACKING = [False, pytest.param(True, marks=pytest.mark.skipif(not packing_available(), reason="no fbgemm"))]
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from synthetic import PrefixModel, letters_vocab
 
 from constrained_spec.constraint import Matcher
 from constrained_spec.decode import SpeculativeDecoder
 from constrained_spec.errors import EmptyLanguageError, TokenBudgetExceeded
 from constrained_spec.grammar.automaton import AutomatonCompiler
 from constrained_spec.sampling import SamplingPolicy
-from synthetic import PrefixModel, letters_vocab
 
 EOS = 9
 

@@ -16,13 +16,13 @@ import pytest
 import regex as regex_pkg
 import torch
 from scipy.stats import chisquare
+from synthetic import PrefixModel, letters_vocab
 
 from constrained_spec.constraint import Matcher
 from constrained_spec.decode import SpeculativeDecoder
 from constrained_spec.grammar.automaton import AutomatonCompiler
 from constrained_spec.sampling import SamplingPolicy, draw, effective_probs, unpack_bitmask
 from constrained_spec.speculative import VerifyResult, acceptance_probs, first_rejection, verify
-from synthetic import PrefixModel, letters_vocab
 
 PROMPT = [0, 1]
 REGEX = r"(a|b)c?[abc]{0,2}"  # finite language, several tokenizations per string

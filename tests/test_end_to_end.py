@@ -8,11 +8,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 from pydantic import BaseModel, Field
+from tiny_models import tiny_llama
 
 from constrained_spec.api import Generator
-from constrained_spec.errors import TokenBudgetExceeded, UnsupportedKeywordError, SchemaError, VocabularyMismatchError
+from constrained_spec.errors import SchemaError, TokenBudgetExceeded, UnsupportedKeywordError, VocabularyMismatchError
 from constrained_spec.grammar import Regex
-from tiny_models import tiny_llama
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 

@@ -23,8 +23,8 @@ import torch
 
 from constrained_spec.errors import ConstrainedSpecError
 from constrained_spec.kernels import get_mask_fn, get_verifier, resolve_backend, torch_verify
-from constrained_spec.sampling import draw, effective_probs, pack_bitmask, unpack_bitmask
 from constrained_spec.kernels.torch_verify import boundary_reason, compare_with_reference
+from constrained_spec.sampling import draw, effective_probs, pack_bitmask, unpack_bitmask
 from constrained_spec.speculative import RESIDUAL_EPS, VerifyResult, residual
 from constrained_spec.speculative import verify as reference_verify
 

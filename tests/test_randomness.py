@@ -7,12 +7,12 @@ import re
 
 import pytest
 import torch
+from tiny_models import tiny_llama
 
 from constrained_spec.api import Generator
 from constrained_spec.errors import SamplingError
 from constrained_spec.grammar import Regex
 from constrained_spec.sampling import draw, make_generator
-from tiny_models import tiny_llama
 
 PATTERN = "[a-z]{6}"
 

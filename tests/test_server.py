@@ -42,8 +42,9 @@ def json_format(schema, name="person"):
 
 @pytest.fixture(scope="module")
 def generator(gpt2_tokenizer, tmp_path_factory):
-    from constrained_spec.api import Generator
     from tiny_models import tiny_llama
+
+    from constrained_spec.api import Generator
 
     return Generator(tiny_llama(50257, 1), tiny_llama(50257, 2), tokenizer=gpt2_tokenizer, max_new_tokens=200,
                      num_draft_tokens=3, progress=False, cache_dir=tmp_path_factory.mktemp("cache"))
@@ -533,8 +534,9 @@ def asgi_post(app, parts, headers=(), disconnect_after=None, path="/v1/chat/comp
 
 
 def test_prefill_computes_the_head_for_the_last_position_only(gpt2_tokenizer):
-    from constrained_spec.models import HFModel
     from tiny_models import tiny_llama
+
+    from constrained_spec.models import HFModel
 
     model = tiny_llama(50257, 3)
     seen = []

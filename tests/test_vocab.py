@@ -10,8 +10,8 @@ import json
 import random
 
 import pytest
-
 from conftest import real_tokenizer
+
 from constrained_spec.grammar.automaton import AutomatonCompiler
 from constrained_spec.vocab import build_vocabulary
 

@@ -12,13 +12,13 @@ cache at once are safe.
 from __future__ import annotations
 
 import hashlib
-from itertools import chain
 import multiprocessing as mp
 import os
 import pickle
 import tempfile
 import threading
 import time
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
