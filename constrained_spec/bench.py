@@ -38,6 +38,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -214,6 +215,94 @@ def geomean(values: Sequence[float | None]) -> float | None:
     """Geometric mean of the positive finite values (the mean of ratios that treats 2x and 0.5x alike)."""
     xs = [v for v in values if v is not None and math.isfinite(v) and v > 0]
     return math.exp(sum(math.log(v) for v in xs) / len(xs)) if xs else None
+
+
+# ----------------------------------------------------------------------------- workloads and answer quality
+
+#: the named workloads of ``--workload`` (files in ``benchmarks/``): the one the defaults were tuned
+#: on, and the held-out one written before any tuning (never tuned on)
+WORKLOAD_FILES = {"default": "workload.py", "heldout": "heldout.py"}
+
+
+class WorkItem:
+    """A workload entry tagged with the name of its workload (attributes delegate to the entry)."""
+
+    def __init__(self, workload: str, item: Any) -> None:
+        self.workload = workload
+        self.item = item
+
+    def __getattr__(self, name: str) -> Any:
+        item = self.__dict__.get("item")
+        if item is None:
+            raise AttributeError(name)
+        return getattr(item, name)
+
+
+def resolve_pointer(doc: Any, pointer: str) -> Any:
+    """The value at a JSON Pointer (RFC 6901) in ``doc``; KeyError where there is none."""
+    if pointer == "":
+        return doc
+    if not pointer.startswith("/"):
+        raise KeyError(pointer)
+    node = doc
+    for raw in pointer[1:].split("/"):
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise KeyError(pointer)
+    return node
+
+
+def _same_value(got: Any, want: Any) -> bool:
+    """JSON equality: numbers by value (1 == 1.0), booleans never equal to numbers."""
+    if isinstance(got, bool) or isinstance(want, bool):
+        return type(got) is type(want) and got == want
+    if isinstance(got, (int, float)) and isinstance(want, (int, float)):
+        return float(got) == float(want)
+    return type(got) is type(want) and got == want
+
+
+def field_match(text: str | None, expected: dict[str, Any]) -> tuple[int, list[str]]:
+    """(fields of ``expected`` the answer ``text`` holds exactly, the pointers it misses);
+    an answer that is not JSON misses them all."""
+    try:
+        doc = json.loads(text) if text is not None else None
+    except ValueError:
+        return 0, sorted(expected)
+    if text is None:
+        return 0, sorted(expected)
+    missed = []
+    for ptr, want in expected.items():
+        try:
+            got = resolve_pointer(doc, ptr)
+        except KeyError:
+            missed.append(ptr)
+            continue
+        if not _same_value(got, want):
+            missed.append(ptr)
+    return len(expected) - len(missed), missed
+
+
+def add_derived(records: list[dict[str, Any]], expected: dict[tuple[str | None, str], dict[str, Any]]) -> None:
+    """Per record: the end-to-end ratio vs target-only (``e2e_speedup_vs_target``: the target-only
+    request's latency / this one's, prefill included, paired within workload, prompt, setting and
+    round), the prefill share of its latency, and the exact match of the fields its prompt states
+    (``expected``: (workload, prompt id) -> {JSON Pointer: value})."""
+    base = {(r.get("workload"), r["prompt"], r["setting"], r.get("round", 0)): r
+            for r in records if r["mode"] == "target" and r.get("ok")}
+    for r in records:
+        b = base.get((r.get("workload"), r["prompt"], r["setting"], r.get("round", 0)))
+        if r.get("ok") and b is not None and b.get("latency_s") and r.get("latency_s"):
+            r["e2e_speedup_vs_target"] = 1.0 if r is b else b["latency_s"] / r["latency_s"]
+        if r.get("ok") and r.get("latency_s") and r.get("prefill_s") is not None:
+            r["prefill_share"] = r["prefill_s"] / r["latency_s"]
+        want = expected.get((r.get("workload"), r["prompt"]))
+        if want:
+            got, missed = field_match(r.get("text") if r.get("ok") else None, want)
+            r.update(fields_expected=len(want), fields_matched=got, fields_missed=missed)
 
 
 def predicted_speedup(spec: Any, base: Any) -> tuple[float | None, str]:
@@ -617,10 +706,11 @@ def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], conf
                     log(f"[bench] {mode.name}: not available ({rec['unavailable']})")
                     continue
                 rec.update(prompt=item.id, schema=item.schema_name, kind=item.kind, setting=setting, mode=mode.name,
-                           family=mode.family, prompt_tokens=len(prompt_ids), round=round_index)
+                           family=mode.family, prompt_tokens=len(prompt_ids), round=round_index,
+                           workload=getattr(item, "workload", None))
                 if not rec.get("ok"):
                     log(f"[bench] {item.id} {setting} {mode.name}: FAILED {rec.get('error')}")
-                key = (item.id, setting, round_index)
+                key = (getattr(item, "workload", None), item.id, setting, round_index)
                 if mode.name == "target" and rec.get("ok"):
                     baselines[key] = rec
                 base = baselines.get(key)
@@ -644,10 +734,14 @@ def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], conf
     for rec in records:  # pair each record with the peer's run of the same request
         rec.pop("_stats_obj", None)
         peer_rec = next((r for r in records if r["mode"] == PEER_NAME and r["prompt"] == rec["prompt"]
+                         and r.get("workload") == rec.get("workload")
                          and r["setting"] == rec["setting"] and r["round"] == rec["round"] and r.get("ok")), None)
         if peer_rec and rec.get("ok") and rec.get("tokens_per_second") and rec is not peer_rec:
             rec["speedup_vs_peer"] = rec["tokens_per_second"] / peer_rec["tokens_per_second"]
-    summary = summarize(records, [m for m in modes if m.name not in unavailable], settings, compile_info)
+    add_derived(records, {(getattr(w, "workload", None), w.id): dict(getattr(w, "expected", None) or {}) for w in workload})
+    available = [m for m in modes if m.name not in unavailable]
+    summary = summarize(records, available, settings, compile_info)
+    by_workload = summaries_by_workload(records, available, settings, compile_info, workload)
     for rec in records:
         rec.pop("_mask_calls", None)
     meta = environment(gen, config, peer)
@@ -655,11 +749,14 @@ def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], conf
     meta["adaptive_max_k"] = getattr(getattr(gen, "draft_length", None), "max_k", None)
     return {
         "meta": meta,
-        "workload": [{"id": w.id, "schema": w.schema_name, "kind": w.kind, "prompt": w.prompt} for w in workload],
+        "workload": [{"id": w.id, "schema": w.schema_name, "kind": w.kind, "prompt": w.prompt,
+                      "workload": getattr(w, "workload", None), "expected": getattr(w, "expected", None) or None}
+                     for w in workload],
         "modes": [asdict(m) | {"available": m.name not in unavailable, "unavailable_reason": unavailable.get(m.name)} for m in modes],
         "unavailable": unavailable,
         "compile": compile_info,
         "summary": summary,
+        "summary_by_workload": by_workload,
         "records": records,
     }
 
@@ -683,12 +780,23 @@ def summarize(records: list[dict[str, Any]], modes: Sequence[Mode], settings: Se
             valid = [r.get("valid") for r in rs]
             same = [r["same_as_target"] for r in rs if "same_as_target" in r]
             calls = [c for r in ok for c in r.get("_mask_calls", [])]
+            e2e = [r["e2e_speedup_vs_target"] for r in ok if r.get("e2e_speedup_vs_target")]
+            scored = [r for r in rs if r.get("fields_expected")]
             entry: dict[str, Any] = {
                 "runs": len(rs), "ok": len(ok),
                 "tokens_per_second_median": median([r.get("tokens_per_second") for r in ok]),
                 "tokens_per_second_aggregate": (tok / sum(r["decode_s"] for r in ok)) if ok and sum(r.get("decode_s", 0) for r in ok) > 0 else None,
                 "latency_s_median": median([r.get("latency_s") for r in ok]),
                 "latency_s_p90": percentile([r.get("latency_s") for r in ok], 90),
+                "prefill_s_median": median([r.get("prefill_s") for r in ok]),
+                "prefill_share_median": median([r.get("prefill_share") for r in ok]),
+                "e2e_speedup_vs_target_median": median(e2e),
+                "e2e_speedup_vs_target_geomean": geomean(e2e),
+                "e2e_slower_than_target": sum(1 for x in e2e if x < 1.0) if e2e else None,
+                "fields_matched": sum(r["fields_matched"] for r in scored) if scored else None,
+                "fields_expected": sum(r["fields_expected"] for r in scored) if scored else None,
+                "field_exact_match": (sum(r["fields_matched"] for r in scored) / sum(r["fields_expected"] for r in scored))
+                if scored and sum(r["fields_expected"] for r in scored) else None,
                 "generated_tokens_median": median([r.get("generated_tokens") for r in ok]),
                 "target_forwards_per_token": (tf / tok) if tok else None,
                 "acceptance_rate": (sum(r.get("accepted_tokens") or 0 for r in ok) / drafted) if drafted else None,
@@ -714,6 +822,19 @@ def summarize(records: list[dict[str, Any]], modes: Sequence[Mode], settings: Se
             if mode.name == "target":
                 entry["speedup_vs_target_median"] = entry["speedup_vs_target_geomean"] = 1.0
             out[setting][mode.name] = entry
+    return out
+
+
+def summaries_by_workload(records: list[dict[str, Any]], modes: Sequence[Mode], settings: Sequence[str],
+                          compile_info: dict[str, dict[str, Any]], workload: Sequence[Any]) -> dict[str, Any]:
+    """:func:`summarize` per workload (records and compile times of that workload's prompts only),
+    keyed by workload name (``"injected"`` for entries without one), in workload order."""
+    names = list(dict.fromkeys(getattr(w, "workload", None) for w in workload))
+    out: dict[str, Any] = {}
+    for name in names:
+        schemas = {w.schema_name for w in workload if getattr(w, "workload", None) == name}
+        recs = [r for r in records if r.get("workload") == name]
+        out[name or "injected"] = summarize(recs, modes, settings, {k: v for k, v in compile_info.items() if k in schemas})
     return out
 
 
@@ -777,6 +898,9 @@ def markdown_table(results: dict[str, Any]) -> str:
     lines = [f"Benchmark {meta['date_utc']}: target `{meta['target']}`, draft `{meta['draft']}` ({weights}), "
              f"{len(results['workload'])} prompts, max {meta['max_new_tokens']} new tokens, "
              f"{meta['torch_threads']} torch threads on {meta['cpu_count']} CPUs.", ""]
+    lines += e2e_tables(results)
+    if len(results.get("summary_by_workload") or {}) > 1:
+        lines += ["### Decode detail, all workloads together", ""]
     header = ("| mode | tok/s p50 | × target | × target geo | × peer | pred. × | latency p50 s | target fwd/token | accept | "
               "acc. len | props m/g/l | forced | mask µs/tok p50/p99 | compile s | peak RSS GB | valid | greedy = target |")
     for setting, rows in results["summary"].items():
@@ -797,12 +921,49 @@ def markdown_table(results: dict[str, Any]) -> str:
     if results["unavailable"]:
         lines.append("Not available: " + "; ".join(f"`{k}`: {v}" for k, v in results["unavailable"].items()) + ".")
         lines.append("")
-    lines.append("tok/s: generated tokens per second of decoding (prefill excluded), median over prompts; "
+    lines.append("latency: the whole request (prompt build, prefill of target and draft, decode), median over prompts; "
+                 "× target e2e: median of per-prompt ratios target-only latency / this mode's latency (geo: their geometric mean; "
+                 "slower: prompts where it is below 1); prefill share: prefill / latency; fields exact: fields the extraction "
+                 "prompts state that the answer holds exactly (matched/expected). "
+                 "tok/s: generated tokens per second of decoding (prefill excluded), median over prompts; "
                  "× target / × peer: median of per-prompt ratios; × target geo: their geometric mean (every prompt counts, not only the middle two); props m/g/l: tokens proposed by the draft model / "
                  "grammar-forced strings / prompt lookup; mask µs/tok: all per-state grammar work (token walks, bitmasks, "
                  "forced-token checks) per generated token, masks cold at the start of every run; pred. ×: predicted from measured acceptance and "
                  "forward costs; hf-assist is unconstrained (tokens/s reference only).")
     return "\n".join(lines) + "\n"
+
+
+E2E_HEADER = ("| mode | latency p50 s | × target e2e | × target e2e geo | slower | prefill p50 s | prefill share | "
+              "tok/s p50 | × target decode | fields exact | valid | greedy = target |")
+
+
+def e2e_tables(results: dict[str, Any]) -> list[str]:
+    """The headline: per workload and setting, end-to-end latency and its ratio vs target-only
+    (prefill included) beside decode tok/s and its ratio."""
+    by_workload = results.get("summary_by_workload") or {"all prompts": results["summary"]}
+    counts: dict[str, int] = {}
+    for w in results.get("workload", []):
+        counts[w.get("workload") or "injected"] = counts.get(w.get("workload") or "injected", 0) + 1
+    lines: list[str] = []
+    for name, summary in by_workload.items():
+        n = counts.get(name)
+        lines += [f"### End-to-end, workload `{name}`" + (f" ({n} prompts)" if n else ""), ""]
+        for setting, rows in summary.items():
+            lines += [f"**{setting}**", "", E2E_HEADER, "|" + "---|" * 12]
+            for mode, e in rows.items():
+                same = e.get("greedy_same_as_target")
+                fields = (f"{e['fields_matched']}/{e['fields_expected']} ({e['field_exact_match']:.0%})"
+                          if e.get("fields_expected") else "–")
+                lines.append("| " + " | ".join([
+                    mode, _f(e.get("latency_s_median"), "{:.1f}"), _f(e.get("e2e_speedup_vs_target_median"), "{:.2f}×"),
+                    _f(e.get("e2e_speedup_vs_target_geomean"), "{:.2f}×"),
+                    _f(e.get("e2e_slower_than_target"), "{:d}") if mode != "target" else "–",
+                    _f(e.get("prefill_s_median"), "{:.1f}"), _f(e.get("prefill_share_median"), "{:.0%}"),
+                    _f(e.get("tokens_per_second_median")), _f(e.get("speedup_vs_target_median"), "{:.2f}×"),
+                    fields, _f(e.get("valid_share"), "{:.0%}"), f"{same[0]}/{same[1]}" if same else "–",
+                ]) + " |")
+            lines.append("")
+    return lines
 
 
 def write_chart(results: dict[str, Any], path: Path) -> bool:
@@ -874,6 +1035,61 @@ def load_workload_module(path: str | Path | None = None) -> Any:
     return module
 
 
+def load_workloads(spec: str | None, n: int | None = None) -> list[WorkItem]:
+    """The entries of ``--workload``: ``default``, ``heldout``, ``both`` (default then held-out) or a
+    workload .py file; the first ``n`` prompts of each, tagged with their workload's name."""
+    spec = spec or "both"
+    names = ["default", "heldout"] if spec == "both" else [spec]
+    items: list[WorkItem] = []
+    for name in names:
+        path = BENCH_DIR / WORKLOAD_FILES[name] if name in WORKLOAD_FILES else Path(name)
+        label = name if name in WORKLOAD_FILES else Path(name).stem
+        items += [WorkItem(label, w) for w in load_workload_module(path).load_workload(n)]
+    return items
+
+
+def resummarize(out_dir: str | Path, workload: str | None = None) -> dict[str, Any]:
+    """Recompute the derived figures and summaries of a finished run's ``results.json`` with this
+    code (records are kept; summary figures this code cannot rebuild from them, such as per-call
+    mask percentiles, keep their old values) and rewrite ``results.json`` and ``table.md``.
+    ``workload``: the name of the run's workload, for records written before they carried one."""
+    out = Path(out_dir)
+    results = json.loads((out / "results.json").read_text())
+    records = results["records"]
+    for r in records:
+        if workload and not r.get("workload"):
+            r["workload"] = workload
+    known: dict[tuple[str, str], dict[str, Any]] = {}
+    for name in WORKLOAD_FILES:
+        try:
+            known.update({(name, w.id): dict(getattr(w, "expected", None) or {}) for w in load_workloads(name)})
+        except FileNotFoundError:
+            pass
+    entries = []
+    for w in results["workload"]:
+        name = w.get("workload") or workload
+        expected = w.get("expected") or known.get((name, w["id"])) or None
+        entries.append(dict(w, workload=name, expected=expected))
+    results["workload"] = entries
+    add_derived(records, {(w["workload"], w["id"]): dict(w["expected"] or {}) for w in entries})
+    modes = [Mode(m["name"], m["family"], m["k"], tuple(m["proposers"]) if m.get("proposers") else None, m.get("adaptive", False))
+             for m in results["modes"] if m.get("available", True)]
+    settings = list(results["summary"])
+    items = [SimpleNamespace(id=w["id"], schema_name=w["schema"], workload=w["workload"]) for w in entries]
+
+    def merged(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+        return {st: {m: {**(old.get(st, {}).get(m) or {}), **{k: v for k, v in e.items() if v is not None}}
+                     for m, e in rows.items()} for st, rows in new.items()}
+
+    results["summary"] = merged(summarize(records, modes, settings, results.get("compile", {})), results["summary"])
+    by = summaries_by_workload(records, modes, settings, results.get("compile", {}), items)
+    if len(by) == 1:
+        by = {k: results["summary"] for k in by}
+    results["summary_by_workload"] = by
+    write_outputs(results, out, chart=(out / "chart.png").exists())
+    return results
+
+
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
 
@@ -915,7 +1131,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peer-python", default=None, help="interpreter with outlines installed (default: $CONSTRAINED_SPEC_PEER_PYTHON or .venv-peer)")
     p.add_argument("--peer-model", default=None, help="model folder for the peer (default: the converted --model folder)")
     p.add_argument("--peer-timeout", type=float, default=1800.0, help="seconds to wait for one peer answer")
-    p.add_argument("--workload", default=None, help="a workload .py file (default benchmarks/workload.py)")
+    p.add_argument("--workload", default="both",
+                   help="default (benchmarks/workload.py, the one the defaults were tuned on), heldout (benchmarks/heldout.py, "
+                        "never tuned on), both (the default; reported side by side) or a workload .py file")
+    p.add_argument("--resummarize", default=None, metavar="DIR",
+                   help="recompute the summaries and table of a finished run in DIR with this code (runs nothing); "
+                        "with --workload NAME for runs whose records predate the workload tag")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads for every mode and the peer (default: torch's; on a shared machine 1 avoids oversubscription)")
     p.add_argument("--no-progress", action="store_true")
@@ -926,12 +1147,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: Sequence[Any] | None = None) -> int:
     """``constrained-spec bench ARGS``; ``generator``/``workload`` may be injected (tests)."""
     args = build_parser().parse_args(list(argv) if argv is not None else None)
+    if args.resummarize:
+        results = resummarize(args.resummarize, args.workload if args.workload != "both" else None)
+        print(markdown_table(results))
+        return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ks = args.ks or (QUICK_KS if args.quick else DEFAULT_KS)
     n_prompts = args.prompts if args.prompts is not None else (2 if args.quick else None)
     temps = (0.0,) if (args.quick or args.no_sampled) else (0.0, args.temperature)
     if workload is None:
-        workload = load_workload_module(args.workload).load_workload(n_prompts)
+        workload = load_workloads(args.workload, n_prompts)
     elif n_prompts is not None:
         workload = list(workload)[:n_prompts]
     select = args.modes.split(",") if args.modes else None

@@ -133,3 +133,132 @@ def test_zero_rounds_is_an_error_not_one_round(capsys):
     with pytest.raises(SystemExit):
         bench.build_parser().parse_args(["--rounds", "0"])
     assert "--rounds: must be at least 1" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- held-out workload, end-to-end figures
+
+
+def _subschemas(schema, parts):
+    """Every subschema a JSON Pointer's path can reach (through properties, items, anyOf/oneOf)."""
+    for branch in schema.get("anyOf", []) + schema.get("oneOf", []):
+        yield from _subschemas(branch, parts)
+    if not parts:
+        yield schema
+        return
+    head, rest = parts[0], parts[1:]
+    if head in schema.get("properties", {}):
+        yield from _subschemas(schema["properties"][head], rest)
+    if head.isdigit() and isinstance(schema.get("items"), dict):
+        yield from _subschemas(schema["items"], rest)
+
+
+def test_heldout_workload_integrity():
+    import re
+
+    import jsonschema
+
+    module = bench.load_workload_module(bench.BENCH_DIR / "heldout.py")
+    assert "BEFORE ANY TUNING" in module.__doc__ and "NEVER TUNE ON IT" in module.__doc__
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", module.WRITTEN) and module.WRITTEN in module.__doc__
+    held = bench.load_workloads("heldout")
+    default = bench.load_workloads("default")
+    assert len(held) >= 12 and len({w.schema_name for w in held}) >= 8
+    assert len({w.id for w in held}) == len(held)
+    assert not {w.id for w in held} & {w.id for w in default}
+    # no shared schema: neither by name nor by content
+    assert not {w.schema_name for w in held} & {w.schema_name for w in default}
+    canon = lambda s: json.dumps(s, sort_keys=True)  # noqa: E731
+    assert not {canon(w.schema) for w in held} & {canon(w.schema) for w in default}
+    extraction = [w for w in held if w.kind == "extraction"]
+    assert len(extraction) >= 8 and all(w.expected for w in extraction)
+    for w in held:
+        jsonschema.validators.validator_for(w.schema).check_schema(w.schema)  # valid per its metaschema
+        assert w.kind in {"extraction", "generative"}
+        for ptr, value in w.expected.items():
+            parts = [p.replace("~1", "/").replace("~0", "~") for p in ptr.split("/")[1:]] if ptr else []
+            subs = list(_subschemas(w.schema, parts))
+            assert subs, f"{w.id}: {ptr} names no field of its schema"
+            assert any(jsonschema.Draft202012Validator(s, format_checker=jsonschema.FormatChecker()).is_valid(value) for s in subs), \
+                f"{w.id}: expected {ptr} = {value!r} does not validate against its field"
+            if isinstance(value, str) and not any({"enum", "const", "format"} & set(s) for s in subs):
+                assert value in w.prompt, f"{w.id}: {ptr} = {value!r} is not stated in the prompt"
+
+
+def test_field_match_and_e2e_summary_math():
+    def rec(prompt, mode, latency, prefill, text=None, ok=True):
+        return {"prompt": prompt, "mode": mode, "setting": "greedy", "round": 0, "workload": "w", "ok": ok,
+                "latency_s": latency, "prefill_s": prefill, "text": text, "tokens_per_second": 10.0, "decode_s": 1.0,
+                "generated_tokens": 10}
+
+    records = [rec("a", "target", 10.0, 4.0, '{"x": 1.0, "y": ["s"]}'), rec("a", "k2", 5.0, 2.5, '{"x": true, "y": ["t"]}'),
+               rec("b", "target", 20.0, 5.0, '{"x": 1, "y": ["s"]}'), rec("b", "k2", 25.0, 5.0, 'not json'),
+               rec("c", "target", 30.0, 6.0, '{"y": ["s"], "x": 1}'), rec("c", "k2", 10.0, 1.0, '{"x": 1, "y": ["s", "u"]}')]
+    records.append(dict(rec("a", "k2", 1.0, 0.5, None, ok=False), round=1))  # a failed run: no ratio, no field matched
+    expected = {("w", p): {"/x": 1, "/y/0": "s"} for p in "abc"}
+    bench.add_derived(records, expected)
+    k2 = [r for r in records if r["mode"] == "k2" and r["round"] == 0]
+    assert [r["e2e_speedup_vs_target"] for r in k2] == [2.0, 0.8, 3.0]
+    assert [r["fields_matched"] for r in k2] == [0, 0, 2]  # true is not 1; "t" is not "s"; not JSON matches nothing
+    assert k2[0]["fields_missed"] == ["/x", "/y/0"] and k2[0]["prefill_share"] == 0.5
+    modes = [bench.Mode("target", "target"), bench.Mode("k2", "fixed", 2, ("draft",))]
+    summary = bench.summarize(records, modes, ["greedy"], {})["greedy"]
+    e = summary["k2"]
+    assert e["e2e_speedup_vs_target_median"] == pytest.approx(2.0)
+    assert e["e2e_speedup_vs_target_geomean"] == pytest.approx((2.0 * 0.8 * 3.0) ** (1 / 3))
+    assert e["e2e_slower_than_target"] == 1
+    assert (e["fields_matched"], e["fields_expected"]) == (2, 8) and e["field_exact_match"] == pytest.approx(0.25)
+    assert e["latency_s_median"] == pytest.approx(10.0) and e["prefill_s_median"] == pytest.approx(2.5)
+    t = summary["target"]
+    assert t["e2e_speedup_vs_target_median"] == 1.0 and (t["fields_matched"], t["fields_expected"]) == (6, 6)
+    assert t["prefill_share_median"] == pytest.approx(0.25)
+
+
+def test_bench_reports_both_workloads_side_by_side(generator, tmp_path):
+    default = [w for w in bench.load_workloads("default") if w.schema_name == "weather"][:1]
+    held = [w for w in bench.load_workloads("heldout") if w.schema_name in ("yes_no", "single_integer")]
+    assert {w.workload for w in default} == {"default"} and {w.workload for w in held} == {"heldout"}
+    out = tmp_path / "out"
+    rc = bench.main(["--out", str(out), "--ks", "2", "--no-proposers", "--no-adaptive", "--no-peer", "--no-hf-assist",
+                     "--no-sampled", "--no-progress", "--no-chart", "--max-new-tokens", "400"],
+                    generator=generator, workload=default + held)
+    assert rc == 0
+    results = json.loads((out / "results.json").read_text())
+    by = results["summary_by_workload"]
+    assert list(by) == ["default", "heldout"]
+    recs = results["records"]
+    assert {r["workload"] for r in recs if r["schema"] == "weather"} == {"default"}
+    for name, summary in by.items():
+        mine = [r for r in recs if r["workload"] == name]
+        assert summary["greedy"]["target"]["runs"] == len([r for r in mine if r["mode"] == "target"])
+        ratios = []
+        for r in mine:
+            if r["mode"] == "k2":
+                base = next(b for b in mine if b["mode"] == "target" and b["prompt"] == r["prompt"])
+                assert r["e2e_speedup_vs_target"] == pytest.approx(base["latency_s"] / r["latency_s"])
+                ratios.append(base["latency_s"] / r["latency_s"])
+        assert summary["greedy"]["k2"]["e2e_speedup_vs_target_median"] == pytest.approx(sorted(ratios)[len(ratios) // 2]
+                                                                                       if len(ratios) % 2 else sum(sorted(ratios)[len(ratios) // 2 - 1:len(ratios) // 2 + 1]) / 2)
+    # field exact match, recomputed here from the answers and the workload's expected values
+    want = {w.id: w.expected for w in held}
+    matched = 0
+    for r in recs:
+        if r["workload"] == "heldout" and r["mode"] == "k2":
+            doc = json.loads(r["text"])
+            matched += sum(1 for ptr, v in want[r["prompt"]].items()
+                           if (doc if ptr == "" else doc[ptr.lstrip("/")]) == v and type(doc if ptr == "" else doc[ptr.lstrip("/")]) is type(v))
+    k2 = by["heldout"]["greedy"]["k2"]
+    assert (k2["fields_matched"], k2["fields_expected"]) == (matched, sum(len(v) for v in want.values()))
+    assert by["default"]["greedy"]["k2"]["fields_expected"] is None  # the tuned workload states no expected values
+    table = (out / "table.md").read_text()
+    assert table.index("End-to-end, workload `default`") < table.index("End-to-end, workload `heldout`") < table.index("Decode detail")
+    assert "× target e2e" in table and "fields exact" in table
+    # --resummarize rebuilds the derived figures from the records alone
+    for r in results["records"]:
+        for key in ("e2e_speedup_vs_target", "fields_matched", "fields_expected", "prefill_share"):
+            r.pop(key, None)
+    del results["summary_by_workload"]
+    (out / "results.json").write_text(json.dumps(results))
+    assert bench.main(["--resummarize", str(out)]) == 0
+    again = json.loads((out / "results.json").read_text())
+    assert again["summary_by_workload"]["heldout"]["greedy"]["k2"]["fields_matched"] == matched
+    assert all("e2e_speedup_vs_target" in r for r in again["records"])
