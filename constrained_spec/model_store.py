@@ -636,11 +636,7 @@ def ensure_converted(
             }
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
             del model
-            if folder.exists():  # a stale or broken folder: replace it
-                old = folder.with_name(f".{folder.name}.old{os.getpid()}")
-                os.replace(folder, old)
-                shutil.rmtree(old, ignore_errors=True)
-            os.replace(tmp, folder)
+            _publish(tmp, folder)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -945,6 +941,15 @@ def _fp32_source(src: ModelSource, root: Path, progress: bool) -> tuple[Any, Any
     return model, tokenizer, f"gguf/{gguf.name}"
 
 
+def _publish(tmp: Path, folder: Path) -> None:
+    """Move the finished folder ``tmp`` into place as ``folder``, replacing a stale or broken one."""
+    if folder.exists():
+        old = folder.with_name(f".{folder.name}.old{os.getpid()}")
+        os.replace(folder, old)
+        shutil.rmtree(old, ignore_errors=True)
+    os.replace(tmp, folder)
+
+
 def _drop_stale(folder: Path, src: ModelSource, tag: str) -> None:
     """Remove what a packed build replaces: packed folders of this model and dtype for another torch
     version or format, and the fp32 conversion (the intermediate that older versions kept, 2.4 / 6.7
@@ -974,11 +979,7 @@ def _build_packed(folder: Path, src: ModelSource, tag: str, progress: bool) -> t
     _chmod_default(tmp, 0o777)
     try:
         _save_packed(tmp, model, tokenizer, src, tag, origin)
-        if folder.exists():  # a stale or broken folder: replace it
-            old = folder.with_name(f".{folder.name}.old{os.getpid()}")
-            os.replace(folder, old)
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(tmp, folder)
+        _publish(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
