@@ -404,15 +404,18 @@ def test_request_timeout_is_a_504_and_the_waiting_job_is_dropped():
 
 
 class LoopingGenerator:
-    """Commits a token every 10 ms for up to 10 s through on_tokens; records how it ended."""
+    """Commits a token every 10 ms for up to 10 s through on_tokens; counts the steps and records
+    how it ended."""
 
     def __init__(self):
         self.ended = threading.Event()
         self.how = None
+        self.steps = 0
 
     def run(self, prompt, output_type, *, on_tokens=None, **options):
         try:
             for _ in range(1000):
+                self.steps += 1
                 on_tokens([1])
                 time.sleep(0.01)
             self.how = "finished"
@@ -800,31 +803,8 @@ def test_parallel_tool_calls_defaults_to_true():
     assert "tool_calls" not in json.dumps(single)
 
 
-class CountingLoopGenerator:
-    """Commits a token every 10 ms for up to 10 s through on_tokens; counts the steps."""
-
-    def __init__(self):
-        self.steps = 0
-        self.how = None
-        self.ended = threading.Event()
-
-    def run(self, prompt, output_type, *, on_tokens=None, **options):
-        try:
-            for _ in range(1000):
-                self.steps += 1
-                on_tokens([1])
-                time.sleep(0.01)
-            self.how = "finished"
-        except server.Cancelled:
-            self.how = "cancelled"
-            raise
-        finally:
-            self.ended.set()
-        return SimpleNamespace(value={}, text="{}", token_ids=[1], stats=DecodeStats(generated_tokens=1, stop_reason="eos"))
-
-
 def test_a_client_that_disconnects_cancels_its_generation():
-    gen = CountingLoopGenerator()
+    gen = LoopingGenerator()
     app = create_app(gen)
     body = json.dumps({"messages": USER, "response_format": {"type": "json_object"}}).encode()
     start = time.monotonic()
