@@ -602,7 +602,7 @@ def user_message(gen: Any, item: Any, spec: Any) -> str:
     if spec is not None and getattr(spec, "schema", None) is not None:
         from .api import schema_hint
 
-        return item.prompt + "\n\n" + schema_hint(spec.schema)
+        return item.prompt + "\n\n" + schema_hint(spec.schema, style=getattr(gen, "schema_hint_style", "full"))
     return item.prompt
 
 
@@ -1140,6 +1140,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads for every mode and the peer (default: torch's; on a shared machine 1 avoids oversubscription)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--schema-hint", default="full", choices=["full", "compact"],
+                   help="how the prompt's schema hint writes the schema (default full)")
     p.add_argument("--no-chart", action="store_true", help="skip chart.png (matplotlib)")
     return p
 
@@ -1181,8 +1183,9 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
         draft = None if str(args.draft).lower() in {"none", ""} else args.draft
         # num_draft_tokens = the largest k: it is also the cap of adaptive k (its cost curve's length)
         generator = Generator(args.model, draft, cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, progress=progress,
-                              max_new_tokens=args.max_new_tokens, num_draft_tokens=max(ks))
+                              max_new_tokens=args.max_new_tokens, num_draft_tokens=max(ks), schema_hint_style=args.schema_hint)
         config.extra["load_s"] = time.perf_counter() - t0
+    config.extra["schema_hint"] = getattr(generator, "schema_hint_style", "full")
     _warm_up(generator)
 
     peer = None
