@@ -60,7 +60,7 @@ demo: install
 	$(PYTHON) -m constrained_spec.cli generate --schema schemas/order.json --stats --prompt "$(DEMO_PROMPT)"
 
 test: install-test
-	$(PYTHON) -m constrained_spec.tokenizer_assets gpt-2 llama-bpe llama-spm qwen2 >/dev/null
+	$(PYTHON) -m constrained_spec.models.tokenizer_assets gpt-2 llama-bpe llama-spm qwen2 >/dev/null
 	CONSTRAINED_SPEC_REQUIRE_ASSETS=1 $(PYTHON) -m pytest -q
 
 FORCE:

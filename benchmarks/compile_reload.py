@@ -27,7 +27,7 @@ def _one_pass(cache: str, tokenizer: str) -> None:
     from constrained_spec.coverage import _load_tokenizer
     from constrained_spec.grammar import output_spec
     from constrained_spec.grammar.automaton import AutomatonCompiler
-    from constrained_spec.vocab import build_vocabulary
+    from constrained_spec.grammar.vocab import build_vocabulary
 
     vocab = build_vocabulary(_load_tokenizer(tokenizer))
     t0 = time.perf_counter()

@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from constrained_spec import model_store as ms  # noqa: E402
-from constrained_spec.model_sources import DEFAULT_PAIR  # noqa: E402
+from constrained_spec.models import store as ms  # noqa: E402
+from constrained_spec.models.sources import DEFAULT_PAIR  # noqa: E402
 
 PROMPT = (
     "You are a careful assistant that answers with one JSON object and nothing else.\n"
@@ -63,7 +63,7 @@ def _load(name: str, dtype: str, cache_dir: str | None):
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, local_files_only=True).eval()
     if dtype in ms.PACKED_TAGS:
-        from constrained_spec.cpu_linear import pack_linears
+        from constrained_spec.models.packed_linear import pack_linears
 
         pack_linears(model, weights=ms.PACKED_TAGS[dtype])
     tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)

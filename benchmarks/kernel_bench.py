@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from constrained_spec.kernels import torch_verify  # noqa: E402
-from constrained_spec.sampling import effective_probs, pack_bitmask, unpack_bitmask  # noqa: E402
-from constrained_spec.speculative import verify as reference_verify  # noqa: E402
+from constrained_spec.sampling.acceptance import verify as reference_verify  # noqa: E402
+from constrained_spec.sampling.distribution import effective_probs, pack_bitmask, unpack_bitmask  # noqa: E402
+from constrained_spec.sampling.kernels import torch_verify  # noqa: E402
 
 ARG_NAMES = ("target_logits", "draft_probs", "draft_tokens", "bitmask", "temperature", "top_k", "top_p", "uniforms")
 
@@ -121,7 +121,7 @@ def count_launches(fn, device: str) -> str:
 
 def correctness_check(vocab: int, dtype: torch.dtype, device: str = "cuda") -> bool:
     """Triton vs torch on the GPU over varied cases; prints the counts, returns True when clean."""
-    from constrained_spec.kernels import triton_verify
+    from constrained_spec.sampling.kernels import triton_verify
 
     temps = (0.0, 0.5, 1.0, 1.3)
     total = {"rows": 0, "identical": 0, "tolerated": [], "mismatches": []}
@@ -183,7 +183,7 @@ def main() -> int:
     if use_triton:
         ok = correctness_check(vocab, dtype)
 
-    from constrained_spec.kernels import triton_verify
+    from constrained_spec.sampling.kernels import triton_verify
 
     # Launches per verification step, at a middling size.
     inputs = make_inputs(8, 4, vocab, device, dtype, seed=1)

@@ -97,7 +97,7 @@ def _pack(model: Any, weights: str) -> None:
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod
         spec.loader.exec_module(mod)
-    sys.modules["constrained_spec.cpu_linear"].pack_linears(model, keep_head_weight=False, weights=weights)
+    sys.modules["constrained_spec.models.packed_linear"].pack_linears(model, keep_head_weight=False, weights=weights)
 
 
 class Peer:

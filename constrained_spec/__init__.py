@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
+from constrained_spec.errors import (
     CompileLimitError,
     ConstrainedSpecError,
     EmptyLanguageError,
@@ -21,11 +21,11 @@ from .errors import (
     UnsupportedKeywordError,
     VocabularyMismatchError,
 )
-from .grammar import Regex
+from constrained_spec.grammar import Regex
 
 if TYPE_CHECKING:
-    from .api import GenerationResult, Generator, generate, generate_json
-    from .sampling import SamplingPolicy
+    from constrained_spec.api import GenerationResult, Generator, generate, generate_json
+    from constrained_spec.sampling.distribution import SamplingPolicy
 
 #: names imported on first use: they pull in torch and transformers, which the command line's
 #: argument checks and ``--help`` do not need

@@ -13,18 +13,18 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .constraint import Matcher
-from .decode import DecodeStats, SpeculativeDecoder
-from .defaults import DEFAULT_DRAFT, DEFAULT_TARGET, NUM_DRAFT_TOKENS, PROPOSERS
-from .draft_length import AdaptiveDraftLength
-from .errors import ContextLengthError, ModelLoadError, OutputValidationError, TokenBudgetExceeded
-from .grammar import OutputSpec, Regex, output_spec
-from .grammar.automaton import AutomatonCompiler, CompiledAutomaton
-from .grammar.schema_refs import validation_errors as validate_value
-from .models import SequenceModel, check_same_vocabulary, wrap
-from .proposers import GrammarStrings, PromptText
-from .sampling import SamplingPolicy, make_generator
-from .vocab import TokenVocabulary, build_vocabulary
+from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, NUM_DRAFT_TOKENS, PROPOSERS
+from constrained_spec.engine.draft_length import AdaptiveDraftLength
+from constrained_spec.engine.loop import DecodeStats, SpeculativeDecoder
+from constrained_spec.engine.proposers import GrammarStrings, PromptText
+from constrained_spec.errors import ContextLengthError, ModelLoadError, OutputValidationError, TokenBudgetExceeded
+from constrained_spec.grammar import OutputSpec, Regex, output_spec
+from constrained_spec.grammar.automaton import AutomatonCompiler, CompiledAutomaton
+from constrained_spec.grammar.matcher import Matcher
+from constrained_spec.grammar.schema_refs import validation_errors as validate_value
+from constrained_spec.grammar.vocab import TokenVocabulary, build_vocabulary
+from constrained_spec.models.hf import SequenceModel, check_same_vocabulary, wrap
+from constrained_spec.sampling.distribution import SamplingPolicy, make_generator
 
 #: end a draft block after a model token the draft gives less than this probability
 DRAFT_CONFIDENCE = 0.3
@@ -127,7 +127,7 @@ def _load_shared(spec: str, role: str, cache_dir: Any, dtype: str, progress: boo
 
     ``role`` is part of the key: ``dtype="auto"`` and the packing of the output head depend on it.
     """
-    from .model_store import resolve_model
+    from constrained_spec.models.store import resolve_model
 
     key = (spec, str(dtype), None if cache_dir is None else str(cache_dir), role)
     with _LOADED_LOCK:  # one load per key, even when two threads ask at once
@@ -185,7 +185,7 @@ class Generator:
         draft_confidence: float = DRAFT_CONFIDENCE,
         draft_head_tokens: int = DRAFT_HEAD_TOKENS,
     ) -> None:
-        from .kernels import get_verifier
+        from constrained_spec.sampling.kernels import get_verifier
 
         self._loaded: list[_Loaded] = []
         self.target, self.tokenizer = _load(model, tokenizer, "target", cache_dir, dtype, progress, self._loaded)
@@ -275,7 +275,7 @@ class Generator:
         if schema_draft is not None:
             import dataclasses
 
-            from .grammar.json_schema import SchemaOptions
+            from constrained_spec.grammar.json_schema import SchemaOptions
 
             options = dataclasses.replace(options or SchemaOptions(), draft=schema_draft)
         # an OutputSpec (grammar.output_spec's, e.g. checked before the models loaded) is used as it is
@@ -341,7 +341,7 @@ class Generator:
 
         ``proposers`` picks the proposal sources, any of ``"draft"`` (the draft model),
         ``"grammar"`` (strings the grammar forces, at no model cost) and ``"lookup"`` (prompt
-        lookup: token n-grams, else bytes, :class:`~constrained_spec.proposers.PromptText`); ``adaptive`` grows each block while one more
+        lookup: token n-grams, else bytes, :class:`~constrained_spec.engine.proposers.PromptText`); ``adaptive`` grows each block while one more
         position is worth its cost (measured keep rates and forward costs), with
         ``num_draft_tokens`` as the upper bound; ``draft_confidence`` ends a draft block after a
         token the draft model gives less than this probability (0 = never). Every combination

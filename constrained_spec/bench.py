@@ -316,7 +316,7 @@ def predicted_speedup(spec: Any, base: Any) -> tuple[float | None, str]:
     c_target(1) the mean target forward of the target-only run of the same request.
     """
     try:
-        from . import cost_model  # type: ignore[attr-defined]
+        from constrained_spec import cost_model  # type: ignore[attr-defined]
 
         fn = getattr(cost_model, "predicted_speedup", None)
         if fn is not None:
@@ -473,7 +473,7 @@ def mode_unavailable_reason(gen: Any, mode: Mode) -> str | None:
 
 def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature: float, seed: int,
                     max_new_tokens: int, cold: bool) -> dict[str, Any]:
-    from .grammar.schema_refs import validation_errors
+    from constrained_spec.grammar.schema_refs import validation_errors
 
     kwargs: dict[str, Any] = {"num_draft_tokens": mode.k, "temperature": temperature, "seed": seed,
                               "max_new_tokens": max_new_tokens}
@@ -524,7 +524,7 @@ def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature:
 
 def _peer_record(peer: PeerClient, item: Any, prompt_text: str, prompt_ids: list[int], temperature: float,
                  seed: int, max_new_tokens: int) -> dict[str, Any]:
-    from .grammar.schema_refs import validation_errors
+    from constrained_spec.grammar.schema_refs import validation_errors
 
     t0 = time.perf_counter()
     try:
@@ -600,7 +600,7 @@ def _hf_assist_record(gen: Any, prompt_ids: list[int], max_new_tokens: int) -> d
 def user_message(gen: Any, item: Any, spec: Any) -> str:
     """The user message ``Generator.prompt_ids`` sends (prompt plus the schema hint), for the peer."""
     if spec is not None and getattr(spec, "schema", None) is not None:
-        from .api import schema_hint
+        from constrained_spec.api import schema_hint
 
         return item.prompt + "\n\n" + schema_hint(spec.schema, style=getattr(gen, "schema_hint_style", "full"))
     return item.prompt
@@ -609,8 +609,8 @@ def user_message(gen: Any, item: Any, spec: Any) -> str:
 def compile_cold(gen: Any, schema: Any) -> float:
     """Seconds to compile ``schema`` with no disk or memory cache (lazy masks excluded: they are
     built per visited state during decoding and counted in mask time)."""
-    from .grammar import output_spec
-    from .grammar.automaton import AutomatonCompiler
+    from constrained_spec.grammar import output_spec
+    from constrained_spec.grammar.automaton import AutomatonCompiler
 
     spec = output_spec(schema, getattr(gen, "schema_options", None))
     compiler = AutomatonCompiler(gen.vocab, disk_cache=False, compile_timeout=getattr(gen.compiler, "compile_timeout", 120.0))
@@ -840,7 +840,7 @@ def summaries_by_workload(records: list[dict[str, Any]], modes: Sequence[Mode], 
 
 def _dtype_label(model: Any) -> str:
     """The weights' dtype, or ``fp16w`` / ``int8w`` where the linear layers are packed."""
-    from .cpu_linear import PackedFp16Linear, PackedInt8Linear
+    from constrained_spec.models.packed_linear import PackedFp16Linear, PackedInt8Linear
 
     modules = list(model.modules()) if model is not None else []
     if any(isinstance(m, PackedInt8Linear) for m in modules):
@@ -1102,7 +1102,7 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cli import add_model_arguments
+    from constrained_spec.cli.commands import add_model_arguments
 
     p = argparse.ArgumentParser(prog="constrained-spec bench", description=__doc__.split("\n\n")[0])
     add_model_arguments(p, allow_no_draft=False)
@@ -1178,7 +1178,7 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     if generator is None:
-        from .api import Generator
+        from constrained_spec.api import Generator
 
         draft = None if str(args.draft).lower() in {"none", ""} else args.draft
         # num_draft_tokens = the largest k: it is also the cap of adaptive k (its cost curve's length)
@@ -1194,7 +1194,7 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
         model_path, peer_dtype = args.peer_model, (None if args.dtype == "auto" else args.dtype)
         if model_path is None and isinstance(args.model, str):
             try:
-                from .model_store import resolve_model_path
+                from constrained_spec.models.store import resolve_model_path
 
                 r = resolve_model_path(args.model, cache_dir=args.cache_dir, dtype=args.dtype, progress=False)
                 model_path = r.path if r.kind in {"short-name", "folder"} else None

@@ -314,7 +314,7 @@ def _load_tokenizer(name: str):
     path = Path(name)
     if not path.exists():
         try:  # offline tokenizers shipped via tokenizer_assets (e.g. "llama-spm")
-            from constrained_spec import tokenizer_assets
+            from constrained_spec.models.hf import tokenizer_assets
 
             path = tokenizer_assets.ensure_vocab_tokenizer(name)
         except Exception:  # noqa: BLE001 - fall back to the hub name / local cache
@@ -328,8 +328,8 @@ def _make_automaton(tokenizer_name: Optional[str]):
     if not tokenizer_name:
         return None
     try:
-        from constrained_spec import vocab as vocab_mod
         from constrained_spec.grammar import automaton as auto_mod
+        from constrained_spec.grammar import vocab as vocab_mod
     except ImportError as e:
         print(f"[coverage] token automaton skipped: {e}", file=sys.stderr)
         return None

@@ -55,7 +55,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from .errors import ConstrainedSpecError
+from constrained_spec.errors import ConstrainedSpecError
 
 __all__ = [
     "Tool",
@@ -505,7 +505,7 @@ def parse_tool_output(value: Any, tools: Iterable[Any] | None = None, ids: Calla
 def _check_arguments(known: Mapping[str, Tool], name: Any, arguments: Any, schema_options: Any = None) -> None:
     import jsonschema
 
-    from .grammar.schema_refs import validation_errors
+    from constrained_spec.grammar.schema_refs import validation_errors
 
     tool = known.get(name) if isinstance(name, str) else None
     if tool is None:
@@ -529,7 +529,7 @@ def template_supports_tools(tokenizer: Any) -> bool:
 
 
 def _format_instruction(tools: Sequence[Tool], choice: str, parallel: bool, content_schema: Any = None) -> str:
-    from .api import schema_hint
+    from constrained_spec.api import schema_hint
 
     answer = "<your answer>"
     content_hint = "" if content_schema is None else " " + schema_hint(content_schema, 'The value of "content" is a single JSON value')

@@ -6,7 +6,7 @@ import hashlib
 
 import torch
 
-from constrained_spec.vocab import TokenVocabulary
+from constrained_spec.grammar.vocab import TokenVocabulary
 
 
 class PrefixModel:

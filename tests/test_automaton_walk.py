@@ -13,7 +13,7 @@ from conftest import real_tokenizer
 
 from constrained_spec.grammar.automaton import AutomatonCompiler, CompiledAutomaton, table_walk
 from constrained_spec.grammar.json_schema import schema_to_regex
-from constrained_spec.vocab import build_vocabulary
+from constrained_spec.grammar.vocab import build_vocabulary
 
 
 def full_walk(table, dfa, dead, state) -> np.ndarray:
@@ -87,7 +87,7 @@ def test_bucketed_walk_equals_full_walk(gpt2_vocab, regex):
 
 
 def test_zero_length_tokens_are_allowed_everywhere():
-    from constrained_spec.vocab import TokenVocabulary
+    from constrained_spec.grammar.vocab import TokenVocabulary
 
     vocab = TokenVocabulary(tokens={0: b"a", 1: b"", 2: b"ab", 3: b"b", 4: b"ba"}, eos_token_ids=(5,), size=6)
     automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile("ab")

@@ -6,13 +6,13 @@ import pytest
 import torch
 from tiny_models import tiny_llama
 
-from constrained_spec.constraint import Matcher
-from constrained_spec.cpu_linear import pack_linears, packing_available
-from constrained_spec.decode import SpeculativeDecoder
+from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.grammar.automaton import AutomatonCompiler
-from constrained_spec.models import HFModel
-from constrained_spec.sampling import SamplingPolicy
-from constrained_spec.vocab import build_vocabulary
+from constrained_spec.grammar.matcher import Matcher
+from constrained_spec.grammar.vocab import build_vocabulary
+from constrained_spec.models.hf import HFModel
+from constrained_spec.models.packed_linear import pack_linears, packing_available
+from constrained_spec.sampling.distribution import SamplingPolicy
 
 PACKING = [False, pytest.param(True, marks=pytest.mark.skipif(not packing_available(), reason="no fbgemm"))]
 
@@ -64,7 +64,7 @@ def test_caches_follow_the_accepted_prefix_after_many_rejections(gpt2_tokenizer,
 
 @pytest.mark.parametrize("packed", PACKING, ids=["fp32", "fp16w"])
 def test_restricted_head_gives_the_same_masked_distribution(packed):
-    from constrained_spec.sampling import effective_probs
+    from constrained_spec.sampling.distribution import effective_probs
 
     model = _model(500, 3, packed)
     full, restricted = HFModel(model), HFModel(model)

@@ -56,7 +56,7 @@ def test_errors_are_one_clear_line(model_dirs, tmp_path):
 
 def test_grammar_files_compile_and_lark_is_refused(model_dirs, tmp_path):
     from constrained_spec.grammar.automaton import AutomatonCompiler
-    from constrained_spec.vocab import TokenVocabulary
+    from constrained_spec.grammar.vocab import TokenVocabulary
 
     vocab = TokenVocabulary(tokens={i: bytes([i]) for i in range(32, 127)}, eos_token_ids=(0,), size=128)
     for path in (ROOT / "grammars").glob("*.regex"):
@@ -143,7 +143,7 @@ def test_error_lines_say_what_is_wrong(tmp_path):
 def test_help_and_argument_errors_import_neither_torch_nor_transformers(tmp_path):
     code = (
         "import json, sys\n"
-        "from constrained_spec import cli\n"
+        "from constrained_spec.cli import commands as cli\n"
         "codes = []\n"
         "for argv in (['--help'], ['generate', '--help'], ['generate', '--schema', sys.argv[1], '--prompt', 'x'],\n"
         "             ['generate', '--schema', 'schemas/person.json', '--prompt', 'x', '--temperature', '-1'],\n"
@@ -162,7 +162,8 @@ def test_help_and_argument_errors_import_neither_torch_nor_transformers(tmp_path
 
 
 def test_serve_without_its_extra_names_the_extra(monkeypatch, capsys):
-    from constrained_spec import cli, server
+    from constrained_spec.cli import commands as cli
+    from constrained_spec.serving import app as server
 
     called = []
     monkeypatch.setattr(server, "main", lambda argv=None: called.append(argv) or 0)
@@ -176,7 +177,7 @@ def test_serve_without_its_extra_names_the_extra(monkeypatch, capsys):
 
 
 def test_runtime_errors_exit_1_in_one_line(model_dirs, tmp_path, capsys, monkeypatch):
-    from constrained_spec import cli
+    from constrained_spec.cli import commands as cli
 
     monkeypatch.setenv("CONSTRAINED_SPEC_CACHE", str(tmp_path))
     schema = tmp_path / "city.json"
@@ -228,7 +229,8 @@ def test_draft_none_is_target_only(model_dirs, tmp_path, gpt2_tokenizer):
 def test_generate_json_and_generators_share_loaded_models(monkeypatch, tmp_path, gpt2_tokenizer):
     import gc
 
-    from constrained_spec import api, model_store
+    from constrained_spec import api
+    from constrained_spec.models import store as model_store
 
     loads: list[tuple[str, str, str]] = []
 

@@ -7,14 +7,14 @@ import pytest
 import torch
 from tiny_models import tiny_llama
 
-from constrained_spec.cpu_linear import (
+from constrained_spec.errors import ModelLoadError
+from constrained_spec.models.hf import HFModel
+from constrained_spec.models.packed_linear import (
     PackedFp16Linear,
     PackedInt8Linear,
     pack_linears,
     packing_available,
 )
-from constrained_spec.errors import ModelLoadError
-from constrained_spec.models import HFModel
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="torch build without fbgemm")
 
@@ -86,11 +86,11 @@ def test_int8_draft_keeps_greedy_output_equal_to_the_target_alone(gpt2_tokenizer
     """The draft's rounding may only cost acceptance: greedy speculative output with an int8 draft
     (here the target itself, int8-packed, so that it proposes often and is sometimes wrong) equals
     greedy target-only output, and its restricted and prefix heads work on the packed head."""
-    from constrained_spec.constraint import Matcher
-    from constrained_spec.decode import SpeculativeDecoder
+    from constrained_spec.engine.loop import SpeculativeDecoder
     from constrained_spec.grammar.automaton import AutomatonCompiler
-    from constrained_spec.sampling import SamplingPolicy
-    from constrained_spec.vocab import build_vocabulary
+    from constrained_spec.grammar.matcher import Matcher
+    from constrained_spec.grammar.vocab import build_vocabulary
+    from constrained_spec.sampling.distribution import SamplingPolicy
 
     vocab = build_vocabulary(gpt2_tokenizer, 50257)
     automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(r'\{"name":"[a-z ]{3,30}","n":[0-9]{1,5}\}')

@@ -18,11 +18,11 @@ import torch
 from scipy.stats import chisquare
 from synthetic import PrefixModel, letters_vocab
 
-from constrained_spec.constraint import Matcher
-from constrained_spec.decode import SpeculativeDecoder
+from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.grammar.automaton import AutomatonCompiler
-from constrained_spec.sampling import SamplingPolicy, draw, effective_probs, unpack_bitmask
-from constrained_spec.speculative import VerifyResult, acceptance_probs, first_rejection, verify
+from constrained_spec.grammar.matcher import Matcher
+from constrained_spec.sampling.acceptance import VerifyResult, acceptance_probs, first_rejection, verify
+from constrained_spec.sampling.distribution import SamplingPolicy, draw, effective_probs, unpack_bitmask
 
 PROMPT = [0, 1]
 REGEX = r"(a|b)c?[abc]{0,2}"  # finite language, several tokenizations per string
@@ -135,7 +135,7 @@ def verify_resample_from_p(target_logits, draft_probs, draft_tokens, bitmask, te
 
 def verify_unmasked_acceptance(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms):
     """Wrong: the acceptance test uses the target's unmasked probabilities (the draw stays masked)."""
-    from constrained_spec.speculative import residual
+    from constrained_spec.sampling.acceptance import residual
 
     _, positions, vocab = target_logits.shape
     k = positions - 1
@@ -251,7 +251,7 @@ def letters_encode(text: str) -> list[int]:
 ])
 def test_point_mass_proposals_grammar_strings_and_lookup_stay_exact(policy):
     """Grammar-forced strings and prompt lookup propose with q = a point mass; still exact."""
-    from constrained_spec.proposers import GrammarStrings
+    from constrained_spec.engine.proposers import GrammarStrings
 
     automaton = AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(FORCED_REGEX)
     strings = GrammarStrings(automaton, letters_encode)
@@ -270,7 +270,7 @@ def test_text_lookup_proposals_stay_exact(automaton):
     """Byte-level prompt lookup (PromptText) proposes re-tokenized continuations with a point-mass q;
     still exact. Token lookup is set to need more tokens than there are, so text lookup is the one
     that fires."""
-    from constrained_spec.proposers import PromptText
+    from constrained_spec.engine.proposers import PromptText
 
     policy = SamplingPolicy(temperature=1.0)
     prompt = [0, 2, 1, 8, 5, 8]  # "acbccbccc": after "a" or "b" it proposes "c", "bc", "cc"
@@ -300,7 +300,7 @@ class FixedCosts:
 def test_adaptive_block_lengths_stay_exact(automaton):
     """Adaptive k ends each block where one more position is not worth its cost, from the draft's
     confidence in the tokens drafted so far and keep rates learnt from past verifies: still exact."""
-    from constrained_spec.draft_length import AdaptiveDraftLength
+    from constrained_spec.engine.draft_length import AdaptiveDraftLength
 
     policy = SamplingPolicy(temperature=1.0)
     rule = AdaptiveDraftLength(max_k=4, target=FixedCosts({n: 1.0 for n in range(1, 7)}), draft=FixedCosts({1: 0.3}))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from constrained_spec.draft_length import AdaptiveDraftLength, CostCurve
+from constrained_spec.engine.draft_length import AdaptiveDraftLength, CostCurve
 
 
 def with_costs(rule: AdaptiveDraftLength, verify: float = 0.30, draft: float = 0.05, step_at: int | None = None) -> AdaptiveDraftLength:

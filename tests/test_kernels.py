@@ -1,11 +1,11 @@
-"""Tests of constrained_spec.kernels: backend selection, the torch path's distribution, and the
+"""Tests of constrained_spec.sampling.kernels: backend selection, the torch path's distribution, and the
 Triton kernels against the torch reference.
 
 The Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1) in a **subprocess**: the
 interpreter only works when the variable is set before triton is first imported, which a pytest
 session that has already imported triton elsewhere cannot guarantee. The parent process generates
 the cases, the child runs the Triton path on them, and the parent compares with the reference
-:func:`constrained_spec.speculative.verify` computed here.
+:func:`constrained_spec.sampling.acceptance.verify` computed here.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import pytest
 import torch
 
 from constrained_spec.errors import ConstrainedSpecError
-from constrained_spec.kernels import get_mask_fn, get_verifier, resolve_backend, torch_verify
-from constrained_spec.kernels.torch_verify import boundary_reason, compare_with_reference
-from constrained_spec.sampling import draw, effective_probs, pack_bitmask, unpack_bitmask
-from constrained_spec.speculative import RESIDUAL_EPS, VerifyResult, residual
-from constrained_spec.speculative import verify as reference_verify
+from constrained_spec.sampling.acceptance import RESIDUAL_EPS, VerifyResult, residual
+from constrained_spec.sampling.acceptance import verify as reference_verify
+from constrained_spec.sampling.distribution import draw, effective_probs, pack_bitmask, unpack_bitmask
+from constrained_spec.sampling.kernels import get_mask_fn, get_verifier, resolve_backend, torch_verify
+from constrained_spec.sampling.kernels.torch_verify import boundary_reason, compare_with_reference
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -265,7 +265,7 @@ _WORKER = textwrap.dedent(
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
     import torch
     torch.set_num_threads(1)
-    from constrained_spec.kernels import get_mask_fn, get_verifier
+    from constrained_spec.sampling.kernels import get_mask_fn, get_verifier
     verify = get_verifier("triton")
     mask_fn = get_mask_fn("triton")
     data = torch.load(sys.argv[1])
@@ -404,7 +404,7 @@ def test_boundary_tolerance_is_not_silent() -> None:
 
 def test_triton_verify_falls_back_to_torch_for_top_k_top_p(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("triton", reason="triton is not installed")
-    from constrained_spec.kernels import triton_verify
+    from constrained_spec.sampling.kernels import triton_verify
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the filtered path launches no kernel
     case = make_cases()[0]

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from constrained_spec import model_sources as src_mod
-from constrained_spec import model_store as ms
-from constrained_spec.cpu_linear import packing_available
 from constrained_spec.errors import ModelLoadError
-from constrained_spec.model_sources import Chunk, ModelSource
+from constrained_spec.models import sources as src_mod
+from constrained_spec.models import store as ms
+from constrained_spec.models.packed_linear import packing_available
+from constrained_spec.models.sources import Chunk, ModelSource
 
 
 def _sha(data: bytes) -> str:
@@ -232,7 +232,7 @@ def test_normalize_dtype() -> None:
     assert ms.normalize_dtype("bfloat16") == ms.normalize_dtype(torch.bfloat16) == "bf16"
     assert ms.normalize_dtype(None) == ms.normalize_dtype("auto") == "auto"
     assert ms.normalize_dtype("packed") == ms.normalize_dtype("fp16w") == "fp16w"
-    from constrained_spec.cpu_linear import packing_available
+    from constrained_spec.models.packed_linear import packing_available
 
     packs = packing_available() and not torch.cuda.is_available()
     assert ms.auto_dtype("target") == ("fp16w" if packs else "fp32")
@@ -488,7 +488,7 @@ def packed_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def _fresh_packed(tag: str, tied: bool, keep_head: bool):
     """The oracle: the fp32 model packed in memory by pack_linears, with no cache involved."""
-    from constrained_spec.cpu_linear import pack_linears
+    from constrained_spec.models.packed_linear import pack_linears
 
     model, _ = _tiny_fp32(tied)
     pack_linears(model, keep_head_weight=keep_head, weights=ms.PACKED_TAGS[tag])

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from constrained_spec.engine.proposers import GrammarStrings, prompt_lookup
 from constrained_spec.grammar.automaton import AutomatonCompiler
-from constrained_spec.proposers import GrammarStrings, prompt_lookup
-from constrained_spec.vocab import TokenVocabulary
+from constrained_spec.grammar.vocab import TokenVocabulary
 
 # A JSON-ish vocabulary where the key's closing quote, colon and the value's opening quote can be
 # split two ways: '":"' + 'M...' (canonical for the forced text alone) or '":' + '"M' (what a model
@@ -83,8 +83,8 @@ def test_prompt_lookup_copies_what_followed_the_last_ngram():
 def test_text_lookup_finds_a_value_the_prompt_spells_with_other_tokens(gpt2_tokenizer):
     """In the prompt ``Reykjavik`` follows a space; in a JSON string it follows a quote, so token
     n-grams never match, while the bytes do once a few of them are out."""
-    from constrained_spec.proposers import PromptText
-    from constrained_spec.vocab import build_vocabulary
+    from constrained_spec.engine.proposers import PromptText
+    from constrained_spec.grammar.vocab import build_vocabulary
 
     tok = gpt2_tokenizer
     vocab = build_vocabulary(tok, 50257)
@@ -109,8 +109,8 @@ def test_text_lookup_finds_a_value_the_prompt_spells_with_other_tokens(gpt2_toke
 def test_text_lookup_matches_a_string_value_start_at_a_word_start(gpt2_tokenizer):
     """A value's first bytes follow a quote in the output and a space in the prompt: matched at a
     word start once ``min_word`` bytes are out, before ``min_match`` bytes of the value exist."""
-    from constrained_spec.proposers import PromptText
-    from constrained_spec.vocab import build_vocabulary
+    from constrained_spec.engine.proposers import PromptText
+    from constrained_spec.grammar.vocab import build_vocabulary
 
     tok = gpt2_tokenizer
     encode = lambda text: tok.encode(text)  # noqa: E731

@@ -12,7 +12,7 @@ from tiny_models import tiny_llama
 from constrained_spec.api import Generator
 from constrained_spec.errors import SamplingError
 from constrained_spec.grammar import Regex
-from constrained_spec.sampling import draw, make_generator
+from constrained_spec.sampling.distribution import draw, make_generator
 
 PATTERN = "[a-z]{6}"
 

@@ -24,7 +24,7 @@ import regex as regex_pkg
 
 from constrained_spec.grammar.automaton import AutomatonCompiler, CompiledAutomaton
 from constrained_spec.grammar.json_schema import schema_to_regex
-from constrained_spec.vocab import TokenVocabulary
+from constrained_spec.grammar.vocab import TokenVocabulary
 
 GRAMMARS = Path(__file__).resolve().parents[1] / "grammars"
 

@@ -140,7 +140,7 @@ def test_the_server_refuses_a_remote_ref_with_a_400_and_no_hit(server):
     from fastapi.testclient import TestClient
 
     from constrained_spec.api import Generator
-    from constrained_spec.server import create_app
+    from constrained_spec.serving.app import create_app
 
     class NoModelGenerator(Generator):
         def __init__(self) -> None:  # compile() only: the request is refused before any decoding
@@ -336,7 +336,7 @@ def test_output_validation_follows_the_draft():
 
 
 def test_cli_has_schema_draft():
-    from constrained_spec.cli import build_parser
+    from constrained_spec.cli.commands import build_parser
 
     args = build_parser().parse_args(["generate", "--schema", "s.json", "--prompt", "p", "--schema-draft", "4"])
     assert args.schema_draft == "4"
@@ -347,7 +347,7 @@ def test_cli_has_schema_draft():
 def test_cli_schema_draft_reads_a_draft4_schema(tmp_path, capsys):
     """The schema is checked before any model loads: by 2020-12 rules it is invalid, by draft-04 it is fine
     (the run then stops at the missing model)."""
-    from constrained_spec.cli import main
+    from constrained_spec.cli.commands import main
 
     path = tmp_path / "d4.json"
     path.write_text(json.dumps(DRAFT4_INT))

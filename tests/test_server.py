@@ -14,9 +14,9 @@ import torch
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from constrained_spec import server  # noqa: E402
-from constrained_spec.decode import DecodeStats  # noqa: E402
-from constrained_spec.server import create_app  # noqa: E402
+from constrained_spec.engine.loop import DecodeStats  # noqa: E402
+from constrained_spec.serving import app as server  # noqa: E402
+from constrained_spec.serving.app import create_app  # noqa: E402
 
 PERSON = {
     "type": "object",
@@ -539,7 +539,7 @@ def asgi_post(app, parts, headers=(), disconnect_after=None, path="/v1/chat/comp
 def test_prefill_computes_the_head_for_the_last_position_only(gpt2_tokenizer):
     from tiny_models import tiny_llama
 
-    from constrained_spec.models import HFModel
+    from constrained_spec.models.hf import HFModel
 
     model = tiny_llama(50257, 3)
     seen = []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from constrained_spec.sampling import SamplingPolicy, draw, effective_probs, pack_bitmask, unpack_bitmask
-from constrained_spec.speculative import acceptance_probs, residual, verify
+from constrained_spec.sampling.acceptance import acceptance_probs, residual, verify
+from constrained_spec.sampling.distribution import SamplingPolicy, draw, effective_probs, pack_bitmask, unpack_bitmask
 
 
 def _params(batch: int, **kw):

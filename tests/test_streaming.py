@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from synthetic import PrefixModel, letters_vocab
 
-from constrained_spec.constraint import Matcher
-from constrained_spec.decode import SpeculativeDecoder
+from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.grammar.automaton import AutomatonCompiler
-from constrained_spec.sampling import SamplingPolicy
-from constrained_spec.vocab import TokenVocabulary
+from constrained_spec.grammar.matcher import Matcher
+from constrained_spec.grammar.vocab import TokenVocabulary
+from constrained_spec.sampling.distribution import SamplingPolicy
 
 
 def compile(regex: str):

@@ -13,7 +13,7 @@ import pytest
 from conftest import real_tokenizer
 
 from constrained_spec.grammar.automaton import AutomatonCompiler
-from constrained_spec.vocab import build_vocabulary
+from constrained_spec.grammar.vocab import build_vocabulary
 
 TOKENIZERS = ["gpt-2", "llama-bpe", "llama-spm", "qwen2"]
 ALPHABET = list("abcdefghijklmnopqrstuvwxyz ABCXYZ0123456789_-.,:;!?/\\\"'\n\t{}[]") + list("éüßñçøåæ中文字日本語한국어Ωπ€£→✓") + ["🙂", "🚀"]

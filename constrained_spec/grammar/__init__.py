@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SchemaError
+from constrained_spec.errors import SchemaError
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def load_schema(schema: Any) -> dict | bool:
 
 def output_spec(output_type: Any, schema_options: Any = None) -> OutputSpec:
     """Turn an output type into its regex: a Pydantic model class, a JSON Schema, or ``Regex``."""
-    from .json_schema import schema_to_regex
+    from constrained_spec.grammar.json_schema import schema_to_regex
 
     if isinstance(output_type, Regex):
         return OutputSpec(kind="regex", regex=output_type.pattern)

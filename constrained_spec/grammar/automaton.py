@@ -2,7 +2,7 @@
 
 A :class:`CompiledAutomaton` is immutable after construction (its mask cache only memoises pure
 functions of the state) and is safe to share between requests and threads. Per-request state lives
-in :class:`constrained_spec.constraint.Matcher`.
+in :class:`constrained_spec.grammar.matcher.Matcher`.
 
 Compiled DFAs are cached on disk, keyed by the regex and the outlines-core version (the byte DFA
 does not depend on the vocabulary); writes are atomic (temporary file + rename), so two processes filling the
@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import CompileLimitError, EmptyLanguageError, GrammarError
-from ..paths import cache_root
-from ..vocab import TokenVocabulary
+from constrained_spec.errors import CompileLimitError, EmptyLanguageError, GrammarError
+from constrained_spec.grammar.vocab import TokenVocabulary
+from constrained_spec.paths import cache_root
 
 try:  # pragma: no cover - version string only
     from importlib.metadata import version as _pkg_version

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .model_sources import DEFAULT_DRAFT, DEFAULT_TARGET
+from constrained_spec.models.sources import DEFAULT_DRAFT, DEFAULT_TARGET
 
 #: the proposal sources a Generator can use: the draft model, strings the grammar forces, prompt lookup
 PROPOSERS = ("draft", "grammar", "lookup")

@@ -15,8 +15,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .grammar.automaton import CompiledAutomaton
-from .vocab import TokenVocabulary
+from constrained_spec.grammar.automaton import CompiledAutomaton
+from constrained_spec.grammar.vocab import TokenVocabulary
 
 
 class GrammarStrings:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import SamplingError
+from constrained_spec.errors import SamplingError
 
 NEG_INF = float("-inf")
 

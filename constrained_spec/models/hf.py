@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from .errors import ModelLoadError, VocabularyMismatchError
+from constrained_spec.errors import ModelLoadError, VocabularyMismatchError
 
 
 @runtime_checkable
@@ -84,7 +84,7 @@ class HFModel:
 
     @property
     def can_restrict_head(self) -> bool:
-        from .cpu_linear import PACKED
+        from constrained_spec.models.packed_linear import PACKED
 
         head = self.model.get_output_embeddings()
         plain = isinstance(head, torch.nn.Linear)
@@ -117,7 +117,7 @@ class HFModel:
         ones; a draft that proposes only among them reads a fraction of its head's weights. Returns
         False (and keeps nothing) where the head cannot be cut or ``n`` covers the vocabulary.
         """
-        from .cpu_linear import PACKED
+        from constrained_spec.models.packed_linear import PACKED
 
         self._prefix_head = None
         if n <= 0 or n >= self.vocab_size or not self.can_restrict_head:
@@ -173,7 +173,7 @@ def check_same_vocabulary(target_tokenizer: Any, draft_tokenizer: Any | None, ta
             "the draft must share the target's vocabulary"
         )
     if draft_tokenizer is not None and draft_tokenizer is not target_tokenizer:
-        from .vocab import build_vocabulary
+        from constrained_spec.grammar.vocab import build_vocabulary
 
         build_vocabulary(target_tokenizer, target.vocab_size).check_same(
             build_vocabulary(draft_tokenizer, draft.vocab_size), what="draft"

@@ -1,6 +1,6 @@
 """Fused grammar-mask-and-verify in Triton: the same function as :func:`speculative.verify`.
 
-The reference is :mod:`constrained_spec.speculative` (re-exported by :mod:`.torch_verify`); this
+The reference is :mod:`constrained_spec.sampling.acceptance` (re-exported by :mod:`.torch_verify`); this
 module computes the same ``VerifyResult`` with **two kernel launches per verification step** and
 no host round-trip before the accepted lengths are known (the outputs stay on the device):
 
@@ -59,9 +59,9 @@ from typing import Callable
 
 import torch
 
-from ..errors import ConstrainedSpecError
-from ..speculative import RESIDUAL_EPS, VerifyResult
-from ..speculative import verify as torch_verify
+from constrained_spec.errors import ConstrainedSpecError
+from constrained_spec.sampling.acceptance import RESIDUAL_EPS, VerifyResult
+from constrained_spec.sampling.acceptance import verify as torch_verify
 
 try:  # triton is optional: the torch path works without it
     import triton
@@ -461,7 +461,7 @@ def verify(
     chunk: int = DEFAULT_CHUNK,
     draw_block: int = DEFAULT_DRAW_BLOCK,
 ) -> VerifyResult:
-    """Same contract as :func:`constrained_spec.speculative.verify`, fused in two Triton launches.
+    """Same contract as :func:`constrained_spec.sampling.acceptance.verify`, fused in two Triton launches.
 
     ``filters``: whether any row uses top-k / top-p. ``None`` inspects ``top_k`` / ``top_p``
     (a sync if they are on the GPU); ``True`` sends the batch to the torch reference; ``False``

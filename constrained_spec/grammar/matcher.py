@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .errors import GrammarError
-from .grammar.automaton import CompiledAutomaton
+from constrained_spec.errors import GrammarError
+from constrained_spec.grammar.automaton import CompiledAutomaton
 
 
 class Matcher:

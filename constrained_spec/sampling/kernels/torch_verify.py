@@ -1,6 +1,6 @@
 """The torch path of the kernels package: the reference itself, plus the bitmask routine.
 
-``verify`` *is* :func:`constrained_spec.speculative.verify` (re-exported, not re-implemented), so
+``verify`` *is* :func:`constrained_spec.sampling.acceptance.verify` (re-exported, not re-implemented), so
 there is one definition of the math; the Triton kernels in :mod:`.triton_verify` are tested
 against it. ``mask_logits`` applies a packed grammar bitmask to logits with plain torch ops; the
 draft's one-position sampling step uses it (or its Triton twin) before computing q.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from ..sampling import NEG_INF, unpack_bitmask
-from ..speculative import VerifyResult, verify
+from constrained_spec.sampling.acceptance import VerifyResult, verify
+from constrained_spec.sampling.distribution import NEG_INF, unpack_bitmask
 
 __all__ = ["VerifyResult", "mask_logits", "verify"]
 
@@ -61,8 +61,8 @@ def boundary_reason(
     * draw: ``u_k * total`` within ``CDF_MARGIN`` (relative) of every cumulative mass between the two
       tokens, and the other token has mass (a zero-mass token is never tolerated).
     """
-    from ..sampling import effective_probs
-    from ..speculative import RESIDUAL_EPS, residual
+    from constrained_spec.sampling.acceptance import RESIDUAL_EPS, residual
+    from constrained_spec.sampling.distribution import effective_probs
 
     ref_acc, ref_next = int(ref.accepted[row]), int(ref.next_token[row])
     u = inputs["uniforms"][row].double().cpu()

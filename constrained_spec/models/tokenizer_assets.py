@@ -14,8 +14,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from .errors import ModelLoadError
-from .paths import cache_root
+from constrained_spec.errors import ModelLoadError
+from constrained_spec.paths import cache_root
 
 SDIST = "llama-cpp-python==0.3.36"
 SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .errors import ModelLoadError
+from constrained_spec.errors import ModelLoadError
 
 
 def packing_available(weights: str = "fp16") -> bool:

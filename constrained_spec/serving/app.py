@@ -100,7 +100,7 @@ try:  # the endpoints' annotations are strings (postponed): their Request must b
 except ImportError:  # pragma: no cover - without the serve extra, create_app says what to install
     Request = Any  # type: ignore[misc,assignment]
 
-from .errors import (
+from constrained_spec.errors import (
     CompileLimitError,
     ConstrainedSpecError,
     ContextLengthError,
@@ -113,8 +113,8 @@ from .errors import (
     UnsupportedKeywordError,
     VocabularyMismatchError,
 )
-from .grammar import Regex
-from .tools import (
+from constrained_spec.grammar import Regex
+from constrained_spec.tools import (
     ToolCallStream,
     ToolError,
     normalize_tool_choice,
@@ -919,8 +919,8 @@ def _sse(obj: Any) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .api import NUM_DRAFT_TOKENS
-    from .cli import add_model_arguments
+    from constrained_spec.api import NUM_DRAFT_TOKENS
+    from constrained_spec.cli.commands import add_model_arguments
 
     p = argparse.ArgumentParser(prog="constrained-spec serve", description="Serve an OpenAI-compatible /v1/chat/completions endpoint.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
@@ -946,7 +946,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``constrained-spec serve``: load the models, then run uvicorn until interrupted."""
     import uvicorn
 
-    from .api import Generator
+    from constrained_spec.api import Generator
 
     args = build_parser().parse_args(argv)
     draft = None if str(args.draft).lower() in {"none", ""} else args.draft

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Iterable
 
-from .errors import VocabularyMismatchError
+from constrained_spec.errors import VocabularyMismatchError
 
 _SPM_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 _SPM_SPACE = "\u2581"
