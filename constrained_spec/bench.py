@@ -1102,7 +1102,7 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from constrained_spec.cli.commands import add_model_arguments
+    from constrained_spec.cli.args import add_model_arguments
 
     p = argparse.ArgumentParser(prog="constrained-spec bench", description=__doc__.split("\n\n")[0])
     add_model_arguments(p, allow_no_draft=False)

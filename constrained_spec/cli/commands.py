@@ -14,14 +14,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, NUM_DRAFT_TOKENS, PROPOSERS
+from constrained_spec.cli.args import (
+    DTYPE_CHOICES,
+    add_model_arguments,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+    probability,
+    proposer_list,
+)
+from constrained_spec.config import NUM_DRAFT_TOKENS, PROPOSERS
 from constrained_spec.errors import (
     ConstrainedSpecError,
     GrammarError,
@@ -29,9 +37,6 @@ from constrained_spec.errors import (
     SchemaError,
     VocabularyMismatchError,
 )
-
-# model_store is light: it imports torch and transformers inside its functions
-from constrained_spec.models.store import DTYPE_CHOICES
 
 PROG = "constrained-spec"
 #: what to install for ``serve``
@@ -56,71 +61,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{PROG}: error: {one_line(message)} (see '{self.prog} --help')\n")
-
-
-# -- argument value types (argparse reports their message as one line) -------------------------
-
-
-def _number(text: str, kind: type) -> Any:
-    try:
-        value = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
-    if kind is float and not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = _number(text, float)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = _number(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    value = _number(text, int)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
-
-
-def probability(text: str) -> float:
-    value = _number(text, float)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
-
-
-def proposer_list(text: str) -> tuple[str, ...]:
-    """``draft,grammar,lookup`` (any subset), ``all`` or ``none``."""
-    word = text.strip().lower()
-    if word in {"none", ""}:
-        return ()
-    if word == "all":
-        return PROPOSERS
-    names = tuple(dict.fromkeys(n.strip() for n in word.split(",") if n.strip()))
-    unknown = [n for n in names if n not in PROPOSERS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown proposer(s) {', '.join(unknown)}; choose from {', '.join(PROPOSERS)}, all or none")
-    return names
-
-
-def add_model_arguments(p: argparse.ArgumentParser, allow_no_draft: bool = True) -> None:
-    """The model options every command shares: --model, --draft, --cache-dir, --dtype, --draft-dtype."""
-    none = ", or 'none' for target-only decoding (no draft, no proposer)" if allow_no_draft else ""
-    p.add_argument("--model", default=DEFAULT_TARGET, help=f"target: offline name, folder, .gguf or hub id (default {DEFAULT_TARGET})")
-    p.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model{none} (default {DEFAULT_DRAFT})")
-    p.add_argument("--cache-dir", default=None, help="cache for models and compiled automata (default: $CONSTRAINED_SPEC_CACHE or the user cache dir)")
-    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="weights dtype (auto: fastest measured here, per model role)")
-    p.add_argument("--draft-dtype", default=None, choices=DTYPE_CHOICES, help="the draft's weights dtype (default: as --dtype)")
 
 
 # -- checks that need no model -------------------------------------------------------------------

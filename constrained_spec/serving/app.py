@@ -920,7 +920,7 @@ def _sse(obj: Any) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from constrained_spec.api import NUM_DRAFT_TOKENS
-    from constrained_spec.cli.commands import add_model_arguments
+    from constrained_spec.cli.args import add_model_arguments
 
     p = argparse.ArgumentParser(prog="constrained-spec serve", description="Serve an OpenAI-compatible /v1/chat/completions endpoint.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")

@@ -1,0 +1,63 @@
+"""Argument types and the model options the commands (and the benchmark runner) share.
+
+Every type raises ``argparse.ArgumentTypeError`` with a one-line message; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Callable
+
+from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, PROPOSERS
+
+# models.store is light: it imports torch and transformers inside its functions
+from constrained_spec.models.store import DTYPE_CHOICES  # re-exported for the commands
+
+
+def number_type(kind: type, low: float, *, low_open: bool = False, high: float | None = None, rule: str = "") -> Callable[[str], float]:
+    """An argparse type for ``kind`` (int or float) values >= ``low`` (> with ``low_open``) and <=
+    ``high``; ``rule`` is how the message states the range."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if value < low or (low_open and value == low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
+        return value
+
+    return parse
+
+
+non_negative_float = number_type(float, 0, rule=">= 0")
+non_negative_int = number_type(int, 0, rule=">= 0")
+positive_int = number_type(int, 1, rule=">= 1")
+probability = number_type(float, 0, low_open=True, high=1, rule="in (0, 1]")
+
+
+def proposer_list(text: str) -> tuple[str, ...]:
+    """``draft,grammar,lookup`` (any subset), ``all`` or ``none``."""
+    word = text.strip().lower()
+    if word in {"none", ""}:
+        return ()
+    if word == "all":
+        return PROPOSERS
+    names = tuple(dict.fromkeys(n.strip() for n in word.split(",") if n.strip()))
+    unknown = [n for n in names if n not in PROPOSERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown proposer(s) {', '.join(unknown)}; choose from {', '.join(PROPOSERS)}, all or none")
+    return names
+
+
+def add_model_arguments(p: argparse.ArgumentParser, allow_no_draft: bool = True) -> None:
+    """The model options every command shares: --model, --draft, --cache-dir, --dtype, --draft-dtype."""
+    none = ", or 'none' for target-only decoding (no draft, no proposer)" if allow_no_draft else ""
+    p.add_argument("--model", default=DEFAULT_TARGET, help=f"target: offline name, folder, .gguf or hub id (default {DEFAULT_TARGET})")
+    p.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model{none} (default {DEFAULT_DRAFT})")
+    p.add_argument("--cache-dir", default=None, help="cache for models and compiled automata (default: $CONSTRAINED_SPEC_CACHE or the user cache dir)")
+    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="weights dtype (auto: fastest measured here, per model role)")
+    p.add_argument("--draft-dtype", default=None, choices=DTYPE_CHOICES, help="the draft's weights dtype (default: as --dtype)")
