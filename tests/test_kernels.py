@@ -25,7 +25,7 @@ from constrained_spec.errors import ConstrainedSpecError
 from constrained_spec.sampling.acceptance import RESIDUAL_EPS, VerifyResult, residual
 from constrained_spec.sampling.acceptance import verify as reference_verify
 from constrained_spec.sampling.distribution import draw, effective_probs, pack_bitmask, unpack_bitmask
-from constrained_spec.sampling.kernels import get_mask_fn, get_verifier, resolve_backend, torch_verify
+from constrained_spec.sampling.kernels import get_verifier, resolve_backend, torch_verify
 from constrained_spec.sampling.kernels.torch_verify import boundary_reason, compare_with_reference
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,6 @@ B, K, V = 3, 4, 300
 def test_torch_backend_is_the_reference() -> None:
     assert get_verifier("torch") is reference_verify
     assert torch_verify.verify is reference_verify
-    assert get_mask_fn("torch") is torch_verify.mask_logits
 
 
 def test_auto_backend_choice() -> None:
@@ -59,25 +58,6 @@ def test_forcing_triton_without_cuda_raises(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(ConstrainedSpecError, match="triton"):
         get_verifier("triton")
-    with pytest.raises(ConstrainedSpecError, match="triton"):
-        get_mask_fn("triton")
-
-
-def test_torch_mask_logits() -> None:
-    g = torch.Generator().manual_seed(1)
-    logits = torch.randn(2, 3, 70, generator=g)
-    allowed = torch.rand(2, 3, 70, generator=g) < 0.4
-    bitmask = pack_bitmask(allowed)
-    out = torch_verify.mask_logits(logits, bitmask)
-    assert torch.equal(out[allowed], logits[allowed])
-    assert bool((out[~allowed] == float("-inf")).all())
-    same = logits.clone()
-    ret = torch_verify.mask_logits(same, bitmask, inplace=True)
-    assert ret.data_ptr() == same.data_ptr() and torch.equal(same, out)
-    one = torch_verify.mask_logits(logits, bitmask[0, 0])  # one mask broadcast over all rows
-    assert torch.equal(one, torch.stack([torch_verify.mask_logits(row, bitmask[0, 0]) for row in logits.reshape(-1, 70)]).reshape(2, 3, 70))
-    with pytest.raises(ValueError):
-        torch_verify.mask_logits(logits, bitmask[:, :2])
 
 
 # ------------------------------------------------------------------------------------------
@@ -265,20 +245,17 @@ _WORKER = textwrap.dedent(
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
     import torch
     torch.set_num_threads(1)
-    from constrained_spec.sampling.kernels import get_mask_fn, get_verifier
+    from constrained_spec.sampling.kernels import get_verifier
     verify = get_verifier("triton")
-    mask_fn = get_mask_fn("triton")
     data = torch.load(sys.argv[1])
     names = data["arg_names"]
-    out = {"accepted": [], "next_token": [], "accept_prob": [], "masked": []}
+    out = {"accepted": [], "next_token": [], "accept_prob": []}
     t0 = time.time()
     for case in data["cases"]:
         res = verify(*[case[n] for n in names], **case["launch"])
         out["accepted"].append(res.accepted)
         out["next_token"].append(res.next_token)
         out["accept_prob"].append(res.accept_prob)
-    for logits, bitmask in data["mask_cases"]:
-        out["masked"].append((mask_fn(logits, bitmask), mask_fn(logits.clone(), bitmask, inplace=True)))
     out["seconds"] = time.time() - t0
     torch.save(out, sys.argv[2])
     """
@@ -288,14 +265,14 @@ _WORKER = textwrap.dedent(
 WORKERS = 2
 
 
-def run_triton_workers(cases: list[dict], mask_cases: list, tmp_path: Path) -> dict:
+def run_triton_workers(cases: list[dict], tmp_path: Path) -> dict:
     """Run the Triton path on ``cases`` in interpreter subprocesses; the outputs, in order."""
     env = dict(os.environ, TRITON_INTERPRET="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     procs = []
     for w in range(WORKERS):
         src, dst = tmp_path / f"cases{w}.pt", tmp_path / f"out{w}.pt"
-        torch.save({"cases": cases[w::WORKERS], "mask_cases": mask_cases if w == 0 else [], "arg_names": ARG_NAMES}, src)
+        torch.save({"cases": cases[w::WORKERS], "arg_names": ARG_NAMES}, src)
         procs.append((subprocess.Popen(
             [sys.executable, "-c", _WORKER, str(src), str(dst)],
             cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -309,7 +286,6 @@ def run_triton_workers(cases: list[dict], mask_cases: list, tmp_path: Path) -> d
     for w, part in enumerate(parts):
         for key in merged:
             merged[key][w::WORKERS] = part[key]
-    merged["masked"] = parts[0]["masked"]
     merged["seconds"] = sum(part["seconds"] for part in parts)
     return merged
 
@@ -317,19 +293,9 @@ def run_triton_workers(cases: list[dict], mask_cases: list, tmp_path: Path) -> d
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
 def test_triton_matches_torch_reference(tmp_path: Path) -> None:
     cases = make_cases()
-    g = torch.Generator().manual_seed(7)
-    mask_cases = []
-    for shape in ((3, V), (2, 5, V), (1, 33)):
-        logits = torch.randn(*shape, generator=g)
-        mask_cases.append((logits, pack_bitmask(torch.rand(*shape, generator=g) < 0.5)))
-    mask_cases.append((torch.randn(4, V, generator=g).half(), mask_cases[0][1].repeat(2, 1)[:4]))
-    mask_cases.append((torch.randn(2, 3, V, generator=g), mask_cases[0][1][:1]))  # broadcast mask
-    dirty = mask_cases[2][1].clone()
-    dirty[..., -1] |= -2  # garbage in the padding bits past V = 33 must be ignored
-    mask_cases.append((mask_cases[2][0], dirty))
 
     start = time.time()
-    out = run_triton_workers(cases, mask_cases, tmp_path)
+    out = run_triton_workers(cases, tmp_path)
 
     rows = exact_rows = 0
     tolerated: list[str] = []
@@ -347,11 +313,6 @@ def test_triton_matches_torch_reference(tmp_path: Path) -> None:
         mismatches += [f"case {n} ({case['kind']}) {line}" for line in cmp["mismatches"]]
         if case["kind"] in ("greedy", "greedy_ties"):  # greedy is exact: it only compares logits
             assert torch.equal(got.accepted, ref.accepted) and torch.equal(got.next_token, ref.next_token), n
-
-    for (logits, bitmask), (masked, inplace) in zip(mask_cases, out["masked"]):
-        expected = torch_verify.mask_logits(logits, bitmask)
-        assert masked.dtype == logits.dtype and torch.equal(masked, expected)
-        assert torch.equal(inplace, expected)
 
     summary = (
         f"{len(cases)} cases, {rows} rows: {exact_rows} identical, {len(tolerated)} tolerated boundary "

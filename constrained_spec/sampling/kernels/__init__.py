@@ -1,8 +1,7 @@
-"""Verification and masking backends: the torch reference and fused Triton kernels.
+"""Verification backends: the torch reference and fused Triton kernels.
 
 ``get_verifier(backend)`` returns a callable with the signature of
-:func:`constrained_spec.sampling.acceptance.verify`; ``get_mask_fn(backend)`` returns
-``mask_logits(logits, bitmask, *, inplace=False)``.
+:func:`constrained_spec.sampling.acceptance.verify`.
 
 Backends:
 
@@ -26,7 +25,7 @@ from constrained_spec.sampling.kernels import torch_verify
 
 BACKENDS = ("auto", "torch", "triton")
 
-__all__ = ["BACKENDS", "get_mask_fn", "get_verifier", "resolve_backend"]
+__all__ = ["BACKENDS", "get_verifier", "resolve_backend"]
 
 
 def _triton_importable() -> bool:
@@ -52,7 +51,7 @@ def resolve_backend(backend: str = "auto") -> str:
 
 def get_verifier(backend: str = "auto") -> Callable:
     """A ``verify(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p,
-    uniforms) -> VerifyResult`` for ``backend``.
+    uniforms, point_mass=None) -> VerifyResult`` for ``backend``.
 
     ``"auto"`` on a CUDA machine returns a dispatcher that sends CUDA logits to the Triton kernels
     and logits on any other device (a model kept on the CPU) to the torch path; a forced
@@ -66,29 +65,10 @@ def get_verifier(backend: str = "auto") -> Callable:
     return torch_verify.verify
 
 
-def _auto_verify(target_logits, *args, **kwargs):
+def _auto_verify(target_logits, *args, point_mass=None, **kwargs):
     """``auto`` on a CUDA machine: Triton for CUDA logits, the torch path otherwise."""
     if target_logits.is_cuda:
         from constrained_spec.sampling.kernels import triton_verify
 
-        return triton_verify.verify(target_logits, *args, **kwargs)
-    return torch_verify.verify(target_logits, *args)
-
-
-def _auto_mask(logits, bitmask, **kwargs):
-    """``auto`` on a CUDA machine: Triton for CUDA logits, torch ops otherwise."""
-    if logits.is_cuda:
-        from constrained_spec.sampling.kernels import triton_verify
-
-        return triton_verify.mask_logits(logits, bitmask, **kwargs)
-    return torch_verify.mask_logits(logits, bitmask, inplace=kwargs.get("inplace", False))
-
-
-def get_mask_fn(backend: str = "auto") -> Callable:
-    """A ``mask_logits(logits, bitmask, *, inplace=False) -> Tensor`` for ``backend``."""
-    chosen = resolve_backend(backend)
-    if chosen == "triton":
-        from constrained_spec.sampling.kernels import triton_verify
-
-        return triton_verify.mask_logits if backend == "triton" else _auto_mask
-    return torch_verify.mask_logits
+        return triton_verify.verify(target_logits, *args, point_mass, **kwargs)
+    return torch_verify.verify(target_logits, *args, point_mass)

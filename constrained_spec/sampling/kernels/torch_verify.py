@@ -1,9 +1,8 @@
-"""The torch path of the kernels package: the reference itself, plus the bitmask routine.
+"""The torch path of the kernels package: the reference itself, plus comparison helpers.
 
 ``verify`` *is* :func:`constrained_spec.sampling.acceptance.verify` (re-exported, not re-implemented), so
 there is one definition of the math; the Triton kernels in :mod:`.triton_verify` are tested
-against it. ``mask_logits`` applies a packed grammar bitmask to logits with plain torch ops; the
-draft's one-position sampling step uses it (or its Triton twin) before computing q.
+against it (:func:`compare_with_reference`).
 """
 
 from __future__ import annotations
@@ -11,29 +10,9 @@ from __future__ import annotations
 import torch
 
 from constrained_spec.sampling.acceptance import VerifyResult, verify
-from constrained_spec.sampling.distribution import NEG_INF, unpack_bitmask
+from constrained_spec.sampling.distribution import unpack_bitmask
 
-__all__ = ["VerifyResult", "mask_logits", "verify"]
-
-
-def mask_logits(logits: torch.Tensor, bitmask: torch.Tensor, *, inplace: bool = False) -> torch.Tensor:
-    """Forbidden tokens -> ``-inf``. logits [..., V]; bitmask int32 [..., ceil(V/32)] (its leading
-    dimensions broadcast against the logits').
-
-    Bit ``i`` of word ``w`` allows token ``32*w + i``. ``inplace=True`` writes into ``logits`` and
-    returns it; otherwise a new tensor is returned and ``logits`` is left untouched.
-    """
-    vocab = logits.shape[-1]
-    if bitmask.shape[-1] * 32 < vocab:
-        raise ValueError(f"bitmask has {bitmask.shape[-1]} words, fewer than ceil({vocab}/32)")
-    try:  # one mask may serve several rows: broadcast it over the leading dimensions
-        bitmask = bitmask.expand(*logits.shape[:-1], bitmask.shape[-1])
-    except RuntimeError:
-        raise ValueError(f"bitmask shape {tuple(bitmask.shape)} does not match logits {tuple(logits.shape)}") from None
-    forbidden = ~unpack_bitmask(bitmask.to(torch.int32), vocab)
-    if inplace:
-        return logits.masked_fill_(forbidden, NEG_INF)
-    return logits.masked_fill(forbidden, NEG_INF)
+__all__ = ["VerifyResult", "verify"]
 
 
 # ------------------------------------------------------------------------------------------

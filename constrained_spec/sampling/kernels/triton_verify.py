@@ -53,14 +53,13 @@ set before triton is first imported in the process.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Callable
 
 import torch
 
 from constrained_spec.errors import ConstrainedSpecError
-from constrained_spec.sampling.acceptance import RESIDUAL_EPS, VerifyResult
+from constrained_spec.sampling.acceptance import RESIDUAL_EPS, VerifyResult, dense_draft_probs
 from constrained_spec.sampling.acceptance import verify as torch_verify
 
 try:  # triton is optional: the torch path works without it
@@ -92,8 +91,6 @@ STATS_NUM_WARPS = 4
 DRAW_NUM_WARPS = 8
 #: Number of kernel launches of one :func:`verify` call on the Triton path.
 LAUNCHES_PER_VERIFY = 2
-#: Number of kernel launches of one :func:`mask_logits` call.
-LAUNCHES_PER_MASK = 1
 
 
 def interpret_mode() -> bool:
@@ -346,28 +343,6 @@ def _verify_draw_kernel(
     tl.store(next_out_ptr + b, nxt.to(tl.int64))
 
 
-def _mask_kernel(
-    src_ptr,  # [R, V]
-    dst_ptr,  # [R, V] (may alias src)
-    bitmask_ptr,  # [R, W] int32
-    V,
-    W,
-    src_stride,
-    dst_stride,
-    mask_stride,
-    BLOCK: tl.constexpr,
-):
-    r = tl.program_id(0)
-    blk = tl.program_id(1)
-    offs = blk * BLOCK + tl.arange(0, BLOCK)
-    inb = offs < V
-    words = tl.load(bitmask_ptr + r.to(tl.int64) * mask_stride + (offs >> 5), mask=inb, other=0)
-    allowed = ((words >> (offs & 31)) & 1) != 0
-    x = tl.load(src_ptr + r.to(tl.int64) * src_stride + offs, mask=inb)
-    y = tl.where(allowed, x, float("-inf"))
-    tl.store(dst_ptr + r.to(tl.int64) * dst_stride + offs, y.to(dst_ptr.dtype.element_ty), mask=inb)
-
-
 # Reductions are written as ``tl.reduce`` / ``tl.associative_scan`` with the combine functions
 # ``tl.sum`` / ``tl.max`` / ``tl.cumsum`` use internally (same code on the GPU). Calling them
 # directly skips a nested jit call, which the CPU interpreter makes very slow. The combine
@@ -411,18 +386,17 @@ def _combine_fns() -> dict:
 _SUM = _MAX = _MIN = _ARGMAX = None  # set by _kernels() before the kernels are jitted
 
 
-_KERNEL_CACHE: dict[bool, tuple[Callable, Callable, Callable]] = {}
+_KERNEL_CACHE: dict[bool, tuple[Callable, Callable]] = {}
 
 
-def _kernels() -> tuple[Callable, Callable, Callable]:
-    """The jitted (or interpreted) kernels, built once per mode."""
+def _kernels() -> tuple[Callable, Callable]:
+    """The jitted (or interpreted) ``(stats, verify-draw)`` kernels, built once per mode."""
     mode = interpret_mode()
     if mode not in _KERNEL_CACHE:
         globals().update({f"_{key}": fn for key, fn in _combine_fns().items()})
         _KERNEL_CACHE[mode] = (
             triton.jit(_stats_kernel),
             triton.jit(_verify_draw_kernel),
-            triton.jit(_mask_kernel),
         )
     return _KERNEL_CACHE[mode]
 
@@ -455,6 +429,7 @@ def verify(
     top_k: torch.Tensor,
     top_p: torch.Tensor,
     uniforms: torch.Tensor,
+    point_mass: torch.Tensor | None = None,
     *,
     filters: bool | None = None,
     block: int = DEFAULT_BLOCK,
@@ -472,8 +447,9 @@ def verify(
         filters = uses_filters(top_k, top_p)
     if filters:
         return torch_verify(
-            target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms
+            target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms, point_mass
         )
+    draft_probs = dense_draft_probs(draft_probs, draft_tokens, point_mass)  # the kernel reads dense q
 
     batch, positions, vocab = target_logits.shape
     k = positions - 1
@@ -509,7 +485,7 @@ def verify(
     accepted = torch.empty(batch, dtype=torch.long, device=device)
     next_token = torch.empty(batch, dtype=torch.long, device=device)
 
-    stats_kernel, draw_kernel, _ = _kernels()
+    stats_kernel, draw_kernel = _kernels()
     precise = _LIBDEVICE_OK and not interpret_mode()
     stats_kernel[(batch, positions, splits)](
         logits, mask, temp, pm, ps, pidx, pany, vocab, words, k, splits,
@@ -523,47 +499,3 @@ def verify(
     )
     accept_prob = acc[:, :k] if k else acc[:, :0]
     return VerifyResult(accepted=accepted, next_token=next_token, accept_prob=accept_prob)
-
-
-def mask_logits(
-    logits: torch.Tensor, bitmask: torch.Tensor, *, inplace: bool = False, block: int = DEFAULT_BLOCK
-) -> torch.Tensor:
-    """Forbidden tokens -> ``-inf`` (one launch). logits [..., V], bitmask int32 [..., ceil(V/32)]
-    (its leading dimensions broadcast against the logits').
-
-    ``inplace=True`` writes into ``logits`` (which must then be contiguous in its last dim) and
-    returns it; otherwise returns a new tensor.
-    """
-    _require_triton()
-    _check_device(logits)
-    vocab = logits.shape[-1]
-    words = bitmask.shape[-1]
-    if words * 32 < vocab:
-        raise ValueError(f"bitmask has {words} words, fewer than ceil({vocab}/32)")
-    try:  # one mask may serve several rows: broadcast it over the leading dimensions
-        bitmask = bitmask.expand(*logits.shape[:-1], words)
-    except RuntimeError:
-        raise ValueError(f"bitmask shape {tuple(bitmask.shape)} does not match logits {tuple(logits.shape)}") from None
-    rows = math.prod(logits.shape[:-1])
-    if inplace:
-        if logits.stride(-1) != 1:
-            raise ValueError("in-place masking needs logits contiguous in the vocabulary dimension")
-        dst = logits
-        src2 = logits.view(rows, vocab) if rows else logits.reshape(0, vocab)
-    else:
-        src2 = logits.reshape(rows, vocab)
-        if src2.stride(-1) != 1:
-            src2 = src2.contiguous()
-        dst = torch.empty_like(logits, memory_format=torch.contiguous_format)
-    dst2 = dst.view(rows, vocab)
-    mask2 = bitmask.to(torch.int32).reshape(rows, words)
-    if mask2.stride(-1) != 1:
-        mask2 = mask2.contiguous()
-    if rows == 0 or vocab == 0:
-        return dst
-    block = max(16, min(block, triton.next_power_of_2(vocab)))
-    _, _, kernel = _kernels()
-    kernel[(rows, triton.cdiv(vocab, block))](
-        src2, dst2, mask2, vocab, words, src2.stride(0), dst2.stride(0), mask2.stride(0), BLOCK=block
-    )
-    return dst
