@@ -2,7 +2,7 @@
 
 Start a server (its extra: ``pip install 'constrained-spec[server]'``), then run this script:
 
-    constrained-spec serve --port 8000             # or: python -m constrained_spec.serving
+    constrained-spec serve --port 8000
     python examples/openai_client.py --base-url http://127.0.0.1:8000/v1
 
 Uses the ``openai`` package when it is installed, plain ``httpx`` otherwise; ``--api-key KEY`` (default
@@ -62,7 +62,7 @@ def main() -> None:
         from _models import make_generator
         from fastapi.testclient import TestClient
 
-        from constrained_spec.serving.app import create_app
+        from constrained_spec.serving import create_app
 
         with TestClient(create_app(make_generator(argparse.Namespace(tiny=True))), headers=headers) as client:
             model = client.get("/v1/models").json()["data"][0]["id"]

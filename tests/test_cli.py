@@ -163,10 +163,10 @@ def test_help_and_argument_errors_import_neither_torch_nor_transformers(tmp_path
 
 def test_serve_without_its_extra_names_the_extra(monkeypatch, capsys):
     from constrained_spec.cli import commands as cli
-    from constrained_spec.serving import app as server
+    from constrained_spec.cli import serve
 
     called = []
-    monkeypatch.setattr(server, "main", lambda argv=None: called.append(argv) or 0)
+    monkeypatch.setattr(serve, "main", lambda argv=None: called.append(argv) or 0)
     monkeypatch.setitem(sys.modules, "fastapi", None)  # import fastapi -> ImportError, as when not installed
     assert cli.main(["serve", "--port", "9"]) == 1
     err = capsys.readouterr().err.splitlines()

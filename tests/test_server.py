@@ -14,8 +14,10 @@ import torch
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
+from constrained_spec import serving as server  # noqa: E402
+from constrained_spec.cli import serve as serve_cli  # noqa: E402
 from constrained_spec.engine.loop import DecodeStats  # noqa: E402
-from constrained_spec.serving import app as server  # noqa: E402
+from constrained_spec.serving import app as server_app  # noqa: E402
 from constrained_spec.serving.app import create_app  # noqa: E402
 
 PERSON = {
@@ -453,7 +455,7 @@ def test_main_builds_the_generator_and_runs_uvicorn_on_loopback(monkeypatch):
 
     monkeypatch.setattr(api, "Generator", FakeGenerator)
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.update(app=app, **kw))
-    assert server.main(["--model", "m", "--draft", "none", "-k", "3", "--port", "8123", "--max-queue", "2"]) == 0
+    assert serve_cli.main(["--model", "m", "--draft", "none", "-k", "3", "--port", "8123", "--max-queue", "2"]) == 0
     assert made["model"] == "m" and made["draft"] is None and made["num_draft_tokens"] == 3
     assert ran["host"] == "127.0.0.1" and ran["port"] == 8123
     assert ran["app"].state.queue.max_queue == 2 and ran["app"].state.model_name == "m"
@@ -576,11 +578,11 @@ def test_serve_reads_the_api_key_from_the_environment(monkeypatch):
     monkeypatch.setattr(api, "Generator", lambda *a, **k: ScriptedGenerator({}))
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.update(app=app))
     monkeypatch.setenv(server.API_KEY_ENV, "from-env")
-    assert server.main(["--model", "m", "--draft", "none"]) == 0
+    assert serve_cli.main(["--model", "m", "--draft", "none"]) == 0
     with TestClient(ran["app"]) as c:
         assert_openai_error(c.get("/v1/models"), 401)
         assert c.get("/v1/models", headers={"Authorization": "Bearer from-env"}).status_code == 200
-    assert server.main(["--model", "m", "--draft", "none", "--api-key", "flag"]) == 0  # the flag wins
+    assert serve_cli.main(["--model", "m", "--draft", "none", "--api-key", "flag"]) == 0  # the flag wins
     with TestClient(ran["app"]) as c:
         assert c.get("/v1/models", headers={"Authorization": "Bearer flag"}).status_code == 200
 
@@ -744,11 +746,82 @@ def test_unexpected_errors_are_500s_without_internals(monkeypatch):
         r = c.post("/v1/chat/completions", json={"messages": USER})
         err = assert_openai_error(r, 500)
         assert err["type"] == "server_error" and "secret-detail" not in r.text
-    monkeypatch.setattr(server, "_usage", lambda result: 1 / 0)  # an error outside every handler's try
+    monkeypatch.setattr(server_app, "usage", lambda result: 1 / 0)  # an error outside every handler's try
     with TestClient(create_app(ScriptedGenerator({})), raise_server_exceptions=False) as c:
         r = c.post("/v1/chat/completions", json={"messages": USER})
         err = assert_openai_error(r, 500)
         assert "division" not in r.text
+
+
+class RaisingGenerator:
+    """Raises ``exc`` from ``run`` (or from ``compile``, with ``at="compile"``)."""
+
+    def __init__(self, exc, at="run"):
+        self.exc, self.at = exc, at
+
+    def compile(self, output_type):
+        if self.at == "compile":
+            raise self.exc
+        return SimpleNamespace(spec=output_type)
+
+    def run(self, prompt, output_type, **options):
+        raise self.exc
+
+
+@pytest.mark.parametrize("at", ["run", "compile"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_internal_value_error_is_a_500_not_a_400(at, stream, caplog):
+    gen = RaisingGenerator(ValueError("secret-detail: bitmask shape (3, 7) does not match"), at)
+    with caplog.at_level("ERROR", logger="constrained_spec.serving"):
+        with TestClient(create_app(gen), raise_server_exceptions=False) as c:
+            r = c.post("/v1/chat/completions", json={"messages": USER, "response_format": json_format(PERSON), "stream": stream})
+    err = assert_openai_error(r, 500)
+    assert err["type"] == "server_error" and err["param"] is None and err["code"] is None
+    assert "secret-detail" not in r.text and "ValueError" not in r.text and "bitmask" not in r.text
+    logged = [rec for rec in caplog.records if rec.exc_info and isinstance(rec.exc_info[1], ValueError)]
+    assert logged and "secret-detail" in caplog.text  # the details go to the log, with the traceback
+
+
+@pytest.mark.parametrize("at", ["run", "compile"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_schema_error_is_still_a_400(at, stream):
+    from constrained_spec.errors import SchemaError
+
+    gen = RaisingGenerator(SchemaError("'type' must be a string or an array", "/properties/age"), at)
+    with TestClient(create_app(gen), raise_server_exceptions=False) as c:
+        r = c.post("/v1/chat/completions", json={"messages": USER, "response_format": json_format(PERSON), "stream": stream})
+    err = assert_openai_error(r, 400, "invalid_schema", "response_format.json_schema.schema")
+    assert err["type"] == "invalid_request_error" and "/properties/age" in err["message"]
+
+
+@pytest.mark.parametrize("exc_name, status, code", [
+    ("UnsupportedKeywordError", 400, "unsupported_schema_keyword"),
+    ("EmptyLanguageError", 400, "empty_language"),
+    ("CompileLimitError", 400, "compile_limit"),
+    ("GrammarError", 400, "grammar_error"),
+    ("OutputValidationError", 422, "output_validation_failed"),
+    ("SamplingError", 500, "sampling_error"),
+    ("ModelLoadError", 500, "model_error"),
+    ("ConstrainedSpecError", 400, "constraint_error"),
+])
+def test_project_errors_map_one_to_one_to_codes(exc_name, status, code):
+    from constrained_spec import errors
+
+    cls = getattr(errors, exc_name)
+    exc = cls("uniqueItems") if cls is errors.UnsupportedKeywordError else cls("what went wrong")
+    with TestClient(create_app(RaisingGenerator(exc)), raise_server_exceptions=False) as c:
+        r = c.post("/v1/chat/completions", json={"messages": USER, "response_format": json_format(PERSON)})
+    err = assert_openai_error(r, status, code)
+    assert err["type"] == ("server_error" if status == 500 else "output_validation_error" if status == 422 else "invalid_request_error")
+
+
+@pytest.mark.parametrize("seed", [1 << 64, -(1 << 63) - 1])
+def test_a_seed_out_of_range_is_a_400(seed):
+    gen = RecordingGenerator(None)
+    with TestClient(create_app(gen)) as c:
+        assert_openai_error(c.post("/v1/chat/completions", json={"messages": USER, "seed": seed}), 400, param="seed")
+        assert c.post("/v1/chat/completions", json={"messages": USER, "seed": (1 << 64) - 1}).status_code == 200
+    assert len(gen.runs) == 1
 
 
 def test_unknown_model_is_a_404_and_models_by_id(client):

@@ -231,9 +231,9 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
         if missing:
             raise ConstrainedSpecError(f"serve needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
                                        f"not installed: {SERVER_EXTRA}")
-    from constrained_spec.serving import app as server
+    from constrained_spec.cli import serve
 
-    return int(server.main(rest) or 0)
+    return int(serve.main(rest) or 0)
 
 
 def build_parser() -> argparse.ArgumentParser:

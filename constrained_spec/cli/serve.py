@@ -1,0 +1,59 @@
+"""``constrained-spec serve``: load the models, then serve the OpenAI-compatible endpoint
+(:mod:`constrained_spec.serving`) with uvicorn, on 127.0.0.1 unless ``--host`` says otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Sequence
+
+from constrained_spec.cli.args import add_model_arguments
+from constrained_spec.config import NUM_DRAFT_TOKENS
+from constrained_spec.serving.limits import API_KEY_ENV, DEFAULT_MAX_QUEUE, DEFAULT_REQUEST_TIMEOUT, MAX_BODY_BYTES, MAX_SCHEMA_CHARS
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="constrained-spec serve", description="Serve an OpenAI-compatible /v1/chat/completions endpoint.")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    add_model_arguments(p)
+    p.add_argument("-k", "--num-draft-tokens", type=int, default=NUM_DRAFT_TOKENS, help=f"draft tokens per step (default {NUM_DRAFT_TOKENS})")
+    p.add_argument("--max-new-tokens", type=int, default=512, help="default max_tokens when a request gives none")
+    p.add_argument("--max-tokens-limit", type=int, default=None, help="refuse requests asking for more max_tokens")
+    p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE, help="requests that may wait behind the running one (429 beyond)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT, help="seconds per request, waiting included (504 after)")
+    p.add_argument("--model-name", default=None, help="the model id reported by /v1/models and in responses")
+    p.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' on every route but /health (default: ${API_KEY_ENV} if set, else no key)")
+    p.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES, help=f"largest request body in bytes, 413 beyond (default {MAX_BODY_BYTES})")
+    p.add_argument("--max-schema-chars", type=int, default=MAX_SCHEMA_CHARS,
+                   help=f"largest response_format schema / tools as compact JSON, 400 beyond (default {MAX_SCHEMA_CHARS})")
+    p.add_argument("--compile-timeout", type=float, default=60.0, help="seconds one constraint may take to compile, 400 beyond (default 60)")
+    p.add_argument("--log-level", default="info")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Load the models, then run uvicorn until interrupted."""
+    args = build_parser().parse_args(argv)  # before the heavy imports: --help and bad arguments stay fast
+    import uvicorn
+
+    from constrained_spec.api import Generator
+    from constrained_spec.serving import create_app
+
+    draft = None if str(args.draft).lower() in {"none", ""} else args.draft
+    generator = Generator(args.model, draft, num_draft_tokens=args.num_draft_tokens, max_new_tokens=args.max_new_tokens,
+                          cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype,
+                          compile_timeout=args.compile_timeout)
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    app = create_app(generator, model_name=args.model_name or args.model, max_queue=args.max_queue,
+                     request_timeout=args.timeout, max_tokens_limit=args.max_tokens_limit, api_key=api_key,
+                     max_body_bytes=args.max_body_bytes, max_schema_chars=args.max_schema_chars)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

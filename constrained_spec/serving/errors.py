@@ -1,0 +1,145 @@
+"""OpenAI's error body, and the HTTP answer of every error a request can meet.
+
+The body is ``{"error": {"message", "type", "param", "code"}}``. Each class of the project's
+hierarchy (:mod:`constrained_spec.errors`, and :class:`~constrained_spec.tools.ToolError`) maps
+to one status and code (:data:`ERROR_CODES`): bad schemas, grammars, tools and prompts are 400,
+a value that fails post-validation 422, a model or sampling failure 500. The serving layer's own
+conditions are 429 (full queue), 499 (client gone) and 504 (timeout). Anything else, a plain
+``ValueError`` included, is a bug: a 500 whose body names nothing internal, logged with its
+traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from constrained_spec.errors import (
+    CompileLimitError,
+    ConstrainedSpecError,
+    ContextLengthError,
+    EmptyLanguageError,
+    GrammarError,
+    ModelLoadError,
+    OutputValidationError,
+    SamplingError,
+    SchemaError,
+    TokenBudgetExceeded,
+    UnsupportedKeywordError,
+    VocabularyMismatchError,
+)
+from constrained_spec.serving.scheduler import Cancelled, QueueFull, QueueTimeout
+from constrained_spec.tools import ToolError
+
+__all__ = ["APIError", "ERROR_CODES", "INTERNAL_ERROR_MESSAGE", "api_error", "error_response", "http_error", "validation_error"]
+
+log = logging.getLogger(__name__)
+
+INVALID = "invalid_request_error"
+SERVER = "server_error"
+INTERNAL_ERROR_MESSAGE = "internal server error; the server log has the details"
+
+#: each project error class -> (HTTP status, OpenAI error type, code); a class not listed answers
+#: as its nearest listed base class (along its MRO), ConstrainedSpecError at the latest
+ERROR_CODES: dict[type[ConstrainedSpecError], tuple[int, str, str]] = {
+    ConstrainedSpecError: (400, INVALID, "constraint_error"),
+    SchemaError: (400, INVALID, "invalid_schema"),
+    UnsupportedKeywordError: (400, INVALID, "unsupported_schema_keyword"),  # RefRetrievalError too
+    GrammarError: (400, INVALID, "grammar_error"),
+    EmptyLanguageError: (400, INVALID, "empty_language"),
+    CompileLimitError: (400, INVALID, "compile_limit"),
+    ToolError: (400, INVALID, "invalid_tools"),
+    ContextLengthError: (400, INVALID, "context_length_exceeded"),
+    TokenBudgetExceeded: (400, INVALID, "token_budget_exceeded"),
+    OutputValidationError: (422, "output_validation_error", "output_validation_failed"),
+    ModelLoadError: (500, SERVER, "model_error"),
+    VocabularyMismatchError: (500, SERVER, "model_error"),
+    SamplingError: (500, SERVER, "sampling_error"),
+}
+#: the text before the exception's own message, per class of ERROR_CODES
+PREFIXES: dict[type[ConstrainedSpecError], str] = {
+    SchemaError: "invalid JSON Schema: ",
+    GrammarError: "the constraint cannot be compiled: ",
+    EmptyLanguageError: "the constraint admits no output: ",
+    CompileLimitError: "the constraint is too large to compile: ",
+}
+#: the request field an error points at whatever the caller says
+FIXED_PARAMS: dict[type[ConstrainedSpecError], str] = {ContextLengthError: "messages", TokenBudgetExceeded: "max_tokens"}
+
+
+class APIError(Exception):
+    """An error answered in OpenAI's error body."""
+
+    def __init__(self, status: int, message: str, *, type: str = INVALID, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def to_json(self) -> bytes:
+        """The body as JSON; ASCII-escaped, so no text of any request can break it."""
+        return json.dumps(self.body(), ensure_ascii=True).encode()
+
+
+def error_response(error: APIError) -> Any:
+    """The HTTP response of ``error`` (a 429 says when to retry)."""
+    from fastapi.responses import Response
+
+    headers = {"Retry-After": "1"} if error.status == 429 else None
+    return Response(error.to_json(), status_code=error.status, media_type="application/json", headers=headers)
+
+
+def project_error(exc: ConstrainedSpecError, param: str | None = None) -> APIError:
+    """The answer of one of the project's errors, by :data:`ERROR_CODES`."""
+    cls = next(c for c in type(exc).__mro__ if c in ERROR_CODES)
+    status, kind, code = ERROR_CODES[cls]
+    if isinstance(exc, TokenBudgetExceeded):
+        message = (f"the token budget of {exc.max_new_tokens} new tokens (max_tokens) ran out before the output was "
+                   "complete; raise max_tokens or bound the schema (maxLength, maxItems, number ranges)")
+    else:
+        message = PREFIXES.get(cls, "") + str(exc)
+    if status >= 500:
+        log.error("%s while serving a request", type(exc).__name__, exc_info=exc)
+        param = None
+    elif cls in FIXED_PARAMS:
+        param = FIXED_PARAMS[cls]
+    elif cls is ToolError:
+        param = param or "tools"
+    return APIError(status, message, type=kind, param=param, code=code)
+
+
+def api_error(exc: BaseException, param: str | None = None, *, request_timeout: float | None = None) -> APIError:
+    """The HTTP error ``exc`` answers as; ``param`` is the request field a constraint error
+    points at, ``request_timeout`` the seconds a 504 names."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, ConstrainedSpecError):
+        return project_error(exc, param)
+    if isinstance(exc, Cancelled):
+        return APIError(499, "the client closed the request", code="client_closed_request")
+    if isinstance(exc, QueueFull):
+        return APIError(429, f"the server is busy: {exc.max_queue} requests are already waiting; retry later",
+                        type="rate_limit_error", code="queue_full")
+    if isinstance(exc, QueueTimeout):
+        return APIError(504, f"the request did not finish within {request_timeout} s", type="timeout_error", code="timeout")
+    log.error("internal error while serving a request", exc_info=exc)
+    return APIError(500, INTERNAL_ERROR_MESSAGE, type=SERVER)
+
+
+def validation_error(errors: list[dict]) -> APIError:
+    """The 400 of a body that fails the request model (``RequestValidationError.errors()``)."""
+    parts = []
+    for err in errors:
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
+        parts.append(f"{loc}: {err.get('msg')}" if loc else str(err.get("msg")))
+    first = errors[0] if errors else {}
+    param = ".".join(str(x) for x in first.get("loc", ()) if x != "body") or None
+    return APIError(400, "invalid request: " + "; ".join(parts), param=param, code="invalid_request")
+
+
+def http_error(status: int, detail: Any) -> APIError:
+    """A routing error (unknown route 404, wrong method 405) in OpenAI's shape."""
+    kind = {404: "not_found", 405: "method_not_allowed"}.get(status)
+    return APIError(status, str(detail), code=kind)

@@ -1,0 +1,190 @@
+"""The OpenAI chat-completions protocol: the request model, the checks a request must pass
+before anything runs, and the shapes of the response objects.
+
+Refused by name with a 400 (they would change what the constraint guarantees or the sampled
+distribution, or this server has no such thing): ``n`` other than 1, ``stop``, ``logprobs: true`` /
+``top_logprobs``, non-zero ``presence_penalty`` / ``frequency_penalty``, a non-empty
+``logit_bias``, ``functions`` / ``function_call`` (use ``tools``), ``audio``, ``modalities`` other
+than ``["text"]``, ``prediction``, ``web_search_options``, ``reasoning_effort``, ``verbosity``; any
+other undeclared field is unrecognized (400, as OpenAI does). Messages need a known ``role`` and
+text content; text that is not valid Unicode (a lone surrogate) is a 400.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from constrained_spec.errors import TokenBudgetExceeded
+from constrained_spec.serving.errors import APIError
+
+__all__ = ["ChatCompletionRequest", "REFUSED", "ROLES", "SEED_MAX", "SEED_MIN", "budget_usage", "check_messages",
+           "check_unsupported", "completion_body", "invalid_text", "new_call_id", "new_completion_id", "usage"]
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+#: fields OpenAI defines that this server cannot serve, and why (refused with a 400 when given)
+REFUSED = {
+    "functions": "the legacy functions API; use 'tools'",
+    "function_call": "the legacy functions API; use 'tool_choice'",
+    "audio": "this server writes text only",
+    "prediction": "predicted outputs",
+    "web_search_options": "this server has no web search",
+    "reasoning_effort": "not a reasoning model",
+    "verbosity": "the constraint decides the length",
+}
+#: the seeds a random generator takes (a signed or unsigned 64-bit integer)
+SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
+
+
+class ChatCompletionRequest(BaseModel):
+    """The body of ``POST /v1/chat/completions``; fields it does not declare are refused."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    n: int | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    stop: str | list[str] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    num_draft_tokens: int | None = Field(default=None, ge=0)
+    schema_in_prompt: bool | None = None
+    # accepted and ignored: they do not change the output
+    user: Any = None
+    metadata: Any = None
+    store: Any = None
+    service_tier: Any = None
+    prompt_cache_key: Any = None
+    safety_identifier: Any = None
+
+
+def check_unsupported(req: ChatCompletionRequest) -> None:
+    """Refuse, by name, every field that is given and that this server cannot serve."""
+    for name in req.model_extra or {}:
+        if name in REFUSED:
+            raise APIError(400, f"{name!r} is not supported ({REFUSED[name]})", param=name, code="unsupported_parameter")
+        raise APIError(400, f"unrecognized request argument supplied: {name}", param=name, code="unsupported_parameter")
+    if req.n not in (None, 1):
+        raise APIError(400, f"n={req.n} is not supported: this server returns exactly one choice (n=1)", param="n", code="unsupported_parameter")
+    if req.stop not in (None, [], ""):
+        raise APIError(400, "stop sequences are not supported: the output ends where its constraint is complete", param="stop", code="unsupported_parameter")
+    if req.logprobs or req.top_logprobs:
+        name = "logprobs" if req.logprobs else "top_logprobs"
+        raise APIError(400, f"{name} is not supported", param=name, code="unsupported_parameter")
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(req, name):
+            raise APIError(400, f"{name} is not supported (it would change the sampled distribution)", param=name, code="unsupported_parameter")
+    if req.logit_bias:
+        raise APIError(400, "logit_bias is not supported (it would change the sampled distribution)", param="logit_bias", code="unsupported_parameter")
+    if req.modalities not in (None, [], ["text"]):
+        raise APIError(400, f"modalities {req.modalities} are not supported; only ['text']", param="modalities", code="unsupported_parameter")
+
+
+def invalid_text(obj: Any, path: str = "") -> str | None:
+    """The path of the first string (value or key) in ``obj`` that is not valid Unicode, if any."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            sub = f"{path}.{key}" if path else str(key)
+            bad = invalid_text(key, sub) or invalid_text(value, sub)
+            if bad:
+                return bad
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            bad = invalid_text(value, f"{path}[{i}]")
+            if bad:
+                return bad
+    return None
+
+
+def check_messages(messages: list[dict[str, Any]]) -> None:
+    """Each message has a known role and text content (a string or text parts); 400 otherwise."""
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        role = m.get("role")
+        if role is None:
+            raise APIError(400, f"{where} has no 'role'", param=f"{where}.role", code="invalid_message")
+        if role not in ROLES:
+            raise APIError(400, f"{where}.role must be one of {list(ROLES)}, got {role!r}", param=f"{where}.role", code="invalid_message")
+        content = m.get("content")
+        calls = m.get("tool_calls")
+        if calls is not None:
+            if role != "assistant" or not isinstance(calls, list):
+                raise APIError(400, f"{where}.tool_calls must be a list, on an assistant message", param=f"{where}.tool_calls", code="invalid_message")
+            for j, call in enumerate(calls):
+                fn = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments", ""), (str, dict)):
+                    raise APIError(400, f"{where}.tool_calls[{j}] must be {{'id', 'type': 'function', 'function': {{'name', 'arguments'}}}}",
+                                   param=f"{where}.tool_calls[{j}]", code="invalid_message")
+        if content is None:
+            if role == "assistant" and calls:
+                continue
+            raise APIError(400, f"{where} has no 'content'", param=f"{where}.content", code="invalid_message")
+        if isinstance(content, str):
+            continue
+        if not isinstance(content, list):
+            raise APIError(400, f"{where}.content must be a string or a list of text parts, got {type(content).__name__}",
+                           param=f"{where}.content", code="invalid_message")
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            if kind != "text" or not isinstance(part.get("text"), str):
+                raise APIError(400, f"{where}.content[{j}]: only text parts ({{'type': 'text', 'text': ...}}) are supported, got {kind!r}",
+                               param=f"{where}.content[{j}]", code="invalid_message")
+
+
+# -- response shapes ---------------------------------------------------------------------------
+
+
+def new_completion_id() -> str:
+    return "chatcmpl-" + uuid.uuid4().hex[:24]
+
+
+def new_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def usage(result: Any) -> dict:
+    """The ``usage`` object of a finished generation."""
+    prompt_tokens = int(getattr(result, "prompt_tokens", 0) or 0)  # counted by Generator.run when it tokenized the prompt
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": len(result.token_ids),
+            "total_tokens": prompt_tokens + len(result.token_ids)}
+
+
+def budget_usage(exc: TokenBudgetExceeded) -> dict:
+    """Usage of a generation whose budget ran out (``Generator.run`` attaches the counts)."""
+    prompt_tokens = int(exc.prompt_tokens or 0)
+    completion = len(exc.token_ids) if exc.token_ids is not None else int(exc.max_new_tokens)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+
+
+def completion_body(completion_id: str, created: int, model: str, message: dict, finish_reason: str, usage: dict,
+                    extra: dict) -> dict:
+    """A ``chat.completion`` object with one choice; ``extra`` is the ``constrained_spec`` field."""
+    return {
+        "id": completion_id, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}],
+        "usage": usage, "system_fingerprint": None, "constrained_spec": extra,
+    }

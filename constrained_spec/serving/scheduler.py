@@ -1,0 +1,163 @@
+"""One generation at a time: the bounded wait queue, compiles off the worker, timeouts and
+cancellation (a timed-out request, or one whose client went away).
+
+The Generator holds one KV cache, so generations run one by one on a single worker thread;
+requests wait behind the running one in a queue of ``max_queue``. Constraints compile on their
+own threads, so a slow compile holds no other request. A timed-out request that has not started
+is dropped; one already decoding stops after its current decode step (the ``on_tokens`` hook
+raises :class:`Cancelled`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Coroutine
+
+__all__ = ["Cancelled", "GenerationQueue", "QueueFull", "QueueTimeout", "Scheduler", "watch_disconnect"]
+
+
+class QueueFull(Exception):
+    """The queue holds ``max_queue`` waiting requests already."""
+
+    def __init__(self, max_queue: int) -> None:
+        super().__init__(f"{max_queue} requests are already waiting")
+        self.max_queue = max_queue
+
+
+class QueueTimeout(Exception):
+    """A request outlived the timeout (waiting and/or decoding)."""
+
+
+class Cancelled(Exception):
+    """Raised from the ``on_tokens`` hook to stop a generation nobody waits for any more."""
+
+
+class GenerationQueue:
+    """Runs jobs one at a time on a worker thread, with a bounded wait queue and a timeout.
+
+    ``max_queue`` requests may wait behind the running one; more are refused with
+    :class:`QueueFull`. ``timeout`` (seconds, None for none) covers waiting plus running; a job
+    that times out before it starts is skipped; for a running one ``cancel`` is set (a job
+    that checks it, as the server's ``on_tokens`` hook does, stops early) and its result is
+    discarded.
+    """
+
+    def __init__(self, max_queue: int = 16, timeout: float | None = 600.0) -> None:
+        if max_queue < 0:
+            raise ValueError("max_queue must be >= 0")
+        self.max_queue = max_queue
+        self.timeout = timeout
+        self.pending = 0  # running + waiting (including timed-out jobs still occupying the worker)
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="constrained-spec-gen")
+
+    @property
+    def waiting(self) -> int:
+        return max(self.pending - 1, 0)
+
+    async def run(self, fn: Callable[[], Any], cancel: threading.Event | None = None, timeout: float | None = None) -> Any:
+        """Run ``fn`` on the worker; ``timeout`` (default: the queue's) in seconds from now."""
+        with self._lock:
+            if self.pending > self.max_queue:
+                raise QueueFull(self.max_queue)
+            self.pending += 1
+        abandoned = cancel if cancel is not None else threading.Event()
+
+        def job() -> Any:
+            try:
+                if abandoned.is_set():
+                    return None
+                return fn()
+            finally:
+                with self._lock:
+                    self.pending -= 1
+
+        future = asyncio.get_running_loop().run_in_executor(self._executor, job)
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # a discarded job's error is not "never retrieved"
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.timeout if timeout is None else timeout)
+        except asyncio.TimeoutError as exc:
+            abandoned.set()
+            raise QueueTimeout() from exc
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class Scheduler:
+    """The generator behind one :class:`GenerationQueue`, with a pool of compile threads.
+
+    ``request_timeout``: seconds a request may take, compiling and waiting included.
+    """
+
+    def __init__(self, generator: Any, *, max_queue: int, request_timeout: float | None, compile_threads: int = 2) -> None:
+        self.generator = generator
+        self.request_timeout = request_timeout
+        self.queue = GenerationQueue(max_queue=max_queue, timeout=request_timeout)
+        self._compile_pool = ThreadPoolExecutor(max_workers=max(compile_threads, 1), thread_name_prefix="constrained-spec-compile")
+        self._tasks: set[asyncio.Future] = set()  # background generations (streams): kept referenced until done
+
+    def deadline(self) -> float | None:
+        """The monotonic time a request arriving now must finish by (None: no timeout)."""
+        return None if self.request_timeout is None else time.monotonic() + self.request_timeout
+
+    @staticmethod
+    def remaining(deadline: float | None) -> float | None:
+        """Seconds left until ``deadline`` (never negative; None: no timeout)."""
+        return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+    async def compile(self, output_type: Any, deadline: float | None) -> Any:
+        """``output_type`` compiled on a compile thread (off the worker): its OutputSpec, which
+        ``generator.run`` finds in the compile cache; the output type itself where the generator
+        cannot compile ahead. :class:`QueueTimeout` past ``deadline``."""
+        compile_ = getattr(self.generator, "compile", None)
+        if not callable(compile_):
+            return output_type
+        future = asyncio.get_running_loop().run_in_executor(self._compile_pool, compile_, output_type)
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # an abandoned compile's error is not "never retrieved"
+        try:
+            compiled = await asyncio.wait_for(asyncio.shield(future), self.remaining(deadline))
+        except asyncio.TimeoutError as exc:
+            raise QueueTimeout() from exc
+        return getattr(compiled, "spec", output_type)
+
+    async def generate(self, prompt: Any, output_type: Any, options: dict[str, Any], cancel: threading.Event,
+                       timeout: float | None, on_tokens: Callable[[list[int]], None] | None = None) -> Any:
+        """``generator.run(prompt, output_type, **options)`` on the worker, once the queue reaches it.
+
+        Each step's tokens go to ``on_tokens`` (on the worker thread); once ``cancel`` is set the
+        generation stops at its next step and this raises :class:`Cancelled`.
+        """
+
+        def hook(ids: list[int]) -> None:
+            if cancel.is_set():
+                raise Cancelled()
+            if on_tokens is not None:
+                on_tokens(ids)
+
+        result = await self.queue.run(lambda: self.generator.run(prompt, output_type, on_tokens=hook, **options), cancel, timeout)
+        if result is None and cancel.is_set():
+            raise Cancelled()
+        return result
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` in the background (a stream's generation), referenced until it ends."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def shutdown(self) -> None:
+        self.queue.shutdown()
+        self._compile_pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def watch_disconnect(request: Any, cancel: threading.Event, every: float = 0.05) -> None:
+    """Set ``cancel`` once the client of ``request`` has gone away."""
+    while not cancel.is_set():
+        if await request.is_disconnected():
+            cancel.set()
+            return
+        await asyncio.sleep(every)
