@@ -824,6 +824,18 @@ def test_a_seed_out_of_range_is_a_400(seed):
     assert len(gen.runs) == 1
 
 
+def test_numbers_out_of_range_are_400s_not_500s():
+    gen = RecordingGenerator(None)
+    with TestClient(create_app(gen), raise_server_exceptions=False) as c:
+        assert_openai_error(c.post("/v1/chat/completions", json={"messages": USER, "top_k": 1 << 63}), 400, param="top_k")
+        for schema, param in (({"type": "number", "minimum": float("nan")}, "response_format.json_schema.schema.minimum"),
+                              ({"const": float("inf")}, "response_format.json_schema.schema.const")):
+            raw = json.dumps({"messages": USER, "response_format": json_format(schema)})  # NaN / Infinity: Python reads them
+            r = c.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+            assert_openai_error(r, 400, "invalid_number", param)
+    assert gen.runs == []
+
+
 def test_unknown_model_is_a_404_and_models_by_id(client):
     assert_openai_error(post(client, model="gpt-4o"), 404, "model_not_found", "model")
     assert post(client, model="tiny", max_tokens=4).status_code == 200

@@ -31,8 +31,8 @@ from constrained_spec.serving.protocol import (
     budget_usage,
     check_messages,
     check_unsupported,
+    check_values,
     completion_body,
-    invalid_text,
     new_completion_id,
     usage,
 )
@@ -156,10 +156,7 @@ def create_app(
         check_unsupported(req)
         if req.model is not None and req.model != name:
             raise unknown_model(req.model)
-        bad = invalid_text(req.model_dump())
-        if bad:
-            raise APIError(400, f"{bad} is not valid Unicode text (it holds a lone surrogate such as an unpaired \\ud800 escape)",
-                           param=bad, code="invalid_text")
+        check_values(req.model_dump())
         check_messages(req.messages)
         max_tokens = req.max_completion_tokens or req.max_tokens
         check_max_tokens(max_tokens, max_tokens_limit)

@@ -7,21 +7,23 @@ distribution, or this server has no such thing): ``n`` other than 1, ``stop``, `
 ``logit_bias``, ``functions`` / ``function_call`` (use ``tools``), ``audio``, ``modalities`` other
 than ``["text"]``, ``prediction``, ``web_search_options``, ``reasoning_effort``, ``verbosity``; any
 other undeclared field is unrecognized (400, as OpenAI does). Messages need a known ``role`` and
-text content; text that is not valid Unicode (a lone surrogate) is a 400.
+text content; text that is not valid Unicode (a lone surrogate) and NaN or Infinity anywhere in the
+body are a 400.
 """
 
 from __future__ import annotations
 
+import math
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from constrained_spec.errors import TokenBudgetExceeded
 from constrained_spec.serving.errors import APIError
 
-__all__ = ["ChatCompletionRequest", "REFUSED", "ROLES", "SEED_MAX", "SEED_MIN", "budget_usage", "check_messages",
-           "check_unsupported", "completion_body", "invalid_text", "new_call_id", "new_completion_id", "usage"]
+__all__ = ["ChatCompletionRequest", "REFUSED", "ROLES", "SEED_MAX", "SEED_MIN", "TOP_K_MAX", "budget_usage", "check_messages",
+           "check_unsupported", "check_values", "completion_body", "invalid_text", "non_finite_number", "new_call_id", "new_completion_id", "usage"]
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 #: fields OpenAI defines that this server cannot serve, and why (refused with a 400 when given)
@@ -36,6 +38,8 @@ REFUSED = {
 }
 #: the seeds a random generator takes (a signed or unsigned 64-bit integer)
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
+#: the largest top_k (a 64-bit integer; any top_k at or over the vocabulary size keeps every token)
+TOP_K_MAX = (1 << 63) - 1
 
 
 class ChatCompletionRequest(BaseModel):
@@ -51,7 +55,7 @@ class ChatCompletionRequest(BaseModel):
     parallel_tool_calls: bool | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=0)
+    top_k: int | None = Field(default=None, ge=0, le=TOP_K_MAX)
     seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
@@ -100,23 +104,48 @@ def check_unsupported(req: ChatCompletionRequest) -> None:
 
 def invalid_text(obj: Any, path: str = "") -> str | None:
     """The path of the first string (value or key) in ``obj`` that is not valid Unicode, if any."""
-    if isinstance(obj, str):
-        try:
-            obj.encode("utf-8")
-        except UnicodeEncodeError:
-            return path
-        return None
+    return _first(obj, path, lambda x: isinstance(x, str) and not _is_unicode(x))
+
+
+def non_finite_number(obj: Any, path: str = "") -> str | None:
+    """The path of the first NaN or infinity in ``obj`` (not JSON, though Python's parser reads them), if any."""
+    return _first(obj, path, lambda x: isinstance(x, float) and not math.isfinite(x))
+
+
+def check_values(body: dict[str, Any]) -> None:
+    """Every string of the request is valid Unicode and every number finite; 400 otherwise."""
+    bad = invalid_text(body)
+    if bad:
+        raise APIError(400, f"{bad} is not valid Unicode text (it holds a lone surrogate such as an unpaired \\ud800 escape)",
+                       param=bad, code="invalid_text")
+    bad = non_finite_number(body)
+    if bad:
+        raise APIError(400, f"{bad} is not a finite number (NaN and Infinity are not JSON)", param=bad, code="invalid_number")
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _first(obj: Any, path: str, bad: Callable[[Any], bool]) -> str | None:
+    """The path of the first value or key in ``obj`` for which ``bad`` holds, if any."""
+    if bad(obj):
+        return path
     if isinstance(obj, dict):
         for key, value in obj.items():
             sub = f"{path}.{key}" if path else str(key)
-            bad = invalid_text(key, sub) or invalid_text(value, sub)
-            if bad:
-                return bad
+            found = _first(key, sub, bad) or _first(value, sub, bad)
+            if found:
+                return found
     elif isinstance(obj, list):
         for i, value in enumerate(obj):
-            bad = invalid_text(value, f"{path}[{i}]")
-            if bad:
-                return bad
+            found = _first(value, f"{path}[{i}]", bad)
+            if found:
+                return found
     return None
 
 
