@@ -7,30 +7,35 @@ final state of its automaton and, for JSON outputs, validates against its schema
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, NUM_DRAFT_TOKENS, PROPOSERS
+from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, DecodeConfig, ModelConfig, fields_of
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
-from constrained_spec.engine.loop import DecodeStats, SpeculativeDecoder
-from constrained_spec.engine.proposers import GrammarStrings, PromptText
-from constrained_spec.errors import ContextLengthError, ModelLoadError, OutputValidationError, TokenBudgetExceeded
+from constrained_spec.engine.loop import SpeculativeDecoder
+from constrained_spec.engine.proposers import GrammarStringProposer, GrammarStrings, PromptLookupProposer, PromptText, Proposer
+from constrained_spec.engine.stats import DecodeHooks, DecodeStats
+from constrained_spec.errors import (
+    ConfigError,
+    ContextLengthError,
+    ModelLoadError,
+    OutputValidationError,
+    TokenBudgetExceeded,
+    VocabularyMismatchError,
+)
 from constrained_spec.grammar import OutputSpec, Regex, output_spec
 from constrained_spec.grammar.automaton import AutomatonCompiler, CompiledAutomaton
-from constrained_spec.grammar.matcher import Matcher
+from constrained_spec.grammar.matcher import AutomatonMatcher
 from constrained_spec.grammar.schema_refs import validation_errors as validate_value
 from constrained_spec.grammar.vocab import TokenVocabulary, build_vocabulary
-from constrained_spec.models.hf import SequenceModel, check_same_vocabulary, wrap
-from constrained_spec.sampling.distribution import SamplingPolicy, make_generator
-
-#: end a draft block after a model token the draft gives less than this probability
-DRAFT_CONFIDENCE = 0.3
-#: the draft scores only the first this-many token ids (the common ones in merge order) unless the
-#: grammar allows few tokens; used where the vocabulary is at least twice as large
-DRAFT_HEAD_TOKENS = 48_000
+from constrained_spec.lru import LRUCache
+from constrained_spec.models.hf import wrap
+from constrained_spec.models.protocol import SequenceModel, restricted_head
+from constrained_spec.sampling import SamplingPolicy, make_generator
 
 __all__ = ["Generator", "GenerationResult", "Regex", "generate", "generate_json", "schema_hint", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
 
@@ -149,6 +154,10 @@ def _load(spec: Any, tokenizer: Any, role: str, cache_dir: Any, dtype: str, prog
     return wrap(spec), tokenizer
 
 
+#: compiled constraints a Generator keeps (LRU): a long-running server sees many schemas
+COMPILED_CACHE_SIZE = 256
+
+
 class Generator:
     """Loaded target (and optional draft) models, their tokenizer and a compile cache.
 
@@ -159,6 +168,11 @@ class Generator:
     models, ``draft_dtype`` (if given) to the draft; ``"auto"`` picks the fastest measured here per
     role. Models given by spec are shared with other live Generators that loaded the same spec
     (same dtype, cache_dir and role): a second Generator does not load them again.
+
+    ``decode``: a :class:`~constrained_spec.config.DecodeConfig` (how to draft and verify); any of
+    its fields may also be given by keyword (``num_draft_tokens=3``, ``proposers=("grammar",)``,
+    ``adaptive=True``...), which replace the config's. :meth:`from_config` builds one from a
+    :class:`~constrained_spec.config.ModelConfig`.
     """
 
     def __init__(
@@ -167,26 +181,27 @@ class Generator:
         draft: Any = DEFAULT_DRAFT,
         tokenizer: Any = None,
         *,
-        num_draft_tokens: int = NUM_DRAFT_TOKENS,
+        decode: DecodeConfig | None = None,
         max_new_tokens: int = 512,
         schema_options: Any = None,
         schema_hint_style: str = "full",
         cache_dir: Any = None,
         dtype: str = "auto",
         draft_dtype: str | None = None,
-        verify_backend: str = "auto",
         compile_timeout: float | None = 120.0,
         disk_cache: bool = True,
         progress: bool = True,
-        debug_checks: bool = False,
         eos_token_ids: Sequence[int] | None = None,
-        proposers: Sequence[str] | None = None,
-        adaptive: bool = False,
-        draft_confidence: float = DRAFT_CONFIDENCE,
-        draft_head_tokens: int = DRAFT_HEAD_TOKENS,
+        **decode_options: Any,
     ) -> None:
         from constrained_spec.sampling.kernels import get_verifier
 
+        unknown = set(decode_options) - fields_of(DecodeConfig)
+        if unknown:
+            raise TypeError(f"Generator() got unexpected keyword argument(s) {sorted(unknown)}")
+        self.decode = (decode or DecodeConfig()).replace(**decode_options)
+        if schema_hint_style not in SCHEMA_HINT_STYLES:
+            raise ConfigError(f"unknown schema hint style {schema_hint_style!r}; choose one of {', '.join(SCHEMA_HINT_STYLES)}")
         self._loaded: list[_Loaded] = []
         self.target, self.tokenizer = _load(model, tokenizer, "target", cache_dir, dtype, progress, self._loaded)
         self.draft: SequenceModel | None = None
@@ -195,39 +210,41 @@ class Generator:
             self.draft, draft_tokenizer = _load(draft, None if isinstance(draft, str) else tokenizer, "draft", cache_dir,
                                                dtype if draft_dtype is None else draft_dtype, progress, self._loaded)
         check_same_vocabulary(self.tokenizer, draft_tokenizer, self.target, self.draft)
-        self.draft_confidence = draft_confidence
-        if draft_head_tokens and self.draft is not None and hasattr(self.draft, "set_head_prefix"):
-            if draft_head_tokens <= self.draft.vocab_size // 2:
-                self.draft.set_head_prefix(draft_head_tokens)
+        heads = restricted_head(self.draft) if self.draft is not None else None
+        size = self.decode.draft_head_tokens
+        if size and heads is not None and hasattr(heads, "set_head_prefix") and size <= heads.vocab_size // 2:
+            heads.set_head_prefix(size)
         self.vocab: TokenVocabulary = build_vocabulary(self.tokenizer, self.target.vocab_size, eos_token_ids or self._eos_ids())
         self.compiler = AutomatonCompiler(self.vocab, cache_dir=cache_dir, disk_cache=disk_cache, compile_timeout=compile_timeout)
-        self.num_draft_tokens = num_draft_tokens
         self.max_new_tokens = max_new_tokens
         self.schema_options = schema_options
-        if schema_hint_style not in SCHEMA_HINT_STYLES:
-            raise ValueError(f"unknown schema hint style {schema_hint_style!r}; choose one of {', '.join(SCHEMA_HINT_STYLES)}")
         self.schema_hint_style = schema_hint_style  # how prompt_ids writes the schema hint
-        self.verifier = get_verifier(verify_backend)
-        self.debug_checks = debug_checks
-        # default: every source with a draft model; none without one (target-only decoding)
-        self.proposers = tuple(proposers) if proposers is not None else (PROPOSERS if self.draft is not None else ())
-        unknown = set(self.proposers) - set(PROPOSERS)
-        if unknown:
-            raise ValueError(f"unknown proposers {sorted(unknown)}; choose from {PROPOSERS}")
-        self.adaptive = adaptive
-        self.draft_length = AdaptiveDraftLength(max_k=max(num_draft_tokens, 1))
-        self._compiled: dict[Any, CompiledConstraint] = {}
-        self._strings: dict[str, GrammarStrings] = {}
+        self.verifier = get_verifier(self.decode.verify_backend)
+        self.draft_length = AdaptiveDraftLength(max_k=max(self.decode.num_draft_tokens, 1))
+        self._compiled: LRUCache[str, CompiledConstraint] = LRUCache(COMPILED_CACHE_SIZE)
+        self._strings: LRUCache[str, GrammarStrings] = LRUCache(COMPILED_CACHE_SIZE)
         self._prompt_text = PromptText(self.vocab, self._encode)  # one request at a time, under _lock
         self._lock = threading.Lock()
         #: tokens the models can attend to (prompt + new tokens); None: unknown, not checked
         self.context_length: int | None = _context_length(self.tokenizer, self.target, self.draft)
 
+    @classmethod
+    def from_config(cls, models: ModelConfig, decode: DecodeConfig | None = None, **options: Any) -> "Generator":
+        """A Generator for ``models`` (spec strings) and ``decode``; ``options`` as for the constructor."""
+        return cls(models.model, models.draft, decode=decode, cache_dir=models.cache_dir, dtype=models.dtype,
+                   draft_dtype=models.draft_dtype, **options)
+
+    @property
+    def num_draft_tokens(self) -> int:
+        return self.decode.num_draft_tokens
+
+    @property
+    def proposers(self) -> tuple[str, ...]:
+        """The proposal sources a call uses by default."""
+        return self.decode.sources(self.draft is not None)
+
     def _grammar_strings(self, compiled: CompiledConstraint) -> GrammarStrings:
-        hit = self._strings.get(compiled.spec.regex)
-        if hit is None:
-            hit = self._strings[compiled.spec.regex] = GrammarStrings(compiled.automaton, self._encode)
-        return hit
+        return self._strings.get_or_make(compiled.spec.regex, lambda: GrammarStrings(self._encode, self.vocab))
 
     def _encode(self, text: str) -> list[int]:
         """The tokenizer's canonical tokens of ``text`` (no special tokens): what zero-cost proposals spell."""
@@ -256,6 +273,7 @@ class Generator:
                     curve.observe(n, time.perf_counter() - t0)
                     model.crop(base)
             model.reset()
+
     def _eos_ids(self) -> list[int]:
         ids = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
         config = getattr(getattr(self.target, "model", None), "generation_config", None)
@@ -284,7 +302,7 @@ class Generator:
         if hit is not None and hit.spec == spec:
             return hit
         compiled = CompiledConstraint(spec, self.compiler.compile(spec.regex))
-        self._compiled[spec.regex] = compiled
+        self._compiled.put(spec.regex, compiled)
         return compiled
 
     # -- prompts --------------------------------------------------------------------------------
@@ -324,35 +342,37 @@ class Generator:
         output_type: Any,
         *,
         max_new_tokens: int | None = None,
-        num_draft_tokens: int | None = None,
         temperature: float = 0.0,
         top_k: int = 0,
         top_p: float = 1.0,
         seed: int | None = None,
         schema_in_prompt: bool = True,
-        proposers: Sequence[str] | None = None,
-        adaptive: bool | None = None,
-        draft_confidence: float | None = None,
         on_tokens: Callable[[list[int]], None] | None = None,
         tools: Sequence[dict] | None = None,
         schema_draft: str | None = None,
+        hooks: DecodeHooks | None = None,
+        **decode_options: Any,
     ) -> GenerationResult:
         """Generate one value of ``output_type``; returns it with its text and stats.
 
-        ``proposers`` picks the proposal sources, any of ``"draft"`` (the draft model),
-        ``"grammar"`` (strings the grammar forces, at no model cost) and ``"lookup"`` (prompt
-        lookup: token n-grams, else bytes, :class:`~constrained_spec.engine.proposers.PromptText`); ``adaptive`` grows each block while one more
-        position is worth its cost (measured keep rates and forward costs), with
-        ``num_draft_tokens`` as the upper bound; ``draft_confidence`` ends a draft block after a
-        token the draft model gives less than this probability (0 = never). Every combination
-        samples the same distribution.
+        ``decode_options``: fields of :class:`~constrained_spec.config.DecodeConfig` for this call,
+        e.g. ``proposers`` (any of ``"draft"``: the draft model, ``"grammar"``: strings the grammar
+        forces, at no model cost, ``"lookup"``: prompt lookup), ``adaptive`` (grow each block while
+        one more position is worth its cost, ``num_draft_tokens`` the upper bound),
+        ``num_draft_tokens``, ``draft_confidence`` (end a draft block after a token the draft gives
+        less than this probability). Every combination samples the same distribution.
 
         ``on_tokens`` (streaming) is called from the decode loop, under the generator's lock, with
         each step's newly committed token ids: final (never rolled back), EOS excluded; together
         they are ``result.token_ids``. An exception it raises ends the generation there (and
-        propagates). ``tools``: OpenAI tool dicts for the chat template (see :meth:`prompt_ids`).
+        propagates). ``hooks``: other observers (:class:`~constrained_spec.engine.stats.DecodeHooks`).
+        ``tools``: OpenAI tool dicts for the chat template (see :meth:`prompt_ids`).
         ``schema_draft``: the JSON Schema draft of a schema without ``$schema`` (see :meth:`compile`).
         """
+        unknown = set(decode_options) - fields_of(DecodeConfig)
+        if unknown:
+            raise TypeError(f"run() got unexpected keyword argument(s) {sorted(unknown)}")
+        config = self.decode.replace(**decode_options)
         compiled = self.compile(output_type, schema_draft)
         policy = SamplingPolicy(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         ids = self.prompt_ids(prompt, compiled.spec, schema_in_prompt, tools=tools)
@@ -363,30 +383,28 @@ class Generator:
                 budget = min(budget, room)  # the default budget shrinks to the room left, as OpenAI's does
             if len(ids) + budget > self.context_length:
                 raise ContextLengthError(len(ids), budget, self.context_length)
-        k = self.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
-        sources = set(self.proposers if proposers is None else proposers)
-        unknown = sources - set(PROPOSERS)
-        if unknown:
-            raise ValueError(f"unknown proposers {sorted(unknown)}; choose from {PROPOSERS}")
-        adaptive = self.adaptive if adaptive is None else adaptive
+        sources = config.sources(self.draft is not None)
+        proposers: list[Proposer] = []
+        if "grammar" in sources:
+            proposers.append(GrammarStringProposer(self._grammar_strings(compiled)))
+        if "lookup" in sources:
+            proposers.append(PromptLookupProposer(self._prompt_text, config.lookup_min_ngram))
+        if on_tokens is not None:
+            hooks = dataclasses.replace(hooks or DecodeHooks(), on_tokens=on_tokens)
         gen = make_generator(seed)
         with self._lock:
             decoder = SpeculativeDecoder(
                 self.target,
                 self.draft if "draft" in sources else None,
-                Matcher(compiled.automaton),
+                AutomatonMatcher(compiled.automaton),
                 policy,
-                num_draft_tokens=k,
+                config,
                 max_new_tokens=budget,
+                proposers=proposers,
                 verifier=self.verifier,
-                debug_checks=self.debug_checks,
                 generator=gen,
-                grammar_strings=self._grammar_strings(compiled) if "grammar" in sources else None,
-                lookup="lookup" in sources,
-                text_lookup=self._prompt_text if "lookup" in sources else None,
-                draft_length=self.draft_length if adaptive else None,
-                draft_confidence=self.draft_confidence if draft_confidence is None else draft_confidence,
-                on_tokens=on_tokens,
+                draft_length=self.draft_length if config.adaptive else None,
+                hooks=hooks,
             )
             try:
                 result = decoder.run(ids)
@@ -407,6 +425,21 @@ class Generator:
         return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
 
 
+def check_same_vocabulary(target_tokenizer: Any, draft_tokenizer: Any | None, target: SequenceModel, draft: SequenceModel | None) -> None:
+    """Raise VocabularyMismatchError if the draft cannot propose in the target's vocabulary."""
+    if draft is None:
+        return
+    if draft.vocab_size != target.vocab_size:
+        raise VocabularyMismatchError(
+            f"draft model has {draft.vocab_size} output logits, the target {target.vocab_size}: "
+            "the draft must share the target's vocabulary"
+        )
+    if draft_tokenizer is not None and draft_tokenizer is not target_tokenizer:
+        build_vocabulary(target_tokenizer, target.vocab_size).check_same(
+            build_vocabulary(draft_tokenizer, draft.vocab_size), what="draft"
+        )
+
+
 def _context_length(tokenizer: Any, *models: Any) -> int | None:
     """The smallest context window the models' configs (``max_position_embeddings``...) and the
     tokenizer's ``model_max_length`` declare; None when none declares one."""
@@ -424,15 +457,12 @@ def _context_length(tokenizer: Any, *models: Any) -> int | None:
     return min(limits) if limits else None
 
 
-_DEFAULT: dict[tuple, Generator] = {}
+#: the Generators ``generate_json`` / ``generate`` keep, by (model, draft): a few, least recently used first out
+_DEFAULT: LRUCache[tuple, Generator] = LRUCache(2)
 
 
-def _default_generator(model: Any, draft: Any, **kwargs: Any) -> Generator:
-    key = (model, draft, tuple(sorted(kwargs.items())))
-    gen = _DEFAULT.get(key)
-    if gen is None:
-        gen = _DEFAULT[key] = Generator(model, draft, **kwargs)
-    return gen
+def _default_generator(model: Any, draft: Any) -> Generator:
+    return _DEFAULT.get_or_make((model, draft), lambda: Generator(model, draft))
 
 
 def generate_json(schema: Any, prompt: str | list[dict], *, model: Any = DEFAULT_TARGET, draft: Any = DEFAULT_DRAFT, **options: Any) -> Any:

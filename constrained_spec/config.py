@@ -1,7 +1,18 @@
-"""Defaults the API, the server and the command line share; importable without torch or transformers."""
+"""Configuration objects and the tuned defaults, in one place; importable without torch.
+
+:class:`DecodeConfig` (how the loop drafts and verifies) and :class:`ModelConfig` (which models, in
+which dtype, from which cache) are frozen dataclasses validated once, at construction, and shared
+by the Python API, the command line, the server and the benchmark. Every tuned default names the
+measurement that chose it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from constrained_spec.errors import ConfigError
 from constrained_spec.models.sources import DEFAULT_DRAFT, DEFAULT_TARGET
 
 #: the proposal sources a Generator can use: the draft model, strings the grammar forces, prompt lookup
@@ -9,5 +20,106 @@ PROPOSERS = ("draft", "grammar", "lookup")
 #: the default draft length: the best fixed k with every proposer on the 8-prompt bench
 #: (results/bench-s4-sweep: k2..k6 gave 1.57 / 1.90 / 1.92 / 2.13 / 1.67x target-only)
 NUM_DRAFT_TOKENS = 5
+#: end a draft block after a model token the draft gives less than this probability; set in commit
+#: 15e1f16 without a recorded sweep (no measurement chose 0.3 over its neighbours: an open tuning item)
+DRAFT_CONFIDENCE = 0.3
+#: the draft scores only the first this-many token ids (the common ones in merge order) unless the
+#: grammar allows few tokens; used where the vocabulary is at least twice as large (48k of Qwen2's
+#: 152k: ~3 ms for the int8 prefix head against ~10 ms for the whole head, one thread)
+DRAFT_HEAD_TOKENS = 48_000
+#: the draft computes its head for the allowed tokens only up to this many of them: gathering the
+#: rows costs 0.2 / 1.1 / 4.2 / 30 ms for 500 / 2k / 5k / 10k of 152k x 896 (fp16, one thread),
+#: against ~3 ms for the 48k-row int8 prefix head and ~10 ms for the whole int8 head
+RESTRICTED_HEAD_MAX_ROWS = 3000
+#: prompt lookup's shortest n-gram: 3 was measured more precise than 2 on the bench workload
+LOOKUP_MIN_NGRAM = 3
+#: the verify kernels: torch (the reference) or triton (CUDA); auto picks triton for CUDA logits
+VERIFY_BACKENDS = ("auto", "torch", "triton")
 
-__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "NUM_DRAFT_TOKENS", "PROPOSERS"]
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How one generation drafts and verifies. Every combination samples the same distribution.
+
+    ``num_draft_tokens``: proposals per step (0: the target alone; with ``adaptive`` the upper
+    bound); ``proposers``: sources among :data:`PROPOSERS` (None: all of them with a draft model,
+    none without); ``adaptive``: grow each block while one more position is worth its measured cost;
+    ``draft_confidence``: end a block after a model token the draft gives less than this
+    probability (0: never); ``draft_head_tokens``: the draft's prefix head size (0: none);
+    ``restricted_head_max_rows``; ``lookup_min_ngram``; ``verify_backend``; ``debug_checks``:
+    check caches and grammar against the committed tokens after every step.
+    """
+
+    num_draft_tokens: int = NUM_DRAFT_TOKENS
+    proposers: tuple[str, ...] | None = None
+    adaptive: bool = False
+    draft_confidence: float = DRAFT_CONFIDENCE
+    draft_head_tokens: int = DRAFT_HEAD_TOKENS
+    restricted_head_max_rows: int = RESTRICTED_HEAD_MAX_ROWS
+    restrict_head: bool = True
+    lookup_min_ngram: int = LOOKUP_MIN_NGRAM
+    verify_backend: str = "auto"
+    debug_checks: bool = False
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.num_draft_tokens, int) and self.num_draft_tokens >= 0,
+               f"num_draft_tokens must be an integer >= 0, got {self.num_draft_tokens!r}")
+        if self.proposers is not None:
+            names = tuple(self.proposers)
+            unknown = sorted(set(names) - set(PROPOSERS))
+            _check(not unknown, f"unknown proposers {unknown}; choose from {PROPOSERS}")
+            object.__setattr__(self, "proposers", tuple(dict.fromkeys(names)))
+        _check(0.0 <= self.draft_confidence <= 1.0, f"draft_confidence must be in [0, 1], got {self.draft_confidence!r}")
+        _check(self.draft_head_tokens >= 0, f"draft_head_tokens must be >= 0, got {self.draft_head_tokens!r}")
+        _check(self.restricted_head_max_rows >= 0, f"restricted_head_max_rows must be >= 0, got {self.restricted_head_max_rows!r}")
+        _check(self.lookup_min_ngram >= 1, f"lookup_min_ngram must be >= 1, got {self.lookup_min_ngram!r}")
+        _check(self.verify_backend in VERIFY_BACKENDS, f"unknown verify backend {self.verify_backend!r}; choose from {VERIFY_BACKENDS}")
+
+    def sources(self, has_draft: bool) -> tuple[str, ...]:
+        """The proposal sources in use: ``proposers``, or its default for a loop with/without a draft model."""
+        if self.proposers is not None:
+            return self.proposers if has_draft else tuple(p for p in self.proposers if p != "draft")
+        return PROPOSERS if has_draft else ()
+
+    def replace(self, **changes: Any) -> "DecodeConfig":
+        """A copy with ``changes`` (validated again); None values are left out."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which models, how loaded. ``model``/``draft``: a short offline name, a local folder, a
+    ``.gguf`` file or a Hugging Face hub id (``draft=None``: the target alone); ``dtype`` for both,
+    ``draft_dtype`` (if given) for the draft; ``cache_dir``: models and compiled grammars."""
+
+    model: str = DEFAULT_TARGET
+    draft: str | None = DEFAULT_DRAFT
+    dtype: str = "auto"
+    draft_dtype: str | None = None
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        from constrained_spec.models.store import DTYPE_CHOICES, normalize_dtype  # light: no torch import
+
+        for name in ("dtype", "draft_dtype"):
+            value = getattr(self, name)
+            if value is None and name == "draft_dtype":
+                continue
+            try:
+                normalize_dtype(value)
+            except Exception:
+                raise ConfigError(f"unknown {name} {value!r}; choose from {', '.join(DTYPE_CHOICES)}") from None
+
+
+def fields_of(cls: type) -> frozenset[str]:
+    """The field names of a config dataclass."""
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_CONFIDENCE", "DRAFT_HEAD_TOKENS", "DecodeConfig", "ModelConfig",
+           "NUM_DRAFT_TOKENS", "PROPOSERS", "RESTRICTED_HEAD_MAX_ROWS", "fields_of"]

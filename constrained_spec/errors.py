@@ -4,6 +4,7 @@ Every error the library raises on bad input or an impossible request derives fro
 :class:`ConstrainedSpecError`, so callers can catch one type::
 
     ConstrainedSpecError
+    ├── ConfigError               an option value that cannot be used (k < 0, an unknown proposer, top_p > 1, ...)
     ├── SchemaError               the schema is not valid JSON Schema (or not JSON at all)
     │   └── UnsupportedKeywordError  a keyword the compiler cannot enforce exactly (names it and its JSON pointer)
     │       └── RefRetrievalError  a $ref to a file or URL that ref_allow does not list (schemas fetch nothing by default)
@@ -23,6 +24,10 @@ from __future__ import annotations
 
 class ConstrainedSpecError(Exception):
     """Base class of every error raised by constrained-spec."""
+
+
+class ConfigError(ConstrainedSpecError, ValueError):
+    """An option value that cannot be used; names the option and the allowed values."""
 
 
 class SchemaError(ConstrainedSpecError):

@@ -6,7 +6,13 @@ import hashlib
 
 import torch
 
+from constrained_spec.config import DecodeConfig
+from constrained_spec.engine.loop import SpeculativeDecoder
+from constrained_spec.engine.proposers import GrammarStringProposer, PromptLookupProposer
+from constrained_spec.engine.stats import DecodeHooks
+from constrained_spec.grammar.matcher import AutomatonMatcher
 from constrained_spec.grammar.vocab import TokenVocabulary
+from constrained_spec.sampling import verify
 
 
 class PrefixModel:
@@ -14,6 +20,8 @@ class PrefixModel:
 
     ``logits(prefix)`` is a pure function; ``extend``/``crop`` only track the cached prefix.
     """
+
+    device = torch.device("cpu")
 
     def __init__(self, vocab_size: int, seed: int, scale: float = 2.0) -> None:
         self.vocab_size = vocab_size
@@ -39,6 +47,9 @@ class PrefixModel:
             rows.append(self.logits(self.tokens))
         return torch.stack(rows)
 
+    def prefill(self, tokens: list[int]) -> None:
+        self.extend(tokens)
+
     def crop(self, length: int) -> None:
         assert 0 <= length <= len(self.tokens), (length, len(self.tokens))
         del self.tokens[length:]
@@ -52,3 +63,24 @@ def letters_vocab(extra: dict[int, bytes] | None = None) -> TokenVocabulary:
     tokens = {0: b"a", 1: b"b", 2: b"c", 3: b"ab", 4: b"ba", 5: b"bc", 6: b"ca", 7: b"abc", 8: b"cc"}
     tokens.update(extra or {})
     return TokenVocabulary(tokens=tokens, eos_token_ids=(9,), size=10)
+
+
+def make_decoder(target, draft, matcher, policy, *, num_draft_tokens: int = 4, max_new_tokens: int = 256, verifier=verify,
+                 debug_checks: bool = False, generator=None, grammar_strings=None, lookup: bool = False, draft_length=None,
+                 restrict_head: bool = True, draft_confidence: float = 0.0, lookup_min_ngram: int = 3, on_tokens=None,
+                 text_lookup=None, decoder_class=SpeculativeDecoder, **extra) -> SpeculativeDecoder:
+    """A :class:`SpeculativeDecoder` from the loop's options as keywords (the tests' shorthand):
+    ``grammar_strings`` / ``lookup`` / ``text_lookup`` become the free proposers, in the API's order;
+    ``matcher`` may be a compiled automaton."""
+    if not hasattr(matcher, "advance"):
+        matcher = AutomatonMatcher(matcher)
+    config = DecodeConfig(num_draft_tokens=num_draft_tokens, draft_confidence=draft_confidence, restrict_head=restrict_head,
+                          lookup_min_ngram=lookup_min_ngram, debug_checks=debug_checks)
+    proposers = []
+    if grammar_strings is not None:
+        proposers.append(GrammarStringProposer(grammar_strings))
+    if lookup:
+        proposers.append(PromptLookupProposer(text_lookup, lookup_min_ngram))
+    return decoder_class(target, draft, matcher, policy, config, max_new_tokens=max_new_tokens, proposers=proposers,
+                         verifier=verifier, generator=generator, draft_length=draft_length,
+                         hooks=DecodeHooks(on_tokens=on_tokens), **extra)

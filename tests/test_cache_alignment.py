@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from synthetic import make_decoder
 from tiny_models import tiny_llama
 
-from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.grammar.automaton import AutomatonCompiler
-from constrained_spec.grammar.matcher import Matcher
 from constrained_spec.grammar.vocab import build_vocabulary
 from constrained_spec.models.hf import HFModel
 from constrained_spec.models.packed_linear import pack_linears, packing_available
@@ -45,7 +44,7 @@ def test_caches_follow_the_accepted_prefix_after_many_rejections(gpt2_tokenizer,
     prompt = gpt2_tokenizer("Give me a record:")["input_ids"]
     rejections = 0
     for seed in range(3):
-        dec = SpeculativeDecoder(target, draft, Matcher(automaton), SamplingPolicy(temperature=1.0, seed=seed),
+        dec = make_decoder(target, draft, automaton, SamplingPolicy(temperature=1.0, seed=seed),
                                  num_draft_tokens=4, max_new_tokens=80, debug_checks=True)
         result = dec.run(prompt)
         rejections += result.stats.drafted_tokens - result.stats.accepted_tokens

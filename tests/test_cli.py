@@ -193,7 +193,8 @@ def test_runtime_errors_exit_1_in_one_line(model_dirs, tmp_path, capsys, monkeyp
 # -- --draft none: target-only, every proposer off ---------------------------------------------
 
 def test_draft_none_is_target_only(model_dirs, tmp_path, gpt2_tokenizer):
-    from constrained_spec.api import PROPOSERS, Generator
+    from constrained_spec.api import Generator
+    from constrained_spec.config import PROPOSERS
 
     target, draft = tiny_llama(50257, seed=1), tiny_llama(50257, seed=2)
     alone = Generator(target, None, gpt2_tokenizer, disk_cache=False)
@@ -230,6 +231,7 @@ def test_generate_json_and_generators_share_loaded_models(monkeypatch, tmp_path,
     import gc
 
     from constrained_spec import api
+    from constrained_spec.lru import LRUCache
     from constrained_spec.models import store as model_store
 
     loads: list[tuple[str, str, str]] = []
@@ -239,7 +241,7 @@ def test_generate_json_and_generators_share_loaded_models(monkeypatch, tmp_path,
         return tiny_llama(50257, seed={"tiny-a": 1, "tiny-b": 2}[spec]), gpt2_tokenizer
 
     monkeypatch.setattr(model_store, "resolve_model", counting_resolve)
-    monkeypatch.setattr(api, "_DEFAULT", {})
+    monkeypatch.setattr(api, "_DEFAULT", LRUCache(2))
     monkeypatch.setenv("CONSTRAINED_SPEC_CACHE", str(tmp_path))
     schema = {"enum": ["yes", "no", "maybe"]}
 
@@ -247,7 +249,7 @@ def test_generate_json_and_generators_share_loaded_models(monkeypatch, tmp_path,
     assert first in schema["enum"] and len(loads) == 2
     gen = api.Generator("tiny-a", "tiny-b")
     assert len(loads) == 2, loads  # the default generator's models, not a second load
-    default = next(iter(api._DEFAULT.values()))
+    default = api._DEFAULT.values()[0]
     assert gen.target.model is default.target.model and gen.draft.model is default.draft.model
     assert gen.target is not default.target  # each Generator has its own KV cache
     assert gen.generate_json(schema, "Yes or no?") == first

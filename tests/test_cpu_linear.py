@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from synthetic import make_decoder
 from tiny_models import tiny_llama
 
 from constrained_spec.errors import ModelLoadError
@@ -86,9 +87,7 @@ def test_int8_draft_keeps_greedy_output_equal_to_the_target_alone(gpt2_tokenizer
     """The draft's rounding may only cost acceptance: greedy speculative output with an int8 draft
     (here the target itself, int8-packed, so that it proposes often and is sometimes wrong) equals
     greedy target-only output, and its restricted and prefix heads work on the packed head."""
-    from constrained_spec.engine.loop import SpeculativeDecoder
     from constrained_spec.grammar.automaton import AutomatonCompiler
-    from constrained_spec.grammar.matcher import Matcher
     from constrained_spec.grammar.vocab import build_vocabulary
     from constrained_spec.sampling.distribution import SamplingPolicy
 
@@ -103,7 +102,7 @@ def test_int8_draft_keeps_greedy_output_equal_to_the_target_alone(gpt2_tokenizer
     prompt = gpt2_tokenizer("A record:")["input_ids"]
 
     def run(draft_model, k):
-        dec = SpeculativeDecoder(target, draft_model, Matcher(automaton), SamplingPolicy(temperature=0.0),
+        dec = make_decoder(target, draft_model, automaton, SamplingPolicy(temperature=0.0),
                                  num_draft_tokens=k, max_new_tokens=60, debug_checks=True)
         return dec.run(prompt)
 

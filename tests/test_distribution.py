@@ -16,12 +16,10 @@ import pytest
 import regex as regex_pkg
 import torch
 from scipy.stats import chisquare
-from synthetic import PrefixModel, letters_vocab
+from synthetic import PrefixModel, letters_vocab, make_decoder
 
-from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.grammar.automaton import AutomatonCompiler
-from constrained_spec.grammar.matcher import Matcher
-from constrained_spec.sampling.acceptance import VerifyResult, acceptance_probs, first_rejection, verify
+from constrained_spec.sampling.acceptance import VerifyResult, acceptance_probs, dense_draft_probs, first_rejection, verify
 from constrained_spec.sampling.distribution import SamplingPolicy, draw, effective_probs, unpack_bitmask
 
 PROMPT = [0, 1]
@@ -82,7 +80,7 @@ def sample(automaton, policy: SamplingPolicy, k: int, n: int, verifier=verify, d
     gen = torch.Generator().manual_seed(1234 + k)
     counts: Counter = Counter()
     for _ in range(n):
-        dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=k,
+        dec = make_decoder(target, draft, automaton, policy, num_draft_tokens=k,
                                  max_new_tokens=16, verifier=verifier, generator=gen, **options)
         dec.run(prompt)
         counts[tuple(dec.generated)] += 1
@@ -95,7 +93,7 @@ def stats_over_seeds(automaton, policy: SamplingPolicy, k: int, prompt: list[int
     target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=2.0)
     totals: Counter = Counter()
     for seed in range(seeds):
-        dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=k, max_new_tokens=16,
+        dec = make_decoder(target, draft, automaton, policy, num_draft_tokens=k, max_new_tokens=16,
                                  generator=torch.Generator().manual_seed(seed), **options)
         dec.run(prompt)
         totals.update({f: v for f, v in dec.stats.as_dict().items() if isinstance(v, (int, float))})
@@ -122,8 +120,9 @@ def chi2_pvalue(counts: Counter, exact: dict) -> float:
 
 
 # -- deliberately wrong verifiers (negative controls) ---------------------------------------------
-def verify_resample_from_p(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms):
+def verify_resample_from_p(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms, point_mass=None):
     """Wrong: on rejection draw the replacement from p instead of the residual max(0, p - q)."""
+    draft_probs = dense_draft_probs(draft_probs, draft_tokens, point_mass)
     _, positions, vocab = target_logits.shape
     k = positions - 1
     p = effective_probs(target_logits, unpack_bitmask(bitmask, vocab), temperature, top_k, top_p)
@@ -133,8 +132,9 @@ def verify_resample_from_p(target_logits, draft_probs, draft_tokens, bitmask, te
     return VerifyResult(accepted=n, next_token=draw(p[rows, n], uniforms[:, k]), accept_prob=acc)
 
 
-def verify_unmasked_acceptance(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms):
+def verify_unmasked_acceptance(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms, point_mass=None):
     """Wrong: the acceptance test uses the target's unmasked probabilities (the draw stays masked)."""
+    draft_probs = dense_draft_probs(draft_probs, draft_tokens, point_mass)
     from constrained_spec.sampling.acceptance import residual
 
     _, positions, vocab = target_logits.shape
@@ -204,17 +204,16 @@ def test_unmasked_draft_is_still_exact_but_wastes_drafts(automaton):
     policy = SamplingPolicy(temperature=1.0)
     exact = exact_distribution(automaton.regex, policy)
 
-    class UnmaskedDraft(SpeculativeDecoder):
-        def _allowed(self, state):
-            return torch.ones(self.vocab_size, dtype=torch.bool)
+    def everything(matcher):  # the draft's q ignores the grammar
+        return torch.ones(10, dtype=torch.bool)
 
     target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22)
     gen = torch.Generator().manual_seed(99)
     counts, drafted, kept = Counter(), 0, 0
     for _ in range(SAMPLES // 4):
-        dec = UnmaskedDraft(target, draft, Matcher(automaton), policy, num_draft_tokens=3, max_new_tokens=16, generator=gen)
-        # an unmasked draft may propose tokens the automaton cannot step over: treat as forbidden
-        dec.matcher.step = lambda s, t, _m=dec.matcher: _m.automaton.next_state(s, t) if _m.automaton.next_state(s, t) is not None else s
+        # a draft token the grammar forbids ends its block and is always rejected (p = 0)
+        dec = make_decoder(target, draft, automaton, policy, num_draft_tokens=3, max_new_tokens=16, generator=gen,
+                           allowed_mask=everything)
         dec.run(PROMPT)
         counts[tuple(dec.generated)] += 1
         drafted += dec.stats.drafted_tokens
@@ -222,7 +221,7 @@ def test_unmasked_draft_is_still_exact_but_wastes_drafts(automaton):
     assert chi2_pvalue(counts, exact) > ALPHA
     m_drafted = m_kept = 0
     for _ in range(2000):
-        dec = SpeculativeDecoder(target, draft, Matcher(automaton), policy, num_draft_tokens=3, max_new_tokens=16, generator=gen)
+        dec = make_decoder(target, draft, automaton, policy, num_draft_tokens=3, max_new_tokens=16, generator=gen)
         dec.run(PROMPT)
         m_drafted += dec.stats.drafted_tokens
         m_kept += dec.stats.accepted_tokens
@@ -252,10 +251,13 @@ def letters_encode(text: str) -> list[int]:
 def test_point_mass_proposals_grammar_strings_and_lookup_stay_exact(policy):
     """Grammar-forced strings and prompt lookup propose with q = a point mass; still exact."""
     from constrained_spec.engine.proposers import GrammarStrings
+    from constrained_spec.grammar.matcher import AutomatonMatcher
 
     automaton = AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(FORCED_REGEX)
-    strings = GrammarStrings(automaton, letters_encode)
-    assert strings.tokens(automaton.next_state(automaton.initial_state, 0)), "the grammar must force a string here"
+    strings = GrammarStrings(letters_encode, automaton.vocab)
+    after_a = AutomatonMatcher(automaton)
+    after_a.advance(0)
+    assert strings.tokens(after_a), "the grammar must force a string here"
     exact = exact_distribution(automaton.regex, policy)
     counts = sample(automaton, policy, 3, SAMPLES, grammar_strings=strings, lookup=True, lookup_min_ngram=1)
     pvalue = chi2_pvalue(counts, exact)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from constrained_spec.engine.proposers import GrammarStrings, prompt_lookup
 from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.grammar.matcher import AutomatonMatcher
 from constrained_spec.grammar.vocab import TokenVocabulary
 
 # A JSON-ish vocabulary where the key's closing quote, colon and the value's opening quote can be
@@ -37,11 +38,12 @@ def compile_regex(regex: str):
     return AutomatonCompiler(vocab(), disk_cache=False, compile_timeout=None).compile(regex)
 
 
-def state_after(automaton, text: str) -> int:
-    state = automaton.initial_state
+def state_after(automaton, text: str) -> AutomatonMatcher:
+    """A matcher that has accepted ``text`` (greedily tokenized)."""
+    matcher = AutomatonMatcher(automaton)
     for token in greedy_encode(text):
-        state = automaton.next_state(state, token)
-    return state
+        matcher.advance(token)
+    return matcher
 
 
 def names(ids) -> list[str]:
@@ -51,27 +53,27 @@ def names(ids) -> list[str]:
 def test_forced_string_stops_before_a_token_that_free_text_could_merge_into():
     automaton = compile_regex(r'\{"name":"[Max]+"\}')
     state = state_after(automaton, '{"name')
-    assert GrammarStrings(automaton, greedy_encode).forced_bytes(state)[0] == b'":"'
+    assert state.forced_bytes() == b'":"'
     # canonical: ['":"']; but '"M' could start at the value's quote and run into the free text
-    assert names(GrammarStrings(automaton, greedy_encode, stable_end=False).tokens(state)) == ['":"']
-    assert names(GrammarStrings(automaton, greedy_encode).tokens(state)) == []
+    assert names(GrammarStrings(greedy_encode, automaton.vocab, stable_end=False).tokens(state)) == ['":"']
+    assert names(GrammarStrings(greedy_encode, automaton.vocab).tokens(state)) == []
 
 
 def test_forced_string_keeps_its_end_where_nothing_allowed_can_merge():
     # The value is a number: no allowed token starts with '"' or ':' and runs on into digits.
     automaton = compile_regex(r'\{"age":[12]+\}')
     state = state_after(automaton, '{"age')
-    assert names(GrammarStrings(automaton, greedy_encode).tokens(state)) == ['":']
+    assert names(GrammarStrings(greedy_encode, automaton.vocab).tokens(state)) == ['":']
     # A value of a and x cannot merge with the quote (no '"a' or '"x' token): keep the whole string.
     automaton = compile_regex(r'\{"name":"[ax]+"\}')
     state = state_after(automaton, '{"name')
-    assert names(GrammarStrings(automaton, greedy_encode).tokens(state)) == ['":"']
+    assert names(GrammarStrings(greedy_encode, automaton.vocab).tokens(state)) == ['":"']
 
 
 def test_forced_string_that_ends_the_document_is_kept_whole():
     automaton = compile_regex(r'\{"name":"M"\}')
     state = state_after(automaton, '{"name":"M')
-    assert names(GrammarStrings(automaton, greedy_encode).tokens(state)) == ['"}']
+    assert names(GrammarStrings(greedy_encode, automaton.vocab).tokens(state)) == ['"}']
 
 
 def test_prompt_lookup_copies_what_followed_the_last_ngram():

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from synthetic import PrefixModel, letters_vocab
+from synthetic import PrefixModel, letters_vocab, make_decoder
 
-from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.grammar.automaton import AutomatonCompiler
-from constrained_spec.grammar.matcher import Matcher
 from constrained_spec.grammar.vocab import TokenVocabulary
 from constrained_spec.sampling.distribution import SamplingPolicy
 
@@ -22,7 +20,7 @@ def test_on_tokens_concatenates_to_the_result(k, temperature):
     automaton = compile(r"[abc]{3,30}")
     for seed in range(6):
         calls: list[list[int]] = []
-        dec = SpeculativeDecoder(PrefixModel(10, 1), PrefixModel(10, 2), Matcher(automaton),
+        dec = make_decoder(PrefixModel(10, 1), PrefixModel(10, 2), automaton,
                                  SamplingPolicy(temperature=temperature, seed=seed), num_draft_tokens=k,
                                  max_new_tokens=30, debug_checks=True, on_tokens=lambda ids: calls.append(list(ids)))
         result = dec.run([0])
@@ -45,7 +43,7 @@ def test_an_exception_from_on_tokens_stops_the_decode():
         if len(seen) >= 3:
             raise Stop()
 
-    dec = SpeculativeDecoder(PrefixModel(10, 1), PrefixModel(10, 2), Matcher(automaton), SamplingPolicy(temperature=1.0),
+    dec = make_decoder(PrefixModel(10, 1), PrefixModel(10, 2), automaton, SamplingPolicy(temperature=1.0),
                              num_draft_tokens=2, max_new_tokens=30, on_tokens=on_tokens)
     with pytest.raises(Stop):
         dec.run([0])

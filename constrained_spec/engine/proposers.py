@@ -1,98 +1,149 @@
-"""Proposals that cost no model forward: grammar-forced strings and prompt lookup.
+"""Proposal sources behind one interface, and why every one of them keeps the output exact.
 
-Each proposes tokens with a point-mass q. The speculative construction is exact for any proposal
-distribution, as long as q is the distribution the token was really drawn from: with q a point mass
-the target keeps the token with probability p(token) and on rejection draws from
-norm(max(0, p - q)), i.e. p without that token, renormalised. Greedy keeps it iff it is the
-target's masked argmax.
+**The exactness argument, once.** The verifier keeps a proposed token x with probability
+min(1, p(x)/q(x)); at the first rejection it draws from norm(max(0, p - q)); when every proposal is
+kept it draws one more from p. For one position this yields exactly p, whatever q is, provided x
+really was drawn from q. Position by position the block then yields the target's sequence
+distribution, provided that (1) which source proposes at a position, and its q, depend only on the
+committed context and the tokens drafted before that position (never on the token drawn there), and
+(2) a proposal reports the q it was drawn from. p and q are both masked by the grammar state of
+their position first, so a token the grammar forbids has p = 0 and is always rejected.
+
+A deterministic proposal (a grammar-forced string, a prompt-lookup continuation, a forced token)
+is a draw from a point mass at the proposed token. It is reported as ``q=None`` and stays a point
+mass all the way to the verifier, which treats it as the one-hot row without building one: the
+token is kept with probability p(x), and on rejection the next token comes from p without x,
+renormalised. Greedy keeps it iff it is the target's masked argmax.
+
+A :class:`Proposer` is asked for tokens at the drafted position the matcher stands on; the loop
+takes them one position at a time (see ``engine.loop``). Free proposers (no model forward) return a
+plan of several tokens; the draft model returns one token per call.
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Hashable, Protocol, Sequence
 
-import numpy as np
+import torch
 
-from constrained_spec.grammar.automaton import CompiledAutomaton
+from constrained_spec.grammar.matcher import GrammarMatcher
 from constrained_spec.grammar.vocab import TokenVocabulary
+from constrained_spec.models.protocol import SequenceModel, restricted_head
+from constrained_spec.sampling import PolicyTensors, draw, effective_probs
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One proposed token and the distribution it was drawn from.
+
+    ``q``: the probabilities [V] (on the proposer's model device) the token was drawn from, or None
+    for a point mass at ``token``. ``confidence``: the proposer's probability of its token where it
+    has one (used by stopping rules, which depend on the proposal alone).
+    """
+
+    token: int
+    q: torch.Tensor | None = None
+    confidence: float | None = None
+
+
+@dataclass
+class DraftContext:
+    """Where a proposer is asked: the matcher at the drafted position, and the token ids before it
+    (prompt, committed output and the tokens drafted so far in this block)."""
+
+    matcher: GrammarMatcher
+    ids: list[int]
+    drafted: int  # how many of ``ids`` were drafted in this block (the rest are committed)
+
+
+class Proposer(Protocol):
+    """A proposal source. ``source`` names it in stats ("grammar", "lookup", "model", ...)."""
+
+    source: str
+
+    def propose(self, ctx: DraftContext) -> list[Proposal]:
+        """Proposals for the next positions from ``ctx`` (empty: nothing to propose here)."""
+
+
+# -- grammar-forced strings ------------------------------------------------------------------------
 
 
 class GrammarStrings:
-    """For one automaton and tokenizer: the string the grammar forces from a state, as tokens.
+    """For one compiled grammar and tokenizer: the string the grammar forces from a position, as tokens.
 
-    From a state with exactly one outgoing byte (and not final), the grammar forces that byte; the
-    run of such bytes is the forced string (a property name with its quotes and colon, a closing
-    bracket, the rest of an enum value once it is unambiguous). Its canonical tokenization by the
-    target's tokenizer is the proposal, cut where the automaton would not accept a token.
+    Where the grammar allows exactly one next byte (and the text is not complete), it forces that
+    byte; the run of such bytes is the forced string (a property name with its quotes and colon, a
+    closing bracket, the rest of an enum value once it is unambiguous). Its canonical tokenization
+    by the target's tokenizer is the proposal, cut where the grammar would not accept a token.
 
     The proposal also stops before a token at the string's end whose split depends on what
-    follows: where some allowed token could start inside that last token and run past the forced
-    string into the free text, the model may well write it (``":`` then ``"M`` rather than the
-    canonical ``":"`` then ``M``). Proposing it anyway costs a rejection and every draft forward
-    after it; leaving it to the draft model costs one forward.
+    follows: where some token could start inside that last token and run past the forced string
+    into the free text, the model may well write it (``":`` then ``"M`` rather than the canonical
+    ``":"`` then ``M``). Proposing it anyway costs a rejection and every draft forward after it;
+    leaving it to the draft model costs one forward.
+
+    Results are cached by the matcher's state key (one compiled grammar has finitely many).
     """
 
-    def __init__(self, automaton: CompiledAutomaton, encode: Callable[[str], list[int]], max_bytes: int = 256,
+    def __init__(self, encode: Callable[[str], list[int]], vocab: TokenVocabulary, max_bytes: int = 256,
                  stable_end: bool = True) -> None:
-        self.automaton = automaton
         self.encode = encode
+        self.vocab = vocab
         self.max_bytes = max_bytes
         self.stable_end = stable_end
-        self._cache: dict[int, tuple[int, ...]] = {}
+        self._cache: dict[Hashable, tuple[int, ...]] = {}
         self._lock = threading.Lock()
 
-    def forced_bytes(self, state: int) -> tuple[bytes, int]:
-        """The bytes the grammar forces from ``state``, and the state they lead to."""
-        dfa, dead = self.automaton.dfa, self.automaton.dead
-        out = bytearray()
-        while len(out) < self.max_bytes and not self.automaton.is_final(state):
-            live = np.flatnonzero(dfa[state] != dead)
-            if live.size != 1:
-                break
-            out.append(int(live[0]))
-            state = int(dfa[state, live[0]])
-        return bytes(out), state
-
-    def tokens(self, state: int) -> tuple[int, ...]:
-        """Canonical tokens of the forced string from ``state`` (empty if nothing is forced)."""
-        hit = self._cache.get(state)
+    def tokens(self, matcher: GrammarMatcher) -> tuple[int, ...]:
+        """Canonical tokens of the forced string from the matcher's position (empty if none)."""
+        key = matcher.state_key()
+        hit = self._cache.get(key) if key is not None else None
         if hit is not None:
             return hit
-        raw, end_state = self.forced_bytes(state)
+        raw = matcher.forced_bytes(self.max_bytes)
         text = raw.decode("utf-8", errors="ignore")  # drop a trailing partial character
         proposal: list[int] = []
         if text:
-            s: int | None = state
-            for token in self.encode(text):
-                s = self.automaton.next_state(s, token)
-                if s is None:
-                    break
-                proposal.append(token)
+            encoded = self.encode(text)
+            proposal = encoded[: matcher.count_allowed(encoded)]
         if proposal and self.stable_end:
-            proposal = self._stable_prefix(raw, end_state, proposal)
+            proposal = self._stable_prefix(matcher, raw, proposal)
         result = tuple(proposal)
-        with self._lock:
-            self._cache[state] = result
+        if key is not None:
+            with self._lock:
+                self._cache[key] = result
         return result
 
-    def _stable_prefix(self, raw: bytes, end_state: int, proposal: list[int]) -> list[int]:
+    def _stable_prefix(self, matcher: GrammarMatcher, raw: bytes, proposal: list[int]) -> list[int]:
         """``proposal`` without its last token where that token's split depends on the free text
-        after ``raw`` (which leads to ``end_state``): some token starting inside the last token
-        runs past ``raw`` and stays in the language."""
-        tokens = self.automaton.vocab.tokens
+        after ``raw``: some token starting inside the last token runs past ``raw`` and stays in
+        the language."""
+        tokens = self.vocab.tokens
         covered = sum(len(tokens[t]) for t in proposal)
         start = covered - len(tokens[proposal[-1]])
-        by_bytes = self.automaton.token_table.sorted_bytes
         for j in range(start, len(raw)):
             head = raw[j:]
-            i = bisect.bisect_right(by_bytes, head)  # tokens that extend ``head`` sort right after it
-            while i < len(by_bytes) and by_bytes[i].startswith(head):
-                if self.automaton.walk_bytes(end_state, by_bytes[i][len(head) :]) is not None:
+            for longer in self.vocab.tokens_starting_with(head):
+                if matcher.accepts_prefix_bytes(raw + longer[len(head) :]):
                     return proposal[:-1]
-                i += 1
         return proposal
+
+
+class GrammarStringProposer:
+    """Proposes the grammar-forced string (point masses)."""
+
+    source = "grammar"
+
+    def __init__(self, strings: GrammarStrings) -> None:
+        self.strings = strings
+
+    def propose(self, ctx: DraftContext) -> list[Proposal]:
+        return [Proposal(t) for t in self.strings.tokens(ctx.matcher)]
+
+
+# -- prompt lookup ---------------------------------------------------------------------------------
 
 
 def prompt_lookup(context: Sequence[int], max_ngram: int = 3, min_ngram: int = 2, max_tokens: int = 8) -> list[int]:
@@ -180,3 +231,89 @@ class PromptText:
                 return pos + len(value)
             end = pos + len(value) - 1
         return -1
+
+
+class PromptLookupProposer:
+    """Token n-gram prompt lookup, else byte-level lookup (:class:`PromptText`); point masses."""
+
+    source = "lookup"
+
+    def __init__(self, text: PromptText | None = None, min_ngram: int = 3) -> None:
+        self.text = text
+        self.min_ngram = min_ngram  # 3: measured more precise than 2 on the bench workload
+
+    def propose(self, ctx: DraftContext) -> list[Proposal]:
+        n = self.min_ngram
+        tokens = prompt_lookup(ctx.ids, max_ngram=max(3, n), min_ngram=n)
+        if not tokens and self.text is not None:
+            split = len(ctx.ids) - ctx.drafted
+            tokens = self.text.propose(ctx.ids[:split], ctx.ids[split:])
+        return [Proposal(t) for t in tokens]
+
+
+# -- the draft model -------------------------------------------------------------------------------
+
+
+@dataclass
+class HeadCounts:
+    """How the draft model's output head was computed, per forward."""
+
+    restricted: int = 0  # for the allowed tokens only
+    prefix: int = 0  # for the leading (common) token ids only
+    full: int = 0
+
+
+class DraftModelProposer:
+    """One token per call, drawn from the draft model's masked effective distribution q.
+
+    Where the grammar allows at most ``restricted_head_max_rows`` tokens and the model has the
+    restricted-head capability, its output head is computed for the allowed tokens only (the masked
+    q is the same); where a prefix head is set and some allowed token is among its ids, only that
+    head is computed. ``want_confidence``: also report the draft's probability of its token (q
+    itself, or the masked softmax where q is a greedy point mass).
+    """
+
+    source = "model"
+
+    def __init__(self, model: SequenceModel, params: PolicyTensors, uniform: Callable[[int], torch.Tensor],
+                 restricted_head_max_rows: int = 3000, restrict_head: bool = True, want_confidence: bool = False,
+                 allowed_mask: Callable[[GrammarMatcher], torch.Tensor] | None = None) -> None:
+        self.model = model
+        self.device = torch.device(model.device)
+        self.params = params  # on the model's device
+        self.uniform = uniform  # n -> uniforms on the model's device
+        self.max_rows = restricted_head_max_rows
+        self.heads = restricted_head(model) if restrict_head else None  # checked once
+        self.want_confidence = want_confidence
+        self.allowed_mask = allowed_mask or (lambda m: m.allowed_mask())
+        self.counts = HeadCounts()
+
+    def _logits(self, pending: list[int], matcher: GrammarMatcher) -> torch.Tensor:
+        """The draft's logits [1, V] for the next position."""
+        heads = self.heads
+        if heads is not None:
+            allowed = matcher.allowed_ids()
+            if allowed.size <= self.max_rows:
+                self.counts.restricted += 1
+                return heads.extend_last(pending, torch.from_numpy(allowed)).unsqueeze(0)
+            prefix = heads.head_prefix
+            if prefix and allowed.size and int(allowed.min()) < prefix:
+                self.counts.prefix += 1
+                return heads.extend_prefix_head(pending).unsqueeze(0)
+        self.counts.full += 1
+        return self.model.extend(pending)[-1:]
+
+    def propose(self, ctx: DraftContext) -> list[Proposal]:
+        pending = ctx.ids[self.model.length :]
+        logits = self._logits(pending, ctx.matcher)
+        allowed = self.allowed_mask(ctx.matcher).to(self.device, non_blocking=True).unsqueeze(0)
+        p = self.params
+        q = effective_probs(logits, allowed, p.temperature, p.top_k, p.top_p)[0]
+        token = int(draw(q, self.uniform(1))[0])
+        confidence = None
+        if self.want_confidence:
+            if float(p.temperature[0]) > 0:
+                confidence = float(q[token])
+            else:
+                confidence = float(torch.softmax(logits.float().masked_fill(~allowed, float("-inf")), -1)[0, token])
+        return [Proposal(token, q, confidence)]

@@ -65,18 +65,6 @@ class TokenTable:
         np.cumsum(np.bincount(first, minlength=256), out=self.start[1:])
         self.empty = np.arange(len(first), len(self.ids), dtype=np.int64)
         self.n_long = int((self.lengths > SHORT_TOKEN_BYTES).sum())  # positions [0, n_long): long tokens
-        self._vocab = vocab
-        self._sorted_bytes: list[bytes] | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def sorted_bytes(self) -> list[bytes]:
-        """The non-empty token byte strings, sorted (built on first use): the tokens that extend a
-        byte string sort right after it."""
-        with self._lock:
-            if self._sorted_bytes is None:
-                self._sorted_bytes = sorted({b for b in self._vocab.tokens.values() if b})
-            return self._sorted_bytes
 
 
 #: masks of the tokens up to this many bytes are shared by all states that no byte string this
@@ -225,6 +213,19 @@ class CompiledAutomaton:
             if state == dead:
                 return None
         return state
+
+    def forced_bytes(self, state: int, limit: int = 256) -> tuple[bytes, int]:
+        """The bytes the grammar forces from ``state`` (the run of states with exactly one live
+        byte that are not final), up to ``limit``, and the state they lead to."""
+        dfa, dead = self.dfa, self.dead
+        out = bytearray()
+        while len(out) < limit and not self.is_final(state):
+            live = np.flatnonzero(dfa[state] != dead)
+            if live.size != 1:
+                break
+            out.append(int(live[0]))
+            state = int(dfa[state, live[0]])
+        return bytes(out), state
 
     @property
     def token_table(self) -> TokenTable:

@@ -8,11 +8,12 @@ in final states. Knows nothing of models or grammars.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from constrained_spec.errors import VocabularyMismatchError
 
@@ -62,6 +63,20 @@ class TokenVocabulary:
             h.update(len(self.tokens[tid]).to_bytes(2, "little"))
             h.update(self.tokens[tid])
         return h.hexdigest()[:32]
+
+    @cached_property
+    def sorted_bytes(self) -> list[bytes]:
+        """The distinct non-empty token byte strings, sorted: the tokens that extend a byte string
+        sort right after it (built on first use)."""
+        return sorted({b for b in self.tokens.values() if b})
+
+    def tokens_starting_with(self, head: bytes) -> Iterator[bytes]:
+        """The byte strings of the tokens that start with ``head`` and are longer than it."""
+        by_bytes = self.sorted_bytes
+        i = bisect.bisect_right(by_bytes, head)
+        while i < len(by_bytes) and by_bytes[i].startswith(head):
+            yield by_bytes[i]
+            i += 1
 
     def decode(self, ids: Iterable[int]) -> str:
         """The text the ids spell (EOS and unknown ids spell nothing)."""

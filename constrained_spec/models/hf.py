@@ -1,38 +1,18 @@
-"""Models behind one small interface: feed tokens, get next-token logits, crop the cache.
+"""A transformers causal LM as a :class:`~constrained_spec.models.protocol.SequenceModel`.
 
-:class:`SequenceModel` is all the decode loop knows of a model. :class:`HFModel` wraps any
-transformers causal LM with a ``DynamicCache``; tests add synthetic models with exactly enumerable
-distributions. Loading by name/folder/GGUF lives in ``model_store``; this module takes loaded objects.
+:class:`HFModel` wraps any transformers causal LM with a ``DynamicCache`` and has the restricted-head
+capability where the head is a plain linear map; tests add synthetic models with exactly enumerable
+distributions. Loading by name/folder/GGUF lives in ``models.store``; this module takes loaded objects.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
-from constrained_spec.errors import ModelLoadError, VocabularyMismatchError
-
-
-@runtime_checkable
-class SequenceModel(Protocol):
-    """A causal model with an incremental cache over one token sequence."""
-
-    vocab_size: int
-
-    @property
-    def length(self) -> int:
-        """Tokens held in the cache."""
-
-    def extend(self, tokens: list[int]) -> torch.Tensor:
-        """Append ``tokens`` to the cache; return float logits [len(tokens), vocab_size], row i
-        predicting the token after ``tokens[i]``."""
-
-    def crop(self, length: int) -> None:
-        """Drop everything after the first ``length`` cached tokens."""
-
-    def reset(self) -> None:
-        """Empty the cache."""
+from constrained_spec.errors import ModelLoadError
+from constrained_spec.models.protocol import SequenceModel
 
 
 class HFModel:
@@ -161,23 +141,6 @@ class HFModel:
     def cache_length(self) -> int:
         """The length the cache object itself reports (for the debug invariant check)."""
         return 0 if self._cache is None else int(self._cache.get_seq_length())
-
-
-def check_same_vocabulary(target_tokenizer: Any, draft_tokenizer: Any | None, target: SequenceModel, draft: SequenceModel | None) -> None:
-    """Raise VocabularyMismatchError if the draft cannot propose in the target's vocabulary."""
-    if draft is None:
-        return
-    if draft.vocab_size != target.vocab_size:
-        raise VocabularyMismatchError(
-            f"draft model has {draft.vocab_size} output logits, the target {target.vocab_size}: "
-            "the draft must share the target's vocabulary"
-        )
-    if draft_tokenizer is not None and draft_tokenizer is not target_tokenizer:
-        from constrained_spec.grammar.vocab import build_vocabulary
-
-        build_vocabulary(target_tokenizer, target.vocab_size).check_same(
-            build_vocabulary(draft_tokenizer, draft.vocab_size), what="draft"
-        )
 
 
 def wrap(model: Any) -> SequenceModel:

@@ -37,12 +37,25 @@ class VerifyResult:
     accept_prob: torch.Tensor  # float32 [B, k]: min(1, p/q) of each drafted token
 
 
-def acceptance_probs(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """min(1, p(x)/q(x)) for drafted tokens x [B, k]; p, q [B, k, V]. q(x) = 0 gives 0."""
+def acceptance_probs(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, point_mass: torch.Tensor | None = None) -> torch.Tensor:
+    """min(1, p(x)/q(x)) for drafted tokens x [B, k]; p, q [B, k, V]. q(x) = 0 gives 0.
+    ``point_mass`` bool [B, k]: rows whose q is the point mass at x (q(x) = 1; their q row is unused)."""
     px = p.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     qx = q.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    if point_mass is not None:
+        qx = torch.where(point_mass, torch.ones_like(qx), qx)
     ratio = torch.where(qx > 0, px / qx.clamp_min(1e-30), torch.zeros_like(px))
     return ratio.clamp(max=1.0)
+
+
+def dense_draft_probs(draft_probs: torch.Tensor, draft_tokens: torch.Tensor, point_mass: torch.Tensor | None) -> torch.Tensor:
+    """``draft_probs`` [B, k, V] with the point-mass rows written out as one-hot rows (a copy where
+    any is flagged): for implementations that take dense q only."""
+    if point_mass is None or not bool(point_mass.any()):
+        return draft_probs
+    one_hot = torch.zeros(draft_probs.shape, dtype=draft_probs.dtype, device=draft_probs.device)
+    one_hot.scatter_(-1, draft_tokens.unsqueeze(-1), 1.0)
+    return torch.where(point_mass.unsqueeze(-1), one_hot, draft_probs)
 
 
 def first_rejection(accept_prob: torch.Tensor, u_accept: torch.Tensor) -> torch.Tensor:
@@ -70,10 +83,13 @@ def verify(
     top_k: torch.Tensor,
     top_p: torch.Tensor,
     uniforms: torch.Tensor,
+    point_mass: torch.Tensor | None = None,
 ) -> VerifyResult:
     """Verify drafted blocks.
 
     target_logits [B, k+1, V]; draft_probs [B, k, V] (the draft's effective, masked q);
+    point_mass bool [B, k] (optional): rows drawn from a point mass at their drafted token, whose
+    ``draft_probs`` row is not read (it may be any values, e.g. a broadcast zero row);
     draft_tokens long [B, k]; bitmask int32 [B, k+1, ceil(V/32)]; temperature/top_k/top_p [B];
     uniforms [B, k+1] in [0, 1): column i < k decides acceptance of token i, column k drives the
     inverse-CDF draw of the next token. k may be 0 (plain constrained sampling).
@@ -84,7 +100,7 @@ def verify(
     p = effective_probs(target_logits, allowed, temperature, top_k, top_p)  # [B, k+1, V]
     q = draft_probs.float()
 
-    accept_prob = acceptance_probs(p[:, :k], q, draft_tokens) if k else p.new_zeros(batch, 0)
+    accept_prob = acceptance_probs(p[:, :k], q, draft_tokens, point_mass) if k else p.new_zeros(batch, 0)
     accepted = first_rejection(accept_prob, uniforms[:, :k])
 
     rows = torch.arange(batch, device=p.device)
@@ -92,6 +108,11 @@ def verify(
     if k:
         q_pad = torch.cat([q, q.new_zeros(batch, 1, vocab)], dim=1)
         q_at = q_pad[rows, accepted]  # zero row when all were kept -> residual == p
+        if point_mass is not None:  # the rejected token's q is its point mass
+            flagged = torch.cat([point_mass, point_mass.new_zeros(batch, 1)], dim=1)[rows, accepted]
+            token_at = torch.cat([draft_tokens, draft_tokens.new_zeros(batch, 1)], dim=1)[rows, accepted]
+            one_hot = torch.zeros_like(p_at).scatter_(-1, token_at.unsqueeze(-1), 1.0)
+            q_at = torch.where(flagged.unsqueeze(-1), one_hot, q_at)
         dist = residual(p_at, q_at)
     else:
         dist = p_at
