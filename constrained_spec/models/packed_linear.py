@@ -221,7 +221,7 @@ def pack_linears(model: Any, keep_head_weight: bool = True, weights: str = "fp16
         raise ModelLoadError(f"{weights} weight packing needs a torch build with fbgemm (x86 CPU)")
     packed_linear = PACKED[weights]
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    mapped = _file_mappings()
+    mapped = file_mappings()
     shared = {}  # storage -> how many parameters use it (tied weights must not be let go)
     for t in model.parameters():
         key = t.untyped_storage().data_ptr()
@@ -232,17 +232,17 @@ def pack_linears(model: Any, keep_head_weight: bool = True, weights: str = "fp16
             if type(child) is torch.nn.Linear:
                 setattr(parent, name, packed_linear(child, keep_weight=keep_head_weight and child is head))
                 if shared.get(child.weight.untyped_storage().data_ptr(), 0) == 1:
-                    _release(child.weight, mapped)
+                    release_pages(child.weight, mapped)
                 count += 1
     for t in [*model.parameters(), *model.buffers()]:
         if _inside(t, mapped):  # copy out of the file mapping, then let the mapped pages go
             old = t.data
             t.data = old.clone()
-            _release(old, mapped)
+            release_pages(old, mapped)
     return count
 
 
-def _file_mappings() -> list[tuple[int, int]]:
+def file_mappings() -> list[tuple[int, int]]:
     """Address ranges of this process that map a file (Linux; empty elsewhere)."""
     try:
         with open("/proc/self/maps") as f:
@@ -264,7 +264,7 @@ def _inside(t: torch.Tensor, ranges: list[tuple[int, int]]) -> bool:
     return t.numel() > 0 and any(lo <= start and end <= hi for lo, hi in ranges)
 
 
-def _release(t: torch.Tensor, ranges: list[tuple[int, int]]) -> None:
+def release_pages(t: torch.Tensor, ranges: list[tuple[int, int]]) -> None:
     """Drop from this process the resident pages lying wholly inside a file-mapped tensor that is no
     longer used (MADV_DONTNEED: a later read would fault them in again from the file)."""
     if not _inside(t, ranges):

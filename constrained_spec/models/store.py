@@ -800,7 +800,7 @@ def _load_packed_folder(folder: Path, meta: dict[str, Any], keep_head_weight: bo
     import torch
     from safetensors import safe_open
 
-    from constrained_spec.models.packed_linear import PACKED, _file_mappings, _release
+    from constrained_spec.models.packed_linear import PACKED, file_mappings, release_pages
 
     cls = PACKED[meta["packing"]]
     model = _empty_model(folder)
@@ -825,12 +825,12 @@ def _load_packed_folder(folder: Path, meta: dict[str, Any], keep_head_weight: bo
     if keys != expected:
         raise _CacheInvalid(f"{len(keys ^ expected)} tensors missing or unexpected, e.g. {sorted(keys ^ expected)[:3]}")
 
-    mapped = _file_mappings()  # the file's pages are let go once copied (else they count as resident)
+    mapped = file_mappings()  # the file's pages are let go once copied (else they count as resident)
 
     def build(path: str, lin: Any, tensors: dict[str, Any]) -> Any:
         layer = cls.from_stored(tensors, lin.in_features, lin.out_features, keep_weight=keep_head_weight and lin is head)
         for t in tensors.values():
-            _release(t, mapped)
+            release_pages(t, mapped)
         return layer
 
     def read(name: str, shape: Any = None) -> Any:
@@ -858,7 +858,7 @@ def _load_packed_folder(folder: Path, meta: dict[str, Any], keep_head_weight: bo
         for key, ref in params.items():  # copied out of the file mapping, which is let go on return
             stored = read(key, ref.shape)
             _set_tensor(model, key, stored.clone())
-            _release(stored, mapped)
+            release_pages(stored, mapped)
     except ModelLoadError as exc:
         raise _CacheInvalid(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - a damaged file surfaces as safetensors' or torch's own errors

@@ -1,0 +1,111 @@
+"""The package's rooms and the direction of their imports (every import statement, function-level
+ones included, read from the source with ``ast``; nothing is imported to check).
+
+Imports run one way: CLI and server -> API -> engine -> grammar, models, sampling. The engine
+imports nothing from serving or the CLI; serving imports only the public API; no module imports a
+private name (``_x``) of another module. Each rule has a negative control: the same checker run on a
+made-up source that breaks it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "constrained_spec"
+
+#: room -> rooms it may import (besides itself). Leaf utilities (errors, paths, lru, progress) are open to all.
+LEAVES = {"errors", "paths", "lru", "progress"}
+ALLOWED = {
+    "package": {"api", "grammar", "sampling", "config"},  # the top-level facade re-exports the public names
+    "grammar": set(),
+    "sampling": set(),
+    "models": {"config"},
+    "config": {"models"},  # config reads the default model names and dtype choices (models.sources/store: light)
+    "engine": {"grammar", "models", "sampling", "config"},
+    "api": {"engine", "grammar", "models", "sampling", "config"},
+    "tools": {"api", "grammar", "config"},
+    "serving": {"api", "tools", "config", "grammar", "package"},
+    "cli": {"api", "tools", "config", "grammar", "models", "serving", "package"},
+}
+#: what serving may reach: the public API only
+SERVING_PUBLIC = {"constrained_spec", "constrained_spec.api", "constrained_spec.errors", "constrained_spec.tools",
+                  "constrained_spec.config", "constrained_spec.grammar"}
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "package"
+    return parts[1]
+
+
+def imports(source: str, module: str, is_package: bool) -> list[tuple[str, list[str]]]:
+    """(imported module, imported names) for every import of a ``constrained_spec`` module."""
+    out = []
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, []) for alias in node.names if alias.name.startswith("constrained_spec")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                target = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("constrained_spec"):
+                out.append((target, [alias.name for alias in node.names]))
+    return out
+
+
+def violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    problems = []
+    mine = room(module)
+    for target, names in imports(source, module, is_package):
+        theirs = room(target)
+        if target == "constrained_spec" and names:  # ``from constrained_spec import x``: x may be a module
+            theirs = names[0] if names[0] in ALLOWED or names[0] in LEAVES else "package"
+        if theirs != mine and theirs not in LEAVES and theirs not in ALLOWED.get(mine, set()):
+            problems.append(f"{module} ({mine}) imports {target} ({theirs})")
+        if mine == "serving" and theirs != "serving":
+            if target not in SERVING_PUBLIC and room(target) not in LEAVES:
+                problems.append(f"{module} (serving) imports {target}, not the public API")
+        for name in names:
+            if name.startswith("_") and not name.startswith("__") and target != module:
+                problems.append(f"{module} imports the private name {name} of {target}")
+    return problems
+
+
+def package_files() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+@pytest.mark.parametrize("path", package_files(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_follow_the_rooms(path: Path) -> None:
+    assert violations(path.read_text(), module_name(path), path.name == "__init__.py") == []
+
+
+def test_the_engine_imports_nothing_from_serving_the_cli_or_the_api() -> None:
+    for path in (PACKAGE / "engine").rglob("*.py"):
+        for target, _ in imports(path.read_text(), module_name(path), path.name == "__init__.py"):
+            assert room(target) not in {"serving", "cli", "api", "tools"}, (path, target)
+
+
+@pytest.mark.parametrize("module, source", [
+    ("constrained_spec.engine.loop", "from constrained_spec.serving.app import create_app\n"),
+    ("constrained_spec.engine.loop", "def f():\n    from constrained_spec.cli import commands\n"),
+    ("constrained_spec.grammar.matcher", "from constrained_spec.engine.loop import SpeculativeDecoder\n"),
+    ("constrained_spec.sampling.acceptance", "from constrained_spec.models.hf import HFModel\n"),
+    ("constrained_spec.serving.app", "from constrained_spec.engine.stats import DecodeStats\n"),
+    ("constrained_spec.api", "from constrained_spec.grammar.automaton import _build_tables\n"),
+    ("constrained_spec.engine.block", "from ..grammar.automaton import _short\n"),
+])
+def test_negative_controls_are_caught(module: str, source: str) -> None:
+    assert violations(source, module) != []
