@@ -802,6 +802,7 @@ def test_a_schema_error_is_still_a_400(at, stream):
     ("OutputValidationError", 422, "output_validation_failed"),
     ("SamplingError", 500, "sampling_error"),
     ("ModelLoadError", 500, "model_error"),
+    ("ConfigError", 400, "invalid_parameter"),
     ("ConstrainedSpecError", 400, "constraint_error"),
 ])
 def test_project_errors_map_one_to_one_to_codes(exc_name, status, code):

@@ -17,6 +17,7 @@ from typing import Any
 
 from constrained_spec.errors import (
     CompileLimitError,
+    ConfigError,
     ConstrainedSpecError,
     ContextLengthError,
     EmptyLanguageError,
@@ -44,6 +45,7 @@ INTERNAL_ERROR_MESSAGE = "internal server error; the server log has the details"
 #: as its nearest listed base class (along its MRO), ConstrainedSpecError at the latest
 ERROR_CODES: dict[type[ConstrainedSpecError], tuple[int, str, str]] = {
     ConstrainedSpecError: (400, INVALID, "constraint_error"),
+    ConfigError: (400, INVALID, "invalid_parameter"),
     SchemaError: (400, INVALID, "invalid_schema"),
     UnsupportedKeywordError: (400, INVALID, "unsupported_schema_keyword"),  # RefRetrievalError too
     GrammarError: (400, INVALID, "grammar_error"),
@@ -64,8 +66,10 @@ PREFIXES: dict[type[ConstrainedSpecError], str] = {
     EmptyLanguageError: "the constraint admits no output: ",
     CompileLimitError: "the constraint is too large to compile: ",
 }
-#: the request field an error points at whatever the caller says
-FIXED_PARAMS: dict[type[ConstrainedSpecError], str] = {ContextLengthError: "messages", TokenBudgetExceeded: "max_tokens"}
+#: the request field an error points at whatever the caller says (None: the message names the option)
+FIXED_PARAMS: dict[type[ConstrainedSpecError], str | None] = {
+    ContextLengthError: "messages", TokenBudgetExceeded: "max_tokens", ConfigError: None,
+}
 
 
 class APIError(Exception):
