@@ -34,7 +34,7 @@ export TORCH_CHECK
 
 DEMO_PROMPT = Extract the order: order ORD-482913 for Ada Lovelace, 12 Analytical Row, London, zip 10115, already shipped.
 
-.PHONY: install install-test demo test fetch-models FORCE
+.PHONY: install install-test demo test lint fetch-models FORCE
 
 install: $(INSTALLED)
 
@@ -58,6 +58,10 @@ fetch-models: install
 
 demo: install
 	$(PYTHON) -m constrained_spec.cli generate --schema schemas/order.json --stats --prompt "$(DEMO_PROMPT)"
+
+lint: install-test
+	$(PYTHON) -m ruff check constrained_spec tests benchmarks examples
+	$(PYTHON) -m mypy
 
 test: install-test
 	$(PYTHON) -m constrained_spec.models.tokenizer_assets gpt-2 llama-bpe llama-spm qwen2 >/dev/null

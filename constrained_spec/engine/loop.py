@@ -83,8 +83,9 @@ class SpeculativeDecoder:
         self.model: DraftModelProposer | None = None
         if self.draft is not None:
             want_confidence = config.draft_confidence > 0 or draft_length is not None
+            draft_device = torch.device(self.draft.device)
             self.model = DraftModelProposer(
-                self.draft, policy.as_tensors(1, self.draft.device), lambda n: self._uniform(n, self.draft.device),
+                self.draft, policy.as_tensors(1, draft_device), lambda n: self._uniform(n, draft_device),
                 restricted_head_max_rows=config.restricted_head_max_rows, restrict_head=config.restrict_head,
                 want_confidence=want_confidence, allowed_mask=allowed_mask)
         self.k = config.num_draft_tokens if (self.model is not None or self.free) else 0
@@ -213,7 +214,7 @@ class SpeculativeDecoder:
             if adaptive is not None and not adaptive.worth_proposing(kept, source, expected_confidence, fed + len(block.tokens)):
                 self.stats.length_stops += 1
                 break
-            if source == "forced":
+            if forced is not None:
                 proposal, plan = Proposal(forced), []
             elif source != "model":
                 proposal = plan.pop(0)

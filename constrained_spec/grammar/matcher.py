@@ -121,15 +121,16 @@ class AutomatonMatcher:
         return self.automaton.forced_bytes(self._path[-1], limit)[0]
 
     def count_allowed(self, token_ids: Sequence[int]) -> int:
-        state: int | None = self._path[-1]
+        state = self._path[-1]
         if self.is_terminated():
             return 0
         for n, token in enumerate(token_ids):
             if self.is_eos(token) and n + 1 < len(token_ids):
                 return n + int(self.automaton.is_final(state))  # nothing follows EOS
-            state = self.automaton.next_state(state, int(token))
-            if state is None:
+            nxt = self.automaton.next_state(state, int(token))
+            if nxt is None:
                 return n
+            state = nxt
         return len(token_ids)
 
     def accepts_prefix_bytes(self, data: bytes) -> bool:

@@ -88,6 +88,8 @@ META_FILE = "constrained_spec_model.json"
 _BUF = 1 << 22  # 4 MiB read/write blocks
 _META_VERSION = 1
 
+logger = logging.getLogger("constrained_spec")
+
 
 # ----------------------------------------------------------------------------- cache directory
 
@@ -579,7 +581,7 @@ def ensure_converted(
         if tag != "fp32" and _converted_ok(fp32, src, "fp32"):
             origin = f"converted/{fp32.name}"
             if progress:
-                print(f"[constrained-spec] casting {src.name} fp32 -> {tag} ...", file=sys.stderr)
+                logger.info(f"casting {src.name} fp32 -> {tag} ...")
             model = AutoModelForCausalLM.from_pretrained(
                 fp32, dtype=_torch_dtype(tag), local_files_only=True
             )
@@ -588,11 +590,8 @@ def ensure_converted(
             gguf = fetch_gguf(src.name, root, progress)
             origin = f"gguf/{gguf.name}"
             if progress:
-                print(
-                    f"[constrained-spec] converting {src.name} from GGUF to {tag} safetensors "
-                    "(dequantizes once; takes a minute or two) ...",
-                    file=sys.stderr,
-                )
+                logger.info(f"converting {src.name} from GGUF to {tag} safetensors "
+                    "(dequantizes once; takes a minute or two) ...")
             try:
                 tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
                 model = AutoModelForCausalLM.from_pretrained(
@@ -931,8 +930,7 @@ def _fp32_source(src: ModelSource, root: Path, progress: bool) -> tuple[Any, Any
         return model, AutoTokenizer.from_pretrained(fp32, local_files_only=True), f"converted/{fp32.name}"
     gguf = fetch_gguf(src.name, root, progress)
     if progress:
-        print(f"[constrained-spec] converting {src.name} from GGUF (dequantizes once; a minute or two) ...",
-              file=sys.stderr)
+        logger.info(f"converting {src.name} from GGUF (dequantizes once; a minute or two) ...")
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
@@ -973,7 +971,7 @@ def _build_packed(folder: Path, src: ModelSource, tag: str, progress: bool) -> t
     model.eval()
     pack_linears(model, keep_head_weight=True, weights=PACKED_TAGS[tag])
     if progress:
-        print(f"[constrained-spec] writing the packed {tag} cache of {src.name} ...", file=sys.stderr)
+        logger.info(f"writing the packed {tag} cache of {src.name} ...")
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
     _chmod_default(tmp, 0o777)
@@ -1202,10 +1200,7 @@ def resolve_model(
                     raise _hub_error(spec, exc) from exc
         elif r.kind == "gguf":
             if progress:
-                print(
-                    f"[constrained-spec] loading GGUF {r.gguf_file} (dequantized on every load; slow)",
-                    file=sys.stderr,
-                )
+                logger.info(f"loading GGUF {r.gguf_file} (dequantized on every load; slow)")
             tokenizer = AutoTokenizer.from_pretrained(r.path, gguf_file=r.gguf_file, local_files_only=True)
             model = AutoModelForCausalLM.from_pretrained(
                 r.path, gguf_file=r.gguf_file, dtype=_torch_dtype("fp32"), local_files_only=True

