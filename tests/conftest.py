@@ -10,6 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository root, last: `benchmarks.bench`, `benchmarks.coverage`
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch.set_num_threads(1)  # tiny tensors: thread hand-off costs more than the work
 
@@ -37,3 +38,21 @@ def real_tokenizer(name: str):
 @pytest.fixture(scope="session")
 def gpt2_tokenizer():
     return real_tokenizer("gpt-2")
+
+
+@pytest.fixture(scope="session")
+def tiny_generator(gpt2_tokenizer, tmp_path_factory):
+    """A factory of Generators over two tiny random Llamas (target seed 1, draft seed 2) and GPT-2's
+    tokenizer: ``tiny_generator(draft=False, max_new_tokens=200, ...)``; the one fixture every test
+    module's ``generator`` builds on."""
+    from tiny_models import tiny_llama
+
+    from constrained_spec.api import Generator
+
+    def make(draft: bool = True, **options):
+        options.setdefault("progress", False)
+        options.setdefault("cache_dir", tmp_path_factory.mktemp("cache"))
+        return Generator(tiny_llama(50257, seed=1), tiny_llama(50257, seed=2) if draft else None,
+                         tokenizer=gpt2_tokenizer, **options)
+
+    return make

@@ -18,10 +18,8 @@ SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 
 
 @pytest.fixture(scope="module")
-def generator(gpt2_tokenizer, tmp_path_factory):
-    return Generator(tiny_llama(50257, seed=1), tiny_llama(50257, seed=2), tokenizer=gpt2_tokenizer,
-                     num_draft_tokens=3, max_new_tokens=400, cache_dir=tmp_path_factory.mktemp("cache"),
-                     debug_checks=True, progress=False)
+def generator(tiny_generator):
+    return tiny_generator(num_draft_tokens=3, max_new_tokens=400, debug_checks=True)
 
 
 # Random-weight models sample digits uniformly, so unbounded number fractions would run on for ever

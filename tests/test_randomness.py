@@ -7,9 +7,7 @@ import re
 
 import pytest
 import torch
-from tiny_models import tiny_llama
 
-from constrained_spec.api import Generator
 from constrained_spec.errors import SamplingError
 from constrained_spec.grammar import Regex
 from constrained_spec.sampling.distribution import draw, make_generator
@@ -18,9 +16,8 @@ PATTERN = "[a-z]{6}"
 
 
 @pytest.fixture(scope="module")
-def generator(gpt2_tokenizer, tmp_path_factory):
-    return Generator(tiny_llama(50257, seed=1), None, tokenizer=gpt2_tokenizer, max_new_tokens=20,
-                     cache_dir=tmp_path_factory.mktemp("cache"), progress=False)
+def generator(tiny_generator):
+    return tiny_generator(draft=False, max_new_tokens=20)
 
 
 def test_unseeded_runs_draw_fresh_samples(generator):

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from constrained_spec import serving as server  # noqa: E402
 from constrained_spec.cli import serve as serve_cli  # noqa: E402
-from constrained_spec.engine.loop import DecodeStats  # noqa: E402
+from constrained_spec.engine.stats import DecodeStats  # noqa: E402
 from constrained_spec.serving import app as server_app  # noqa: E402
 from constrained_spec.serving.app import create_app  # noqa: E402
 
@@ -43,13 +43,8 @@ def json_format(schema, name="person"):
 
 
 @pytest.fixture(scope="module")
-def generator(gpt2_tokenizer, tmp_path_factory):
-    from tiny_models import tiny_llama
-
-    from constrained_spec.api import Generator
-
-    return Generator(tiny_llama(50257, 1), tiny_llama(50257, 2), tokenizer=gpt2_tokenizer, max_new_tokens=200,
-                     num_draft_tokens=3, progress=False, cache_dir=tmp_path_factory.mktemp("cache"))
+def generator(tiny_generator):
+    return tiny_generator(max_new_tokens=200, num_draft_tokens=3)
 
 
 @pytest.fixture(scope="module")

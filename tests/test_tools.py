@@ -377,13 +377,8 @@ def test_call_tool_converts_and_dispatches():
 
 
 @pytest.fixture(scope="module")
-def generator(gpt2_tokenizer, tmp_path_factory):
-    from tiny_models import tiny_llama
-
-    from constrained_spec.api import Generator
-
-    return Generator(tiny_llama(50257, 1), tiny_llama(50257, 2), tokenizer=gpt2_tokenizer, max_new_tokens=200,
-                     num_draft_tokens=3, progress=False, cache_dir=tmp_path_factory.mktemp("cache"))
+def generator(tiny_generator):
+    return tiny_generator(max_new_tokens=200, num_draft_tokens=3)
 
 
 SMALL_ADD = {"type": "function", "function": {"name": "add", "parameters": {
