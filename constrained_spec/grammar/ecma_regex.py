@@ -39,6 +39,8 @@ __all__ = [
     "node_len",
     "ANY_RANGES",
     "to_content_regex",
+    "is_atom",
+    "top_level_bar",
 ]
 
 Ranges = tuple  # tuple[tuple[int, int], ...]
@@ -621,7 +623,7 @@ def emit(node) -> Optional[str]:
             return ""
         if inner == "":
             return ""
-        g = inner if _is_atom(inner) else "(" + inner + ")"
+        g = inner if is_atom(inner) else "(" + inner + ")"
         if (lo, hi) == (0, None):
             return g + "*"
         if (lo, hi) == (1, None):
@@ -646,11 +648,12 @@ def _seq_join(parts: list[str]) -> str:
 
 
 def _no_top_alt(p: str) -> bool:
-    return _top_level_bar(p) is False
+    return top_level_bar(p) is False
 
 
 @functools.lru_cache(maxsize=65536)
-def _top_level_bar(p: str) -> bool:
+def top_level_bar(p: str) -> bool:
+    """True if p has a ``|`` outside every group and character class."""
     depth = 0
     i = 0
     in_cls = False
@@ -676,11 +679,11 @@ def _top_level_bar(p: str) -> bool:
 
 def _is_single(p: str) -> bool:
     """True if p can be concatenated without grouping (no top-level '|')."""
-    return not _top_level_bar(p)
+    return not top_level_bar(p)
 
 
 @functools.lru_cache(maxsize=65536)
-def _is_atom(p: str) -> bool:
+def is_atom(p: str) -> bool:
     """True if a quantifier may directly follow p."""
     if len(p) == 1 and p not in _META:
         return True
@@ -811,7 +814,7 @@ def to_content_regex(pattern: str, any_char: str) -> Optional[str]:
     """
     node = parse(pattern)
     outs = []
-    pad = "(" + any_char + ")*" if not _is_atom(any_char) else any_char + "*"
+    pad = "(" + any_char + ")*" if not is_atom(any_char) else any_char + "*"
     for b, sa, ea in anchored_branches(node):
         body = emit(b)
         if body is None:

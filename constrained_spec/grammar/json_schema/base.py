@@ -1,0 +1,116 @@
+"""State and bookkeeping shared by the parts of the compiler.
+
+The compiler is one object (:class:`~constrained_spec.grammar.json_schema.compiler.Compiler`)
+composed of one class per concern: keyword handlers (:mod:`.keywords`), combinators
+(:mod:`.combinators`) and an emitter per JSON type (``emit_*``).  Each of them derives from
+:class:`CompilerBase`, which holds the options, the schema document, the deadline, the
+refusal/recording of unenforceable keywords and the size cap, and names the entry points the
+parts call on one another (implemented by the part that owns them).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional, Union
+
+from constrained_spec.errors import CompileLimitError, UnsupportedKeywordError
+from constrained_spec.grammar import ecma_regex as ecma
+from constrained_spec.grammar.json_schema.context import Ctx, SchemaDocument
+from constrained_spec.grammar.json_schema.ir import Flat
+from constrained_spec.grammar.json_schema.options import SchemaOptions, whitespace_regex
+
+__all__ = ["CompilerBase"]
+
+
+class CompilerBase:
+    """Options, schema document, deadline, refusals and the size cap of one compilation."""
+
+    def __init__(self, schema: Union[dict, bool], options: SchemaOptions) -> None:
+        self.opts = options
+        self.doc = SchemaDocument(schema, options)
+        self.draft = self.doc.draft
+        self.ws = whitespace_regex(options)
+        self.unenforced: list[str] = []
+        self.ignored_formats: dict = {}  # pointer -> format name
+        self.active: dict = {}  # id of a $ref target -> how many times it is being compiled now
+        self.max_seen_depth = 0
+        self.deadline = (
+            time.monotonic() + options.time_budget_s if options.time_budget_s is not None else None
+        )
+        self._any_cache: dict = {}
+        self.reducible = False  # whether a retry with tighter restrictions can shrink the regex
+        c = ecma.emit_set(ecma.ANY_RANGES)
+        self.canon_char = c
+        # generic (non-canonical spellings allowed) character of a JSON string; no
+        # surrogate escapes so that lengths count code points exactly
+        self.str_char = '([^"\\\\\\x00-\\x1f]|\\\\(["\\\\/bfnrt]|u[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}))'
+
+    # -- bookkeeping -------------------------------------------------------
+
+    def tick(self) -> None:
+        """Raise :class:`CompileLimitError` once the time budget is spent."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise CompileLimitError(
+                f"compiling the schema took longer than {self.opts.time_budget_s} s"
+            )
+
+    def unsupported(self, keyword: str, ptr: str, reason: str = "") -> None:
+        """Refuse a keyword, or record it when allow_unenforced."""
+        if self.opts.allow_unenforced:
+            tag = f"{ptr or '#'}/{keyword}" if not ptr.endswith("/" + keyword) else ptr
+            if tag not in self.unenforced:
+                self.unenforced.append(tag)
+            return
+        raise UnsupportedKeywordError(keyword, ptr or "#", reason)
+
+    def refuse(self, keyword: str, ptr: str, reason: str = "") -> None:
+        """Refuse a keyword even when allow_unenforced (it cannot even be approximated)."""
+        raise UnsupportedKeywordError(keyword, ptr or "#", reason)
+
+    def check_size(self, r: Optional[str]) -> Optional[str]:
+        """r, or :class:`CompileLimitError` (kind ``"size"``) when it is over max_regex_chars."""
+        if r is not None and len(r) > self.opts.max_regex_chars:
+            e = CompileLimitError(
+                f"regex grew past max_regex_chars={self.opts.max_regex_chars} characters"
+            )
+            e.kind = "size"
+            raise e
+        return r
+
+    # -- entry points the parts call on one another ------------------------------------------
+
+    def absorb(self, flat: Flat, ctx: Ctx, positive: bool = True, depth: int = 0) -> None:
+        """Add the constraints of ctx (or of its negation) to flat (:mod:`.compiler`)."""
+        raise NotImplementedError
+
+    def compile(self, items: list) -> Optional[str]:
+        """The regex of the conjunction of (ctx, positive) pairs (:mod:`.compiler`)."""
+        raise NotImplementedError
+
+    def compile_ctx(self, ctxs: list) -> Optional[str]:
+        """The regex of the conjunction of subschemas (:mod:`.compiler`)."""
+        raise NotImplementedError
+
+    def value_regex(self, v: Any) -> str:
+        """The regex of one JSON value (:mod:`.emit_value`)."""
+        raise NotImplementedError
+
+    def any_value(self, depth: Optional[int] = None) -> str:
+        """The regex of a free-form value (:mod:`.emit_value`)."""
+        raise NotImplementedError
+
+    def compile_string(self, flat: Flat) -> Optional[str]:
+        """The regex of the strings of flat (:mod:`.emit_string`)."""
+        raise NotImplementedError
+
+    def content_excluding(self, words: list, lo: int, hi: Optional[int], ranges: Any = None) -> Optional[str]:
+        """String content other than words (:mod:`.emit_string`)."""
+        raise NotImplementedError
+
+    def compile_array(self, flat: Flat) -> Optional[str]:
+        """The regex of the arrays of flat (:mod:`.emit_array`)."""
+        raise NotImplementedError
+
+    def forbids(self, f: Flat, name: str) -> bool:
+        """Whether f forbids a property called name (:mod:`.combinators`)."""
+        raise NotImplementedError

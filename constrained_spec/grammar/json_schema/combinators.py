@@ -1,0 +1,308 @@
+"""Combinators: ``oneOf`` made disjoint, disjointness of subschemas, and ``not``.
+
+``anyOf``/``oneOf``/``if``/dependencies are expanded by the compiler (one alternative per
+branch); :meth:`Combinators.one_of_branches` first restricts the ``oneOf`` branches so that no
+value satisfies two of them, with the disjointness tests below.  :meth:`Combinators.apply_not`
+turns the ``not`` forms the compiler can express into constraints of the leaf.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from constrained_spec.errors import UnsupportedKeywordError
+from constrained_spec.grammar.json_schema.base import CompilerBase
+from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
+from constrained_spec.grammar.json_schema.ir import Flat
+from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS
+from constrained_spec.grammar.json_schema.py_regex import py_pattern_ok
+from constrained_spec.grammar.json_schema.regex_ops import first_chars_disjoint
+from constrained_spec.grammar.json_schema.values import ALL_TYPES, intersect_types, type_of
+
+__all__ = ["Combinators"]
+
+
+class Combinators(CompilerBase):
+    """``oneOf`` disjointness, subschema disjointness tests and ``not``."""
+
+    def one_of_branches(self, branches: list, ptr: str) -> list:
+        """Make the branches of a oneOf pairwise disjoint by restricting each one: drop the
+        types it cannot be told apart on, forbid/require discriminating properties, filter
+        finite branches exactly.  Every value of restricted branch i fails every branch j."""
+        ctxs = [b[0][1] for b in branches]
+        flats = []
+        for c in ctxs:
+            f = Flat()
+            try:
+                self.absorb(f, c, True)
+            except UnsupportedKeywordError:
+                f = None
+            flats.append(f)
+        out = []
+        kept_any = False
+        for i, br in enumerate(branches):
+            acts = list(br)
+            fi = flats[i]
+            if fi is None:
+                out.append(acts)
+                continue
+            if fi.enum is not None:
+                acts += [("not", ctxs[j]) for j in range(len(ctxs)) if j != i]
+                out.append(acts)
+                kept_any = True
+                continue
+            types_i = set(ALL_TYPES) if fi.types is None else set(fi.types)
+            base = [t for t in types_i if not (t == "integer" and "number" in types_i)]
+            keep = set()
+            extra: list = []
+            for t in base:
+                acts_t: list = []
+                ok = True
+                for j, fj in enumerate(flats):
+                    if j == i:
+                        continue
+                    res = None if fj is None else self._exclude(t, fi, fj, ctxs[i], ctxs[j])
+                    if res is None:
+                        ok = False
+                        break
+                    acts_t += res
+                if ok:
+                    keep.add(t)
+                    if t == "number":
+                        keep.add("integer")
+                    extra += acts_t
+            if keep:
+                kept_any = True
+            if keep != types_i:
+                acts.append(("types", keep))
+            acts += extra
+            out.append(acts)
+        if not kept_any:
+            self.unsupported("oneOf", ptr, "the branches cannot be told apart (oneOf is enforced for disjoint branches only)")
+            return branches
+        return out
+
+    def _exclude(self, t: str, fi: Flat, fj: Flat, ci: Ctx, cj: Ctx) -> Optional[list]:
+        """Actions restricting branch i so that its values of type t fail branch j, or None."""
+        if cj.schema is False or fj.types == set():
+            return []
+        tj = set(ALL_TYPES) if fj.types is None else fj.types
+        if t == "number":
+            if "number" not in tj and "integer" not in tj:
+                return []
+        elif t == "integer":
+            if "integer" not in tj:
+                return []
+        elif t not in tj:
+            return []
+        if fj.enum is not None:
+            if not any(type_of(v) == t or (t == "number" and type_of(v) == "integer") for v in fj.enum):
+                return []
+            if not any(self.doc.valid(ci, v) for v in fj.enum):
+                return []
+            return None
+        if t in ("integer", "number", "string", "array"):
+            return [] if self._disjoint_type(t, fi, fj, 0) else None
+        if t == "object":
+            for p in fi.required:
+                if self.forbids(fj, p):
+                    return []
+            for p in fi.required:
+                if p in fj.props and p in fi.props and self._props_disjoint(fi, fj, p):
+                    return []
+            for p in fj.required:
+                if p not in fi.required:
+                    return [("forbid", p)]
+            for p in fi.props:
+                if p in fj.props and self._props_disjoint(fi, fj, p):
+                    return [("require", [p])]
+            for p in fi.props:
+                if self.forbids(fj, p) and not self.forbids(fi, p):
+                    return [("require", [p])]
+            if self._disjoint_type(t, fi, fj, 0):
+                return []
+            return None
+        return None
+
+    def _props_disjoint(self, fa: Flat, fb: Flat, p: str) -> bool:
+        """Whether the values of property p under fa and fb are disjoint."""
+        if len(fa.props[p]) != 1 or len(fb.props[p]) != 1:
+            return False
+        ca, cb = fa.props[p][0], fb.props[p][0]
+        if isinstance(ca, NegCtx) or isinstance(cb, NegCtx):
+            return False
+        x, y = Flat(), Flat()
+        try:
+            self.absorb(x, ca)
+            self.absorb(y, cb)
+        except UnsupportedKeywordError:
+            return False
+        return self.disjoint((ca, x), (cb, y), 1)
+
+    def disjoint(self, a: tuple, b: tuple, depth: int) -> bool:
+        """Whether no value satisfies both a and b, each a (ctx, flat) pair (False: unknown)."""
+        ca, fa = a
+        cb, fb = b
+        if fa is None or fb is None:
+            return False
+        if ca.schema is False or cb.schema is False or fa.types == set() or fb.types == set():
+            return True
+        # finite sets: check each value against the other schema
+        for (_cx, fx), (cy, _fy) in (((ca, fa), (cb, fb)), ((cb, fb), (ca, fa))):
+            if fx.enum is not None:
+                if not any(self.doc.valid_all(fx.sources, v) and self.doc.valid(cy, v) for v in fx.enum):
+                    return True
+        ta = fa.types if fa.types is not None else set(ALL_TYPES)
+        tb = fb.types if fb.types is not None else set(ALL_TYPES)
+        shared = intersect_types(ta, tb)
+        if not shared:
+            return True
+        for t in shared:
+            if not self._disjoint_type(t, fa, fb, depth):
+                return False
+        return True
+
+    def _disjoint_type(self, t: str, fa: Flat, fb: Flat, depth: int) -> bool:
+        """Whether no value of type t satisfies both fa and fb, judged by bounds, lengths,
+        first characters and required/forbidden properties (False: unknown)."""
+        if t in ("integer", "number"):
+            if fa.hi is not None and fb.lo is not None:
+                if fa.hi < fb.lo or (fa.hi == fb.lo and (fa.hi_strict or fb.lo_strict)):
+                    return True
+            if fb.hi is not None and fa.lo is not None:
+                if fb.hi < fa.lo or (fb.hi == fa.lo and (fb.hi_strict or fa.lo_strict)):
+                    return True
+            return False
+        if t == "string":
+            for pa, _, _ in fa.patterns:
+                for pb, _, _ in fb.patterns:
+                    if first_chars_disjoint(pa, pb):
+                        return True
+            if fa.max_len is not None and fa.max_len < fb.min_len:
+                return True
+            if fb.max_len is not None and fb.max_len < fa.min_len:
+                return True
+            return False
+        if t == "array":
+            if fa.max_items is not None and fa.max_items < fb.min_items:
+                return True
+            if fb.max_items is not None and fb.max_items < fa.min_items:
+                return True
+            return False
+        if t == "object":
+            for x, y in ((fa, fb), (fb, fa)):
+                for p in x.required:
+                    if self.forbids(y, p):
+                        return True
+                    if p in y.required and p in x.props and p in y.props and depth < 3:
+                        fx = Flat()
+                        fy = Flat()
+                        try:
+                            for c in x.props[p]:
+                                self.absorb(fx, c)
+                            for c in y.props[p]:
+                                self.absorb(fy, c)
+                        except UnsupportedKeywordError:
+                            continue
+                        cx = x.props[p][0] if len(x.props[p]) == 1 else None
+                        cy = y.props[p][0] if len(y.props[p]) == 1 else None
+                        if cx is not None and cy is not None and self.disjoint((cx, fx), (cy, fy), depth + 1):
+                            return True
+            if fa.max_props is not None and fa.max_props < fb.min_props:
+                return True
+            if fb.max_props is not None and fb.max_props < fa.min_props:
+                return True
+            return False
+        return False
+
+    def forbids(self, f: Flat, name: str) -> bool:
+        """Whether f forbids a property called name (a false subschema, or no owner admits it)."""
+        for c in f.props.get(name, []):
+            if c.schema is False and not isinstance(c, NegCtx):
+                return True
+        for o in f.owners:
+            if name in o.names:
+                continue
+            if any(re.search(p, name) for p, _ in o.patterns if py_pattern_ok(p)):
+                continue
+            if o.ap is not None and o.ap.schema is False:
+                return True
+        return False
+
+    def apply_not(self, flat: Flat, nctx: Ctx, types: set) -> None:
+        """Add ``not: nctx`` to flat (narrowing ``types`` in place) where the negation has a form
+        the emitters support; refuse (or record) it otherwise."""
+        s = nctx.schema
+        if s is True:
+            types.clear()
+            return
+        if s is False or s == {}:
+            if s == {}:
+                types.clear()
+            return
+        if flat.enum is not None:
+            return  # exact filtering by validation
+        nf = Flat()
+        try:
+            self.absorb(nf, nctx, True)
+        except UnsupportedKeywordError:
+            nf = None
+        if nf is not None:
+            keys = {k for k in s if k not in IGNORED_KEYWORDS} if isinstance(s, dict) else set()
+            # not {type: ...}
+            if keys and keys <= {"type"}:
+                rm = nf.types or set()
+                for t in list(types):
+                    if t in rm or (t == "integer" and "number" in rm):
+                        types.discard(t)
+                if "integer" in rm and "number" in types:
+                    # numbers that are not integers: not expressible simply -> keep only
+                    # values with a non-zero fraction
+                    flat.non_integer = True
+                return
+            # not {enum/const} over finite types only
+            if keys and keys <= {"enum", "const", "type"} and nf.enum is not None:
+                finite = {"boolean", "null"}
+                if types <= finite:
+                    vals = [v for v in ([True, False] if "boolean" in types else []) + ([None] if "null" in types else [])]
+                    flat.enum = vals
+                    return
+                # strings/numbers/objects: values not in a finite set
+                flat.excluded = flat.excluded + [(nctx, nf.enum)]
+                return
+            # not {properties: {p: S}, required: [p]?}: p present with a value failing S
+            if (
+                keys
+                and keys <= {"properties", "required", "type"}
+                and isinstance(s.get("properties"), dict)
+                and len(s["properties"]) == 1
+                and set(s.get("required", [])) <= set(s["properties"])
+                and s.get("type", "object") == "object"
+            ):
+                (p, sub), = s["properties"].items()
+                if p not in flat.required:
+                    flat.required.append(p)
+                flat.props.setdefault(p, []).append(NegCtx(sub, nctx.ptr + "/properties/" + p, nctx.resolver))
+                types.intersection_update({"object"})
+                return
+            # not {required: [...]}
+            if keys and keys <= {"required", "type"} and nf.required and (nf.types is None or nf.types == {"object"}):
+                # forbidding any one of the names makes `required` fail: pick one that the
+                # object neither requires nor declares, where there is one
+                cands = sorted(
+                    nf.required, key=lambda n: (n in flat.required, n in flat.props, -nf.required.index(n))
+                )
+                flat.forbidden.add(cands[0])
+                if nf.types is None:
+                    # {required: [...]} holds for every non-object: its negation does not
+                    types.intersection_update({"object"})
+                return
+            if keys and keys <= {"anyOf"} and all(
+                isinstance(b, dict) and set(b) <= {"required"} and b.get("required") for b in s["anyOf"]
+            ):
+                for b in s["anyOf"]:
+                    flat.forbidden.add(b["required"][0])
+                types.intersection_update({"object"})
+                return
+        self.unsupported("not", nctx.ptr, "only 'not' of types, constants and required properties is supported")

@@ -1,0 +1,146 @@
+"""The schema being compiled: where each subschema sits, which base URI it resolves
+``$ref`` against, and the validator that decides single values exactly.
+
+Registry and draft rules come from :mod:`constrained_spec.grammar.schema_refs` (nothing is
+retrieved unless ``ref_allow`` lists it); :class:`SchemaDocument` applies them to one schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+from constrained_spec.errors import SchemaError, UnsupportedKeywordError
+from constrained_spec.grammar.json_schema.options import SchemaOptions
+
+__all__ = ["Ctx", "NegCtx", "SchemaDocument"]
+
+
+class Ctx:
+    """A subschema with its JSON pointer and the resolver for its base URI."""
+
+    __slots__ = ("schema", "ptr", "resolver")
+
+    def __init__(self, schema: Any, ptr: str, resolver: Any) -> None:
+        self.schema = schema
+        self.ptr = ptr
+        self.resolver = resolver
+
+    def child(self, sub: Any, *path: Any) -> "Ctx":
+        p = self.ptr
+        for x in path:
+            p += "/" + str(x).replace("~", "~0").replace("/", "~1")
+        return Ctx(sub, p, self.resolver)
+
+
+class NegCtx(Ctx):
+    """A subschema that must NOT hold (used for the negation of an ``if``)."""
+
+    __slots__ = ()
+
+
+class SchemaDocument:
+    """One schema with its validator: the draft, ``$id``/``$ref`` resolution and the validation
+    oracle (``valid``) that the compiler asks about single values.
+
+    Raises :class:`SchemaError` when no validator fits the schema or the schema is not valid
+    JSON Schema, and :class:`UnsupportedKeywordError` for draft-03 schemas.
+    """
+
+    def __init__(self, schema: Union[dict, bool], options: SchemaOptions) -> None:
+        from jsonschema import exceptions as js_exc
+
+        from constrained_spec.grammar.schema_refs import make_registry, validator_class
+
+        try:
+            cls = validator_class(schema, options.draft)
+        except Exception as e:  # unknown $schema etc.
+            raise SchemaError(f"cannot choose a validator for this schema: {e}") from e
+        try:
+            cls.check_schema(schema)
+        except js_exc.SchemaError as e:
+            ptr = "/" + "/".join(str(p) for p in e.absolute_path) if e.absolute_path else ""
+            raise SchemaError(f"schema is not valid JSON Schema: {e.message}", ptr) from e
+        except Exception as e:
+            raise SchemaError(f"schema could not be checked: {e}") from e
+        self.cls = cls
+        self.root = schema
+        self.validator = cls(schema, registry=make_registry(options.ref_allow, options.draft))
+        names = {
+            "Draft3Validator": 3,
+            "Draft4Validator": 4,
+            "Draft6Validator": 6,
+            "Draft7Validator": 7,
+            "Draft201909Validator": 2019,
+            "Draft202012Validator": 2020,
+        }
+        #: the draft as a number: 4, 6, 7, 2019 or 2020
+        self.draft: int = names.get(cls.__name__, 2020)
+        if self.draft == 3:
+            raise UnsupportedKeywordError("$schema", "#", "draft-03 schemas are not supported")
+        self._val_cache: dict = {}
+        self._keep: list = []
+
+    def root_ctx(self) -> Ctx:
+        """The whole schema, at pointer ``""``, with the root resolver."""
+        return Ctx(self.root, "", self.validator._resolver)
+
+    # -- $id / $ref ------------------------------------------------------------------------
+
+    def enter(self, ctx: Ctx) -> Ctx:
+        """ctx with the resolver of its own ``$id`` (if it has one); :class:`SchemaError` naming
+        the ``$id`` when it cannot be a base URI."""
+        s = ctx.schema
+        if isinstance(s, dict):
+            key = "$id" if self.draft >= 6 else "id"
+            if isinstance(s.get(key), str):
+                from referencing import Resource
+                from referencing.jsonschema import specification_with
+
+                try:
+                    spec = specification_with(self.validator.META_SCHEMA.get("$schema", ""))
+                    res = Resource(contents=s, specification=spec)
+                    return Ctx(s, ctx.ptr, ctx.resolver.in_subresource(res))
+                except Exception as e:  # a malformed base URI: the $refs under it cannot be resolved
+                    raise SchemaError(
+                        f"{key} {s[key]!r} cannot be used as a base URI ({type(e).__name__}: {e})",
+                        (ctx.ptr or "") + "/" + key,
+                    ) from e
+        return ctx
+
+    def resolve_ref(self, ctx: Ctx, ref: str, kw: str = "$ref") -> Ctx:
+        """The (entered) target of ``ref`` against ctx's base URI; :class:`SchemaError` (or
+        :class:`~constrained_spec.errors.RefRetrievalError`) when it cannot be resolved."""
+        from constrained_spec.grammar.schema_refs import ref_error
+
+        try:
+            resolved = ctx.resolver.lookup(ref)
+        except Exception as e:
+            err = ref_error(e, ref, ctx.ptr + "/" + kw)
+            if err is None:
+                err = SchemaError(f"$ref {ref!r} cannot be resolved ({type(e).__name__})", ctx.ptr + "/" + kw)
+            raise err from None
+        ptr = ref if not ref.startswith("#") else ref[1:]
+        return self.enter(Ctx(resolved.contents, ptr, resolved.resolver))
+
+    # -- validation oracle -------------------------------------------------------------
+
+    def valid(self, ctx: Ctx, value: Any) -> bool:
+        """Whether value is valid against the subschema ctx (False on runaway recursion)."""
+        key = (id(ctx.schema), id(ctx.resolver))
+        v = self._val_cache.get(key)
+        if v is None:
+            v = self.validator.evolve(schema=ctx.schema, _resolver=ctx.resolver)
+            self._val_cache[key] = v
+            self._keep.append(ctx)  # keep ids stable
+        try:
+            return v.is_valid(value)
+        except RecursionError:
+            return False
+
+    def valid_all(self, sources, value) -> bool:
+        """Whether value satisfies every (ctx, positive) source: valid where positive, invalid
+        where not."""
+        for ctx, pos in sources:
+            if self.valid(ctx, value) != pos:
+                return False
+        return True

@@ -1,0 +1,159 @@
+"""Emitter of arrays: positional items (``prefixItems``/``items``), ``minItems``/``maxItems``,
+``contains`` (+ ``minContains``), and ``uniqueItems`` over finite item domains."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from constrained_spec.grammar.json_schema.base import CompilerBase
+from constrained_spec.grammar.json_schema.ir import EMPTY, Flat
+from constrained_spec.grammar.json_schema.options import MAX_UNIQUE_DOMAIN, UNROLL_BUDGET
+from constrained_spec.grammar.json_schema.regex_text import expanded_size, group, rep, sequence, strip_opt
+from constrained_spec.grammar.json_schema.values import json_key, norm_numbers
+
+__all__ = ["ArrayEmitter"]
+
+
+class ArrayEmitter(CompilerBase):
+    """Arrays: items by position, counts, ``contains`` and ``uniqueItems``."""
+
+    def _pos_ctxs(self, flat: Flat, i: int) -> list:
+        """The subschemas of the item at position i."""
+        out = []
+        for pre, rest in flat.arr_owners:
+            if i < len(pre):
+                out.append(pre[i])
+            elif rest is not None:
+                out.append(rest)
+        return out
+
+    def _rest_ctxs(self, flat: Flat) -> list:
+        """The subschemas of the items after every prefix."""
+        return [rest for _, rest in flat.arr_owners if rest is not None]
+
+    def compile_array(self, flat: Flat) -> Optional[str]:
+        """The regex of the arrays of flat."""
+        ws = self.ws
+        sep = ws + "," + ws
+        m = flat.min_items
+        M = flat.max_items
+        if M is not None and M < m:
+            return EMPTY
+        contains = [c for c in flat.contains if c[1] > 0]
+        for _cctx, _mn, mx, ptr in flat.contains:
+            if mx is not None:
+                self.unsupported("maxContains", ptr.rsplit("/", 1)[0] + "/maxContains", "maxContains is not supported")
+        n_contains = max([mn for _, mn, _, _ in contains], default=0)
+        n_prefix = max([len(pre) for pre, _ in flat.arr_owners], default=0)
+        if flat.unique:
+            return self.unique_array(flat, max(m, n_contains), M)
+        rest_ctxs = self._rest_ctxs(flat)
+        rest = self.compile_ctx(rest_ctxs) if rest_ctxs else self.any_value()
+        if contains and n_prefix == 0 and M is None and m <= n_contains:
+            # X* C (X* C){k-1} X*  -- the k matching items anywhere
+            cre = self.compile_ctx(rest_ctxs + [c for c, _, _, _ in contains])
+            if cre is None:
+                return EMPTY
+            c = group(cre)
+            if rest is None:
+                body = c + rep("(" + sep + c + ")", n_contains - 1, n_contains - 1)
+            else:
+                x = group(rest)
+                body = rep("(" + x + sep + ")", 0, None) + c + rep(
+                    "(" + rep("(" + sep + x + ")", 0, None) + sep + c + ")", n_contains - 1, n_contains - 1
+                ) + rep("(" + sep + x + ")", 0, None)
+            return "\\[" + ws + body + ws + "\\]"
+        m = max(m, n_contains)
+        if M is not None and M < m:
+            return EMPTY
+        positions = max(n_prefix, n_contains)
+        elems: list = []
+        for i in range(positions):
+            if M is not None and i >= M:
+                break
+            ctxs = self._pos_ctxs(flat, i)
+            if i < n_contains:
+                ctxs += [c for c, _, _, _ in contains]
+            elems.append(self.compile_ctx(ctxs) if ctxs else self.any_value())
+
+        def tail(i: int) -> Optional[str]:
+            if M is not None and i >= M:
+                return ""
+            if i < len(elems):
+                e = elems[i]
+                if e is None:
+                    return "" if i >= m else None
+                t = tail(i + 1)
+                if t is None:
+                    return "" if i >= m else None
+                piece = (sep if i > 0 else "") + group(e) + t
+                return "(" + piece + ")?" if i >= m else piece
+            # the rest
+            need = max(0, m - i)
+            most = None if M is None else M - i
+            if rest is None:
+                return "" if need == 0 else None
+            if most == 0:
+                return ""
+            e = group(rest)
+            if most is not None and most > need:
+                # bounded repetition is unrolled by the DFA builder: cap the count of heavy
+                # elements (lowering maxItems is a sound restriction)
+                cost = expanded_size(e) + len(sep) + 1
+                if cost * most > UNROLL_BUDGET:
+                    most = max(need, UNROLL_BUDGET // cost, 1)
+            if i == 0:
+                inner_lo = max(0, need - 1)
+                inner_hi = None if most is None else most - 1
+                body = e + rep("(" + sep + e + ")", inner_lo, inner_hi) if (inner_hi is None or inner_hi > 0) else e
+                return body if need >= 1 else "(" + body + ")?"
+            return rep("(" + sep + e + ")", need, most)
+
+        body = tail(0)
+        if body is None:
+            return EMPTY
+        return "\\[" + ws + body + ws + "\\]"
+
+    def unique_array(self, flat: Flat, m: int, M: Optional[int]) -> Optional[str]:
+        """Arrays of m..M distinct items: exact for finite item domains (strictly ordered
+        subsequences), otherwise uniqueItems is refused (or recorded) and dropped."""
+        ws = self.ws
+        sep = ws + "," + ws
+        if M is not None and M <= 1:
+            f2 = flat.copy()
+            f2.unique = None
+            return self.compile_array(f2)
+        # finite item domain -> strictly ordered subsequences of the domain
+        n_prefix = max([len(pre) for pre, _ in flat.arr_owners], default=0)
+        rest_ctxs = self._rest_ctxs(flat)
+        if n_prefix == 0 and rest_ctxs and not flat.contains:
+            itf = Flat()
+            for c in rest_ctxs:
+                self.absorb(itf, c)
+            values = None
+            if itf.enum is not None and not itf.groups:
+                values = [v for v in itf.enum if self.doc.valid_all(itf.sources, v)]
+            elif itf.types is not None and itf.types <= {"boolean", "null"} and not itf.groups:
+                values = [v for v in ([True, False] if "boolean" in itf.types else []) + ([None] if "null" in itf.types else []) if self.doc.valid_all(itf.sources, v)]
+            if values is not None and len(values) <= MAX_UNIQUE_DOMAIN:
+                seen = set()
+                vals = []
+                for v in values:
+                    k = json_key(norm_numbers(v))
+                    if k not in seen:
+                        seen.add(k)
+                        vals.append(v)
+                if m > len(vals):
+                    return EMPTY
+                if m <= 1:
+                    if M is not None and M < len(vals):
+                        vals = vals[:M]
+                    regs = [("opt", self.value_regex(v)) for v in vals]
+                    body = sequence(regs, sep, self.check_size)
+                    if m == 1:
+                        body = strip_opt(body)
+                    return "\\[" + ws + body + ws + "\\]"
+        self.unsupported("uniqueItems", flat.unique, "uniqueItems is only enforced for finite item types or maxItems <= 1")
+        f2 = flat.copy()
+        f2.unique = None
+        return self.compile_array(f2)

@@ -1,0 +1,230 @@
+"""Emitter of strings: lengths, ``pattern``/``format`` (ECMA patterns as content regexes, with
+lengths folded in), intersections of patterns, and strings other than a finite set."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from constrained_spec.grammar import ecma_regex as ecma
+from constrained_spec.grammar.json_schema.base import CompilerBase
+from constrained_spec.grammar.json_schema.ir import EMPTY, Flat
+from constrained_spec.grammar.json_schema.regex_ops import deriv, finite_strings, grow, nullable_node, shrink, trim_unanchored
+from constrained_spec.grammar.json_schema.regex_text import alt, group, rep
+
+__all__ = ["StringEmitter"]
+
+
+class StringEmitter(CompilerBase):
+    """Strings: lengths, patterns and formats, excluded constants."""
+
+    def compile_string(self, flat: Flat) -> Optional[str]:
+        """The regex of the strings (quotes included) of flat."""
+        lo, hi = flat.min_len, flat.max_len
+        if hi is not None and hi < lo:
+            return EMPTY
+        excluded = [(c, [v for v in vals if isinstance(v, str)]) for c, vals in flat.excluded]
+        excluded = [(c, vals) for c, vals in excluded if vals]
+        pats = flat.patterns
+        if excluded:
+            if pats:
+                self.unsupported("not", excluded[0][0].ptr, "excluding constants from patterned strings is not supported")
+            else:
+                strs = set()
+                for _, vals in excluded:
+                    strs |= {v for v in vals if isinstance(v, str)}
+                body = self.content_excluding(sorted(strs), lo, hi)
+                return None if body is None else '"' + body + '"'
+        if not pats:
+            return '"' + rep(self.str_char, lo, hi) + '"'
+        if len(pats) > 1:
+            body = self.intersect_patterns(pats, lo, hi)
+            if body is not False:
+                return EMPTY if body is None else '"' + body + '"'
+            kws = [k for _, _, k in pats]
+            kw = "pattern" if "pattern" in kws else "format"
+            self.unsupported(kw, pats[1][1], "several patterns/formats on one string need a regex intersection")
+            pats = pats[:1]
+        p, ptr, kw = pats[0]
+        try:
+            body = self.pattern_content(p, lo, hi, ptr)
+        except ecma.PatternError as e:
+            self.refuse(kw, ptr, str(e))
+        if body is None:
+            return EMPTY
+        return '"' + body + '"'
+
+    def intersect_patterns(self, pats, lo, hi):
+        """Content regex for strings matching all patterns, where all but one of them
+        only fix a finite set of prefixes (``^(https?|file)://``) or are a finite set of
+        whole strings.  Returns False when not possible, None when empty."""
+        finite = []
+        others = []
+        for p, ptr, kw in pats:
+            try:
+                brs = ecma.anchored_branches(ecma.parse(p))
+            except ecma.PatternError:
+                return False
+            words = []
+            kind = None
+            for b, sa, ea in brs:
+                ws = finite_strings(b, 32)
+                if ws is None or not sa:
+                    words = None
+                    break
+                k = "whole" if ea else "prefix"
+                if kind not in (None, k):
+                    words = None
+                    break
+                kind = k
+                words += ws
+            if words is None:
+                others.append((p, ptr, kw))
+            else:
+                finite.append((kind, words, p))
+        if len(others) > 1 or not finite:
+            return False
+        if others:
+            onode = ecma.parse(others[0][0])
+            anyrep = ("rep", ("set", ecma.ANY_RANGES), 0, None)
+            alts = []
+            for b, sa, ea in ecma.anchored_branches(onode):
+                alts.append(("seq", ([] if sa else [anyrep]) + [b] + ([] if ea else [anyrep])))
+            base = alts[0] if len(alts) == 1 else ("alt", alts)
+        else:
+            base = ("seq", [("rep", ("set", ecma.ANY_RANGES), 0, None)])
+        # intersect the finite constraints one after the other
+        outs = [("", base)]
+        for kind, words, _p in finite:
+            new = []
+            for prefix, node in outs:
+                for w in dict.fromkeys(words):
+                    d = node
+                    for ch in w:
+                        d = deriv(d, ord(ch))
+                        if d is None:
+                            break
+                    if d is None:
+                        continue
+                    if kind == "whole":
+                        if nullable_node(d):
+                            new.append((prefix + w, ("seq", [])))
+                    else:
+                        new.append((prefix + w, d))
+            outs = new
+            if len(outs) > 64:
+                return False
+        res = []
+        for prefix, node in outs:
+            full = ("seq", [("seq", [("set", ((ord(c), ord(c)),)) for c in prefix]), node])
+            full = self.constrain_length(full, lo, hi, pats[0][1])
+            if full is None:
+                continue
+            r = ecma.emit(full)
+            if r is not None:
+                res.append(r)
+        return alt(res)
+
+    def pattern_content(self, pattern: str, lo: int, hi: Optional[int], ptr: str) -> Optional[str]:
+        """String content (no quotes) matching the ECMA pattern (search semantics), lo..hi long."""
+        node = ecma.parse(pattern)
+        anyrep = ("rep", ("set", ecma.ANY_RANGES), 0, None)
+        outs = []
+        for b, sa, ea in ecma.anchored_branches(node):
+            b = trim_unanchored(b, sa, ea)
+            if b is None:
+                # the pattern matches the empty string somewhere: every string qualifies
+                b, sa, ea = ("seq", []), True, False
+            if not sa and not ea and hi is not None:
+                bmin, bmax = ecma.node_len(b)
+                if bmax is not None and bmin >= lo and 0 <= hi - bmax <= 12:
+                    # the match may sit anywhere: enumerate the prefix length
+                    room = hi - bmax
+                    for i in range(room + 1):
+                        seq = ("seq", [("rep", anyrep[1], i, i), b, ("rep", anyrep[1], 0, room - i)])
+                        r = ecma.emit(seq)
+                        if r is not None:
+                            outs.append(r)
+                    continue
+            items = ([] if sa else [anyrep]) + [b] + ([] if ea else [anyrep])
+            seq = ("seq", items)
+            seq = self.constrain_length(seq, lo, hi, ptr)
+            if seq is None:
+                continue
+            r = ecma.emit(seq)
+            if r is not None:
+                outs.append(r)
+        return alt(outs)
+
+    def constrain_length(self, seq, lo: int, hi: Optional[int], ptr: str):
+        """Restrict a pattern node so that every match has lo <= length <= hi.
+
+        Upper bounds shrink the node (a sub-language, so sound); lower bounds raise the
+        counts of fixed-width repetitions.  Raises (or records) 'minLength'/'maxLength'
+        when that is not possible."""
+        mn, mx = ecma.node_len(seq)
+        if mn >= lo and (hi is None or (mx is not None and mx <= hi)):
+            return seq
+        if hi is not None and mn > hi:
+            return None
+        if mx is not None and mx < lo:
+            return None
+        node = seq
+        if hi is not None and (mx is None or mx > hi):
+            node = shrink(node, hi)
+            if node is None:
+                return None
+        mn, mx = ecma.node_len(node)
+        if mn < lo:
+            node = grow(node, lo)
+            if node is None:
+                self.unsupported("minLength", ptr, "pattern and minLength cannot be combined exactly")
+                return seq
+            mn, mx = ecma.node_len(node)
+            if mn < lo:
+                self.unsupported("minLength", ptr, "pattern and minLength cannot be combined exactly")
+        if hi is not None and (mx is None or mx > hi):
+            self.unsupported("maxLength", ptr, "pattern and maxLength cannot be combined exactly")
+        return node
+
+    def content_excluding(self, words: list, lo: int, hi: Optional[int], ranges=None) -> Optional[str]:
+        """Canonical string content not equal to any of ``words`` (lengths in [lo, hi]),
+        made of characters in ``ranges`` (all characters by default)."""
+        universe = ecma.ANY_RANGES if ranges is None else ranges
+        c = self.canon_char if ranges is None else ecma.emit_set(ranges)
+        words = [w for w in words if all(ecma.contains(universe, ord(ch)) for ch in w)]
+        trie: dict = {}
+        for w in words:
+            node = trie
+            for ch in w:
+                node = node.setdefault(ch, {})
+            node[""] = {}
+        if hi is not None and hi < 64 or lo > 0:
+            # length limits and exclusions together: enumerate by trie depth is complex;
+            # only allow when no excluded word fits the length window
+            if not any(lo <= len(w) and (hi is None or len(w) <= hi) for w in words):
+                return rep(c, lo, hi)
+            self.unsupported("not", "", "excluding strings together with length bounds is not supported")
+            return rep(c, lo, hi)
+
+        def build(node, depth) -> str:
+            # strings that, from this trie node on, are not a word
+            self.tick()
+            alts = []
+            kids = [k for k in node if k != ""]
+            other = ecma.subtract(universe, ecma.norm([(ord(k), ord(k)) for k in kids]))
+            o = ecma.emit_set(other)
+            if o is not None:
+                alts.append(group(o) + group(c) + "*")
+            for k in kids:
+                sub = build(node[k], depth + 1)
+                if sub is None:
+                    continue
+                alts.append(ecma.literal(k) + group(sub) if sub else ecma.literal(k))
+            body = "|".join(alts)
+            if "" in node:
+                # the word ends here: need at least one more character
+                return "(" + body + ")" if alts else None
+            return "(" + body + ")?" if alts else ""
+
+        r = build(trie, 0)
+        return r

@@ -1,0 +1,102 @@
+"""The compiler's intermediate form: the conjunction of subschemas, keyword by keyword.
+
+A :class:`Flat` collects what every subschema of a conjunction says (``allOf`` members,
+``$ref`` targets, the sibling keywords of one object, the actions of a chosen ``anyOf`` /
+``oneOf`` / ``if`` branch), grouped by the JSON type each keyword constrains.  The emitters
+(``emit_*``) read it; the keyword handlers (:mod:`.keywords`) and the combinators
+(:mod:`.combinators`) fill it.  :data:`EMPTY` (``None``) stands for the empty language in every
+emitter's result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from decimal import Decimal
+from typing import Any, Optional
+
+from constrained_spec.grammar.json_schema.context import Ctx
+
+__all__ = ["EMPTY", "Owner", "Flat"]
+
+#: the empty language (no value matches)
+EMPTY = None
+
+
+class Owner:
+    """``additionalProperties`` / ``patternProperties`` (or ``unevaluatedProperties``) of one
+    schema object: they depend on the sibling ``properties`` of that same object."""
+
+    __slots__ = ("names", "patterns", "ap", "ptr")
+
+    def __init__(self, names: set, patterns: list, ap: Optional[Ctx], ptr: str) -> None:
+        self.names = names  # set of property names declared next to it
+        self.patterns = patterns  # list of (pattern, ctx)
+        self.ap = ap  # None (absent), or a ctx (schema / bool)
+        self.ptr = ptr
+
+
+@dataclass(eq=False)
+class Flat:
+    """The conjunction of a set of subschemas, keyword by keyword.
+
+    Fields left at their defaults mean "no constraint".  :meth:`copy` copies the containers
+    (one level), so a branch can add to a copy without touching the original.
+    """
+
+    # -- every type: ``type``, ``enum``/``const``, the subschemas absorbed, ``not``, the
+    # branch groups (``anyOf``/``oneOf``/``if``/dependencies) and the ``$ref``s followed
+    types: Optional[set] = None  # allowed type names (None: all); ``"integer"`` apart from ``"number"``
+    enum: Optional[list] = None  # the finite set of allowed values (None: no enum/const)
+    sources: list[tuple[Ctx, bool]] = field(default_factory=list)  # (ctx, positive): the validation oracle's inputs
+    nots: list[Ctx] = field(default_factory=list)  # ``not`` subschemas, applied at the leaf
+    groups: list[tuple[str, list, str]] = field(default_factory=list)  # (kind, [branch actions], ptr)
+    refs: list[int] = field(default_factory=list)  # ids of the ``$ref`` targets followed (recursion accounting)
+    constrained: bool = False  # False while only annotations / ``true`` schemas were absorbed
+    # values a ``not: {enum/const}`` removes: (ctx of the ``not``, values)
+    excluded: list[tuple[Ctx, list]] = field(default_factory=list)
+
+    # -- numbers: ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum``
+    # (draft 4's boolean forms too), ``multipleOf``; ``not: {type: integer}`` sets non_integer
+    lo: Optional[Decimal] = None
+    lo_strict: bool = False
+    hi: Optional[Decimal] = None
+    hi_strict: bool = False
+    multiple_of: list[tuple[Decimal, str]] = field(default_factory=list)  # (divisor, ptr)
+    non_integer: bool = False
+
+    # -- strings: ``minLength``, ``maxLength``, ``pattern``, ``format`` (as a pattern)
+    min_len: int = 0
+    max_len: Optional[int] = None
+    patterns: list[tuple[str, str, str]] = field(default_factory=list)  # (pattern, ptr, keyword)
+
+    # -- arrays: ``prefixItems``/``items``/``additionalItems``/``unevaluatedItems`` (as
+    # owners), ``minItems``, ``maxItems``, ``uniqueItems``, ``contains`` (+ min/maxContains)
+    arr_owners: list[tuple[list[Ctx], Optional[Ctx]]] = field(default_factory=list)  # (prefix ctxs, rest ctx or None)
+    min_items: int = 0
+    max_items: Optional[int] = None
+    unique: Optional[str] = None  # ptr of a true ``uniqueItems``
+    contains: list[tuple[Ctx, int, Any, str]] = field(default_factory=list)  # (ctx, min, max, ptr)
+
+    # -- objects: ``properties``, ``required``, ``additionalProperties``/``patternProperties``/
+    # ``unevaluatedProperties`` (as owners), ``propertyNames``, ``minProperties``,
+    # ``maxProperties``; dependencies and ``not: {required}`` forbid names
+    props: dict[str, list[Ctx]] = field(default_factory=dict)  # name -> the subschemas of its value
+    required: list[str] = field(default_factory=list)
+    owners: list[Owner] = field(default_factory=list)
+    property_names: list[Ctx] = field(default_factory=list)
+    min_props: int = 0
+    min_props_ptr: str = ""  # ptr of the ``minProperties`` that set min_props
+    max_props: Optional[int] = None
+    forbidden: set[str] = field(default_factory=set)
+
+    def copy(self) -> "Flat":
+        """A copy whose lists, sets and dict (of lists) are new containers."""
+        f = Flat.__new__(Flat)
+        for fd in fields(self):
+            v = getattr(self, fd.name)
+            if isinstance(v, (list, set)):
+                v = type(v)(v)
+            elif isinstance(v, dict):
+                v = {kk: list(vv) for kk, vv in v.items()}
+            setattr(f, fd.name, v)
+        return f

@@ -1,0 +1,195 @@
+"""Regex text builders: grouping, alternation, concatenation, counted repetition and the
+comma-separated sequences of array items and object members.
+
+Every function here works on regex *text* in the compiler's dialect (see
+:mod:`constrained_spec.grammar.json_schema`) and is pure.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from constrained_spec.grammar import ecma_regex as ecma
+
+__all__ = ["group", "alt", "cat", "rep", "strip_opt", "sequence", "expanded_size"]
+
+
+def group(r: str) -> str:
+    """r, in parentheses unless a quantifier may follow it directly."""
+    return r if ecma.is_atom(r) else "(" + r + ")"
+
+
+def alt(rs: list[str]) -> Optional[str]:
+    """The alternation of the regexes in rs (None ones, the empty language, dropped; duplicates
+    once); None when none is left."""
+    rs = list(dict.fromkeys(r for r in rs if r is not None))
+    if not rs:
+        return None
+    if len(rs) == 1:
+        return rs[0]
+    return "(" + "|".join(rs) + ")"
+
+
+def cat(*parts: str) -> str:
+    """The concatenation of parts (a part with a top-level ``|`` in parentheses)."""
+    out = []
+    for p in parts:
+        if p == "":
+            continue
+        out.append(p if not ecma.top_level_bar(p) else "(" + p + ")")
+    return "".join(out)
+
+
+def rep(e: str, lo: int, hi: Optional[int]) -> str:
+    """e repeated lo to hi times (hi None: unbounded), in the shortest quantifier form."""
+    if hi is not None and hi <= 0:
+        return ""
+    g = group(e)
+    if (lo, hi) == (0, None):
+        return g + "*"
+    if (lo, hi) == (1, None):
+        return g + "+"
+    if (lo, hi) == (0, 1):
+        return g + "?"
+    if hi is None:
+        return g + "{%d,}" % lo
+    if lo == hi:
+        return g if lo == 1 else g + "{%d}" % lo
+    return g + "{%d,%d}" % (lo, hi)
+
+
+def strip_opt(r: str) -> str:
+    """r without the ``(...)?`` around it, where it is one optional group."""
+    if r.startswith("(") and r.endswith(")?") and ecma.is_atom(r[:-1]):
+        return r[1:-2]
+    return r
+
+
+def sequence(items: list, sep: str, check: Optional[Callable[[str], object]] = None) -> Optional[str]:
+    """Comma-separated concatenation of items, in order.
+
+    items: (kind, x) with kind 'req' / 'opt' (x a regex) or 'star' (x = (regex, max_count)).
+    Linear in size when a required item exists; O(n log n) copies otherwise.  ``check`` (the
+    compiler's size check) sees the body of an all-optional sequence before it is wrapped.
+    """
+    if not items:
+        return ""
+
+    def one(kind, x):
+        # regex of the item when it is the first one emitted (no leading comma) and
+        # present at least once
+        if kind == "star":
+            e, cnt = x
+            more = None if cnt is None else cnt - 1
+            return group(e) + rep("(" + sep + group(e) + ")", 0, more) if (more is None or more > 0) else group(e)
+        return group(x)
+
+    def after(kind, x):
+        # item after something was emitted (leading comma), possibly absent if optional
+        if kind == "star":
+            e, cnt = x
+            return rep("(" + sep + group(e) + ")", 0, cnt)
+        if kind == "req":
+            return sep + group(x)
+        return "(" + sep + group(x) + ")?"
+
+    def before(kind, x):
+        # optional item before the first required one: 'X,' repeated
+        if kind == "star":
+            e, cnt = x
+            return rep("(" + group(e) + sep + ")", 0, cnt)
+        return "(" + group(x) + sep + ")?"
+
+    first_req = next((i for i, (k, _) in enumerate(items) if k == "req"), None)
+    if first_req is not None:
+        out = [before(k, x) for k, x in items[:first_req]]
+        out.append(group(items[first_req][1]))
+        out += [after(k, x) for k, x in items[first_req + 1 :]]
+        return "".join(out)
+
+    # all optional: non-empty subsequence, divide and conquer
+    def tail(lo, hi):
+        return "".join(after(k, x) for k, x in items[lo:hi])
+
+    # split at the first trailing 'star' item (extra properties) at the top level, so that
+    # their (often large) regex is copied a constant number of times, not once per level
+    n_decl = len(items)
+    while n_decl > 0 and items[n_decl - 1][0] == "star":
+        n_decl -= 1
+
+    def ne(lo, hi):
+        if hi - lo == 1:
+            k, x = items[lo]
+            return one(k, x)
+        mid = (lo + hi) // 2
+        if lo < n_decl < hi and hi == len(items):
+            mid = n_decl
+            if hi - mid == 1:
+                # (D | X)(,X)*: X once as the first item, once repeated
+                k, x = items[mid]
+                return "(" + group(ne(lo, mid)) + "|" + group(x[0]) + ")" + after(k, x)
+        left = ne(lo, mid)
+        right = ne(mid, hi)
+        return "(" + cat(group(left), tail(mid, hi)) + "|" + right + ")"
+
+    body = ne(0, len(items))
+    if check is not None:
+        check(body)
+    return "(" + body + ")?"
+
+
+def expanded_size(r: str) -> int:
+    """Size of a regex with bounded repetitions unrolled ({a,b} counts b copies)."""
+    stack = [0]
+    last = 0  # size of the last atom/group (for a following quantifier)
+    i = 0
+    n = len(r)
+    while i < n:
+        c = r[i]
+        if c == "\\":
+            j = i + 2
+            if r.startswith("u", i + 1):
+                j = i + 6
+            elif r.startswith("x", i + 1):
+                j = i + 4
+            elif r.startswith("U", i + 1):
+                j = i + 10
+            last = j - i
+            stack[-1] += last
+            i = j
+        elif c == "[":
+            j = i + 1
+            if j < n and r[j] == "^":
+                j += 1
+            if j < n and r[j] == "]":
+                j += 1
+            while j < n and r[j] != "]":
+                j += 2 if r[j] == "\\" else 1
+            last = 1
+            stack[-1] += 1
+            i = j + 1
+        elif c == "(":
+            stack.append(0)
+            i += 1
+        elif c == ")":
+            inner = stack.pop() if len(stack) > 1 else 0
+            last = inner + 2
+            stack[-1] += last
+            i += 1
+        elif c == "{":
+            j = r.find("}", i)
+            body = r[i + 1 : j]
+            try:
+                hi = int(body.split(",")[-1]) if body.split(",")[-1] else int(body.split(",")[0]) + 1
+            except ValueError:
+                hi = 1
+            stack[-1] += last * max(hi - 1, 0)
+            i = j + 1
+        elif c == "|":
+            stack[-1] += 1
+            i += 1
+        else:
+            last = 1
+            stack[-1] += 1
+            i += 1
+    return stack[0]
