@@ -529,6 +529,48 @@ def test_unevaluated_properties_static_only():
     assert ei.value.keyword == "unevaluatedProperties"
 
 
+@pytest.mark.parametrize("decoy", [False, True])
+def test_unevaluated_properties_resolves_refs_against_each_subschemas_own_id(decoy):
+    """The static walk behind ``unevaluatedProperties`` resolves a relative ``$ref`` against the
+    base URI that the ``$id`` of its own subschema sets, as the validator does.  It once used the
+    root's base: ``y.json`` then meant ``http://example.com/y.json`` -- a refused retrieval, or,
+    with a decoy there that has an ``anyOf``, a refusal as "dynamic"."""
+    defs = {
+        "x": {"$id": "http://example.com/a/x.json", "allOf": [{"$ref": "y.json"}]},
+        "y": {"$id": "http://example.com/a/y.json", "properties": {"b": {"type": "integer"}}},
+    }
+    if decoy:
+        defs["decoy"] = {"$id": "http://example.com/y.json", "anyOf": [{"properties": {"c": {}}}]}
+    schema = {"$id": "http://example.com/root.json", "type": "object", "$ref": "#/$defs/x",
+              "unevaluatedProperties": False, "$defs": defs}
+    check(schema, good=[{}, {"b": 1}], bad=[{"c": 1}, {"b": "x"}])
+
+
+@pytest.mark.parametrize("where", ["allOf", "properties"])
+def test_an_unusable_nested_id_raises_naming_it(where):
+    """A nested ``$id`` that is no URI reference is a schema error naming that ``$id``, as a root
+    one is.  It once passed unnoticed (a relative ``$ref`` below it then failed with an error
+    naming the ``$ref``)."""
+    sub = {"$id": "http://[bad", "type": "object", "properties": {"a": {"$ref": "y.json"}}, "required": ["a"]}
+    if where == "allOf":
+        schema, pointer = {"allOf": [sub]}, "/allOf/0/$id"
+    else:
+        schema, pointer = {"type": "object", "properties": {"p": sub}, "required": ["p"]}, "/properties/p/$id"
+    with pytest.raises(SchemaError, match=r"\$id 'http://\[bad' cannot be used as a base URI") as ei:
+        schema_to_regex(schema)
+    assert ei.value.pointer == pointer
+
+
+def test_python_pattern_cache_is_bounded():
+    """Schema patterns arrive with requests: the compiled-pattern cache must not grow without bound."""
+    from constrained_spec.grammar.json_schema.py_regex import PY_RE_CACHE_SIZE, compile_py
+
+    for i in range(PY_RE_CACHE_SIZE + 50):
+        compile_py(f"^x{i}$")
+    info = compile_py.cache_info()
+    assert info.maxsize == PY_RE_CACHE_SIZE and info.currsize <= PY_RE_CACHE_SIZE
+
+
 def test_ignored_annotations_and_nullable_is_not_honoured():
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

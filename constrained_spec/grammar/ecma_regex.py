@@ -133,7 +133,7 @@ def _ranges_from_pred(pred) -> Ranges:
     return norm(out)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=8)  # three names (d, w, s); bounded all the same
 def _unicode_class(name: str) -> Ranges:
     """Union of the ECMA and Python Unicode notions (used for the negated classes)."""
     if name == "d":

@@ -7,6 +7,7 @@ retrieved unless ``ref_allow`` lists it); :class:`SchemaDocument` applies them t
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any, Union
 
 from constrained_spec.errors import SchemaError, UnsupportedKeywordError
@@ -88,7 +89,12 @@ class SchemaDocument:
 
     def enter(self, ctx: Ctx) -> Ctx:
         """ctx with the resolver of its own ``$id`` (if it has one); :class:`SchemaError` naming
-        the ``$id`` when it cannot be a base URI."""
+        the ``$id`` when it cannot be a base URI.
+
+        Every ``$id`` is parsed here, nested ones too: ``referencing`` joins a nested ``$id``
+        onto an empty base without parsing it, so an unparsable one would otherwise surface
+        only at a relative ``$ref`` below it, as an error naming that ``$ref``.
+        """
         s = ctx.schema
         if isinstance(s, dict):
             key = "$id" if self.draft >= 6 else "id"
@@ -97,6 +103,7 @@ class SchemaDocument:
                 from referencing.jsonschema import specification_with
 
                 try:
+                    urllib.parse.urlsplit(s[key])
                     spec = specification_with(self.validator.META_SCHEMA.get("$schema", ""))
                     res = Resource(contents=s, specification=spec)
                     return Ctx(s, ctx.ptr, ctx.resolver.in_subresource(res))

@@ -70,7 +70,7 @@ class Keywords(CompilerBase):
         if "unevaluatedProperties" in s and "additionalProperties" not in s:
             ue = s["unevaluatedProperties"]
             if ue is not True:
-                if self._dynamic_subtree(s):
+                if self._dynamic_subtree(ctx):
                     self.refuse(
                         "unevaluatedProperties",
                         ptr + "/unevaluatedProperties",
@@ -86,7 +86,7 @@ class Keywords(CompilerBase):
                 "additionalItems" in s and isinstance(s.get("items"), list)
             )
             if ue is not True and not has_items:
-                if self._dynamic_subtree(s):
+                if self._dynamic_subtree(ctx):
                     self.refuse(
                         "unevaluatedItems",
                         ptr + "/unevaluatedItems",
@@ -112,31 +112,28 @@ class Keywords(CompilerBase):
             else:
                 flat.arr_owners.append(([], ctx.child(it, "items")))
 
-    def _dynamic_subtree(self, s: dict, depth: int = 0) -> bool:
+    def _dynamic_subtree(self, ctx: Ctx, depth: int = 0) -> bool:
+        """Whether the properties/items that ctx's schema evaluates may depend on the instance
+        (it or a static applicator below it has anyOf/oneOf/if/not/dependencies/contains or a
+        dynamic reference), looking through ``allOf`` and ``$ref`` (each ``$ref`` against the
+        base URI of its own subschema)."""
+        s = ctx.schema
         if not isinstance(s, dict) or depth > STATIC_WALK_DEPTH:
             return depth > STATIC_WALK_DEPTH
         for k in ("anyOf", "oneOf", "if", "then", "else", "not", "dependentSchemas", "dependencies", "contains", "$dynamicRef", "$recursiveRef"):
             if k in s:
                 return True
-        for sub in s.get("allOf", []) or []:
-            if self._dynamic_subtree(sub, depth + 1):
+        for i, sub in enumerate(s.get("allOf", []) or []):
+            if self._dynamic_subtree(self.doc.enter(ctx.child(sub, "allOf", i)), depth + 1):
                 return True
         if "$ref" in s and isinstance(s["$ref"], str):
-            try:
-                t = self.doc.validator._resolver.lookup(s["$ref"]).contents
-            except Exception as e:
-                from constrained_spec.errors import RefRetrievalError
-                from constrained_spec.grammar.schema_refs import ref_error
-
-                err = ref_error(e, s["$ref"])
-                if isinstance(err, RefRetrievalError):
-                    raise err from None
-                return True
-            if self._dynamic_subtree(t, depth + 1):
+            if self._dynamic_subtree(self.doc.resolve_ref(ctx, s["$ref"]), depth + 1):
                 return True
         return False
 
-    def _static_names(self, ctx: Ctx, depth: int):
+    def _static_names(self, ctx: Ctx, depth: int) -> tuple[set, list]:
+        """(property names, [(pattern, true ctx)]) that ctx's schema evaluates through its own
+        keywords and its static applicators (``allOf``, ``$ref``)."""
         names: set = set()
         pats: list = []
         s = ctx.schema
@@ -147,7 +144,7 @@ class Keywords(CompilerBase):
         if "additionalProperties" in s and depth > 0:
             pats.append((".*", ctx.child(True)))
         for i, sub in enumerate(s.get("allOf", []) or []):
-            n, p = self._static_names(ctx.child(sub, "allOf", i), depth + 1)
+            n, p = self._static_names(self.doc.enter(ctx.child(sub, "allOf", i)), depth + 1)
             names |= n
             pats += p
         if "$ref" in s and isinstance(s["$ref"], str):
@@ -269,7 +266,7 @@ class Keywords(CompilerBase):
             self.refuse("pattern" if not ptr.endswith("patternProperties") else "patternProperties", ptr, str(e))
 
     # arrays
-    def _static_prefix(self, ctx: Ctx, depth: int):
+    def _static_prefix(self, ctx: Ctx, depth: int) -> tuple[int, bool]:
         """(number of leading items evaluated, whether all items are evaluated) by the
         static applicators (own keywords, allOf, $ref) of a schema object."""
         s = ctx.schema
@@ -289,7 +286,7 @@ class Keywords(CompilerBase):
         if "unevaluatedItems" in s and depth > 0:
             all_eval = True
         for i, sub in enumerate(s.get("allOf", []) or []):
-            k, a = self._static_prefix(ctx.child(sub, "allOf", i), depth + 1)
+            k, a = self._static_prefix(self.doc.enter(ctx.child(sub, "allOf", i)), depth + 1)
             n = max(n, k)
             all_eval = all_eval or a
         if "$ref" in s and isinstance(s["$ref"], str):

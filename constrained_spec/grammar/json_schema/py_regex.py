@@ -7,11 +7,13 @@ long-running server.
 
 from __future__ import annotations
 
+import functools
 import re
 
-__all__ = ["compile_py", "py_pattern_ok", "py_fullmatch", "py_search", "universal_pattern", "line_pattern"]
+__all__ = ["compile_py", "py_pattern_ok", "py_fullmatch", "py_search", "universal_pattern", "line_pattern", "PY_RE_CACHE_SIZE"]
 
-_PY_RE_CACHE: dict = {}
+#: most compiled patterns kept (least recently used dropped first)
+PY_RE_CACHE_SIZE = 512
 
 
 def py_pattern_ok(p: str) -> bool:
@@ -23,13 +25,11 @@ def py_pattern_ok(p: str) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=PY_RE_CACHE_SIZE)
 def compile_py(p: str) -> re.Pattern:
-    """p compiled by Python ``re`` (cached); raises ``re.error``."""
-    r = _PY_RE_CACHE.get(p)
-    if r is None:
-        r = re.compile(p)
-        _PY_RE_CACHE[p] = r
-    return r
+    """p compiled by Python ``re`` (cached, at most :data:`PY_RE_CACHE_SIZE` patterns; errors
+    are not cached); raises ``re.error``."""
+    return re.compile(p)
 
 
 def py_fullmatch(p: str, s: str) -> bool:
