@@ -155,7 +155,7 @@ def _load(spec: Any, tokenizer: Any, role: str, cache_dir: Any, dtype: str, prog
 
 
 #: compiled constraints a Generator keeps (LRU): a long-running server sees many schemas
-COMPILED_CACHE_SIZE = 256
+COMPILED_CACHE_SIZE = 64
 
 
 class Generator:
@@ -212,7 +212,7 @@ class Generator:
         check_same_vocabulary(self.tokenizer, draft_tokenizer, self.target, self.draft)
         heads = restricted_head(self.draft) if self.draft is not None else None
         size = self.decode.draft_head_tokens
-        if size and heads is not None and hasattr(heads, "set_head_prefix") and size <= heads.vocab_size // 2:
+        if size and heads is not None and size <= heads.vocab_size // 2:
             heads.set_head_prefix(size)
         self.vocab: TokenVocabulary = build_vocabulary(self.tokenizer, self.target.vocab_size, eos_token_ids or self._eos_ids())
         self.compiler = AutomatonCompiler(self.vocab, cache_dir=cache_dir, disk_cache=disk_cache, compile_timeout=compile_timeout)

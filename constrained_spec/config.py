@@ -20,6 +20,8 @@ PROPOSERS = ("draft", "grammar", "lookup")
 #: the default draft length: the best fixed k with every proposer on the 8-prompt bench
 #: (results/bench-s4-sweep: k2..k6 gave 1.57 / 1.90 / 1.92 / 2.13 / 1.67x target-only)
 NUM_DRAFT_TOKENS = 5
+#: the most proposals one step may verify (a request's k is capped here: a verify forward grows with it)
+MAX_DRAFT_TOKENS = 64
 #: end a draft block after a model token the draft gives less than this probability; set in commit
 #: 15e1f16 without a recorded sweep (no measurement chose 0.3 over its neighbours: an open tuning item)
 DRAFT_CONFIDENCE = 0.3
@@ -67,8 +69,8 @@ class DecodeConfig:
     debug_checks: bool = False
 
     def __post_init__(self) -> None:
-        _check(isinstance(self.num_draft_tokens, int) and self.num_draft_tokens >= 0,
-               f"num_draft_tokens must be an integer >= 0, got {self.num_draft_tokens!r}")
+        _check(isinstance(self.num_draft_tokens, int) and 0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS,
+               f"num_draft_tokens must be an integer in [0, {MAX_DRAFT_TOKENS}], got {self.num_draft_tokens!r}")
         if self.proposers is not None:
             names = tuple(self.proposers)
             unknown = sorted(set(names) - set(PROPOSERS))

@@ -9,7 +9,7 @@ import argparse
 import math
 from typing import Callable
 
-from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, PROPOSERS
+from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, PROPOSERS, ModelConfig
 
 # models.store is light: it imports torch and transformers inside its functions
 from constrained_spec.models.store import DTYPE_CHOICES  # re-exported for the commands
@@ -61,3 +61,9 @@ def add_model_arguments(p: argparse.ArgumentParser, allow_no_draft: bool = True)
     p.add_argument("--cache-dir", default=None, help="cache for models and compiled automata (default: $CONSTRAINED_SPEC_CACHE or the user cache dir)")
     p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="weights dtype (auto: fastest measured here, per model role)")
     p.add_argument("--draft-dtype", default=None, choices=DTYPE_CHOICES, help="the draft's weights dtype (default: as --dtype)")
+
+
+def model_config(args: argparse.Namespace) -> ModelConfig:
+    """The :class:`ModelConfig` of the options :func:`add_model_arguments` added (``--draft none``: no draft)."""
+    draft = None if str(args.draft).strip().lower() in {"none", ""} else args.draft
+    return ModelConfig(model=args.model, draft=draft, dtype=args.dtype, draft_dtype=args.draft_dtype, cache_dir=args.cache_dir)

@@ -7,8 +7,8 @@ import argparse
 import os
 from typing import Sequence
 
-from constrained_spec.cli.args import add_model_arguments
-from constrained_spec.config import NUM_DRAFT_TOKENS
+from constrained_spec.cli.args import add_model_arguments, model_config
+from constrained_spec.config import NUM_DRAFT_TOKENS, DecodeConfig
 from constrained_spec.serving.limits import API_KEY_ENV, DEFAULT_MAX_QUEUE, DEFAULT_REQUEST_TIMEOUT, MAX_BODY_BYTES, MAX_SCHEMA_CHARS
 
 __all__ = ["build_parser", "main"]
@@ -43,10 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from constrained_spec.api import Generator
     from constrained_spec.serving import create_app
 
-    draft = None if str(args.draft).lower() in {"none", ""} else args.draft
-    generator = Generator(args.model, draft, num_draft_tokens=args.num_draft_tokens, max_new_tokens=args.max_new_tokens,
-                          cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype,
-                          compile_timeout=args.compile_timeout)
+    generator = Generator.from_config(model_config(args), DecodeConfig(num_draft_tokens=args.num_draft_tokens),
+                                      max_new_tokens=args.max_new_tokens, compile_timeout=args.compile_timeout)
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     app = create_app(generator, model_name=args.model_name or args.model, max_queue=args.max_queue,
                      request_timeout=args.timeout, max_tokens_limit=args.max_tokens_limit, api_key=api_key,

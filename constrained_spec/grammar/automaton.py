@@ -27,6 +27,7 @@ import torch
 
 from constrained_spec.errors import CompileLimitError, EmptyLanguageError, GrammarError
 from constrained_spec.grammar.vocab import TokenVocabulary
+from constrained_spec.lru import LRUCache
 from constrained_spec.paths import cache_root
 
 try:  # pragma: no cover - version string only
@@ -500,6 +501,10 @@ def _build_with_timeout(regex: str, timeout: float | None) -> tuple[np.ndarray, 
     return pickle.loads(payload)
 
 
+#: automata an AutomatonCompiler keeps in memory (least recently used out first; the disk cache keeps all)
+MEMORY_CACHE_SIZE = 64
+
+
 class AutomatonCompiler:
     """Compiles regexes against one vocabulary, with an in-memory and an on-disk cache."""
 
@@ -518,8 +523,7 @@ class AutomatonCompiler:
         self.compile_timeout = compile_timeout
         self.max_regex_chars = max_regex_chars
         self.max_states = max_states
-        self._memory: dict[str, CompiledAutomaton] = {}
-        self._lock = threading.Lock()
+        self._memory: LRUCache[str, CompiledAutomaton] = LRUCache(MEMORY_CACHE_SIZE)  # requests feed it: bounded
 
     def key(self, regex: str) -> str:
         """Cache key: the byte DFA depends on the regex and the outlines-core version only."""
@@ -536,8 +540,7 @@ class AutomatonCompiler:
                 f"the constraint's regex has {len(regex)} characters, over the cap of {self.max_regex_chars}"
             )
         key = self.key(regex)
-        with self._lock:
-            hit = self._memory.get(key)
+        hit = self._memory.get(key)
         if hit is not None:
             return hit
         start = time.perf_counter()
@@ -555,8 +558,7 @@ class AutomatonCompiler:
                 )
             self._store(key, built)
         automaton = CompiledAutomaton(regex, self.vocab, built[0], built[1], time.perf_counter() - start)
-        with self._lock:
-            self._memory[key] = automaton
+        self._memory.put(key, automaton)
         return automaton
 
     def _path(self, key: str) -> Path | None:

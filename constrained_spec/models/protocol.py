@@ -57,6 +57,10 @@ class RestrictedHeadModel(SequenceModel, Protocol):
     def extend_prefix_head(self, tokens: list[int]) -> torch.Tensor:
         """Append ``tokens``; logits [V] of the last position for the first :attr:`head_prefix` ids."""
 
+    def set_head_prefix(self, n: int) -> bool:
+        """Keep a head over the first ``n`` token ids for :meth:`extend_prefix_head` (0: none);
+        False where it cannot."""
+
 
 @runtime_checkable
 class CacheIntrospection(Protocol):
