@@ -445,8 +445,10 @@ def test_main_builds_the_generator_and_runs_uvicorn_on_loopback(monkeypatch):
     made, ran = {}, {}
 
     class FakeGenerator:
-        def __init__(self, model, draft, **kwargs):
-            made.update(model=model, draft=draft, **kwargs)
+        @classmethod
+        def from_config(cls, models, decode, **kwargs):
+            made.update(model=models.model, draft=models.draft, num_draft_tokens=decode.num_draft_tokens, **kwargs)
+            return cls()
 
     monkeypatch.setattr(api, "Generator", FakeGenerator)
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.update(app=app, **kw))
@@ -570,7 +572,7 @@ def test_serve_reads_the_api_key_from_the_environment(monkeypatch):
     from constrained_spec import api
 
     ran = {}
-    monkeypatch.setattr(api, "Generator", lambda *a, **k: ScriptedGenerator({}))
+    monkeypatch.setattr(api, "Generator", SimpleNamespace(from_config=lambda *a, **k: ScriptedGenerator({})))
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.update(app=app))
     monkeypatch.setenv(server.API_KEY_ENV, "from-env")
     assert serve_cli.main(["--model", "m", "--draft", "none"]) == 0
