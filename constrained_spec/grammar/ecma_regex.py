@@ -651,7 +651,7 @@ def _no_top_alt(p: str) -> bool:
     return top_level_bar(p) is False
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=8192)  # regex texts a request feeds: bounded (most recent 8192)
 def top_level_bar(p: str) -> bool:
     """True if p has a ``|`` outside every group and character class."""
     depth = 0
@@ -682,7 +682,7 @@ def _is_single(p: str) -> bool:
     return not top_level_bar(p)
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=8192)  # regex texts a request feeds: bounded (most recent 8192)
 def is_atom(p: str) -> bool:
     """True if a quantifier may directly follow p."""
     if len(p) == 1 and p not in _META:
