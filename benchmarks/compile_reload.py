@@ -24,12 +24,14 @@ SCHEMAS = sorted((ROOT / "schemas").glob("*.json"))
 
 
 def _one_pass(cache: str, tokenizer: str) -> None:
-    from constrained_spec.coverage import _load_tokenizer
+    from transformers import AutoTokenizer
+
     from constrained_spec.grammar import output_spec
     from constrained_spec.grammar.automaton import AutomatonCompiler
     from constrained_spec.grammar.vocab import build_vocabulary
+    from constrained_spec.models.tokenizer_assets import ensure_vocab_tokenizer
 
-    vocab = build_vocabulary(_load_tokenizer(tokenizer))
+    vocab = build_vocabulary(AutoTokenizer.from_pretrained(str(ensure_vocab_tokenizer(tokenizer))))
     t0 = time.perf_counter()
     AutomatonCompiler(vocab, disk_cache=False).compile('"x"')  # the per-process token table
     setup = (time.perf_counter() - t0) * 1000
@@ -44,7 +46,7 @@ def _one_pass(cache: str, tokenizer: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tokenizer", default="qwen2")
+    ap.add_argument("--tokenizer", default="qwen2", help="gpt-2, llama-spm, llama-bpe or qwen2 (default qwen2)")
     ap.add_argument("--pass-only", metavar="CACHE", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.pass_only:

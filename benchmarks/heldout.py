@@ -1,4 +1,4 @@
-"""The held-out benchmark workload of ``constrained-spec bench --workload heldout``.
+"""The held-out benchmark workload of ``python benchmarks/bench.py --workload heldout``.
 
 WRITTEN 2026-12-01, BEFORE ANY TUNING ON IT. NEVER TUNE ON IT: no default (draft length,
 proposers, schema hint, draft window, thresholds) may be chosen by its figures. It exists to check
@@ -30,26 +30,17 @@ speed. Only fields the prompt determines are listed; free text is not.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+import sys
 from pathlib import Path
-from typing import Any
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # the sibling workload.py, wherever this runs from
+    sys.path.append(str(Path(__file__).resolve().parent))
+
+from workload import Prompt  # noqa: E402
+from workload import load_workload as _load_workload  # noqa: E402
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas" / "heldout"
 WRITTEN = "2026-12-01"
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One workload entry; ``schema`` is filled in by :func:`load_workload`."""
-
-    id: str
-    schema_name: str
-    kind: str  # "extraction" or "generative"
-    prompt: str
-    expected: dict[str, Any] = field(default_factory=dict, compare=False)
-    schema: Any = field(default=None, compare=False)
-
 
 PROMPTS: list[Prompt] = [
     Prompt("k8s-extract", "k8s_deployment", "extraction",
@@ -140,10 +131,4 @@ PROMPTS: list[Prompt] = [
 
 def load_workload(n: int | None = None, schema_dir: str | Path | None = None) -> list[Prompt]:
     """The first ``n`` prompts (all by default) with their schemas loaded from ``schema_dir``."""
-    folder = Path(schema_dir) if schema_dir else SCHEMA_DIR
-    chosen = PROMPTS if n is None else PROMPTS[: max(0, n)]
-    out = []
-    for p in chosen:
-        schema = json.loads((folder / f"{p.schema_name}.json").read_text())
-        out.append(Prompt(p.id, p.schema_name, p.kind, p.prompt, dict(p.expected), schema))
-    return out
+    return _load_workload(n, schema_dir or SCHEMA_DIR, PROMPTS)

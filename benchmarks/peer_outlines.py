@@ -1,6 +1,6 @@
 """The peer runner: `outlines` (transformers backend, outlines-core engine) behind a JSON-lines pipe.
 
-Run by ``constrained-spec bench`` in a subprocess, with the interpreter of a separate virtual
+Run by ``benchmarks/bench.py`` in a subprocess, with the interpreter of a separate virtual
 environment that has ``outlines`` installed (see benchmarks/README.md), so that outlines and its
 pins never touch this project's environment:
 

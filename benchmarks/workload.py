@@ -1,4 +1,4 @@
-"""The fixed benchmark workload of ``constrained-spec bench``: prompts over the example schemas.
+"""The fixed benchmark workload of ``python benchmarks/bench.py``: prompts over the example schemas.
 
 Each entry names a schema file in ``schemas/`` and a prompt. "extraction" prompts hold the values
 the answer must repeat (names, ids, numbers, dates), so prompt n-gram lookup has something to
@@ -16,10 +16,13 @@ review     long strings (summary up to 400 characters), array of strings, boolea
 event      array of objects with an enum, date/time formats, anyOf with null
 tool_call  enum plus a nested object (function calling)
 ========== ======================================================================
+
+:class:`Prompt` and :func:`load_workload` serve the held-out workload (``heldout.py``) too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,12 +33,14 @@ SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 
 @dataclass(frozen=True)
 class Prompt:
-    """One workload entry; ``schema`` is filled in by :func:`load_workload`."""
+    """One workload entry; ``schema`` is filled in by :func:`load_workload`. ``expected``: JSON
+    Pointers into the answer -> the values the prompt's facts fix (none in this workload)."""
 
     id: str
     schema_name: str
     kind: str  # "extraction" or "generative"
     prompt: str
+    expected: dict[str, Any] = field(default_factory=dict, compare=False)
     schema: Any = field(default=None, compare=False)
 
 
@@ -78,12 +83,12 @@ PROMPTS: list[Prompt] = [
 ]
 
 
-def load_workload(n: int | None = None, schema_dir: str | Path | None = None) -> list[Prompt]:
-    """The first ``n`` prompts (all by default) with their schemas loaded from ``schema_dir``."""
+def load_workload(n: int | None = None, schema_dir: str | Path | None = None,
+                  prompts: list[Prompt] | None = None) -> list[Prompt]:
+    """The first ``n`` of ``prompts`` (default: this workload's, all of them) with their schemas
+    loaded from ``schema_dir`` (default: ``schemas/``)."""
     folder = Path(schema_dir) if schema_dir else SCHEMA_DIR
-    chosen = PROMPTS if n is None else PROMPTS[: max(0, n)]
-    out = []
-    for p in chosen:
-        schema = json.loads((folder / f"{p.schema_name}.json").read_text())
-        out.append(Prompt(p.id, p.schema_name, p.kind, p.prompt, schema))
-    return out
+    source = PROMPTS if prompts is None else prompts
+    chosen = source if n is None else source[: max(0, n)]
+    return [dataclasses.replace(p, expected=dict(p.expected), schema=json.loads((folder / f"{p.schema_name}.json").read_text()))
+            for p in chosen]

@@ -1,4 +1,4 @@
-"""The command line: ``constrained-spec generate | fetch-models | coverage | bench | serve``.
+"""The command line: ``constrained-spec generate | fetch-models | serve``.
 
 Values go to stdout as JSON; stats, progress and errors go to stderr. Every error prints one line,
 ``constrained-spec: error: ...``, never a traceback: exit status 2 for what the user passed (an
@@ -200,18 +200,6 @@ def _cmd_fetch_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_coverage(args: argparse.Namespace, rest: list[str]) -> int:
-    from constrained_spec import coverage
-
-    return int(coverage.main(rest) or 0)
-
-
-def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
-    from constrained_spec import bench
-
-    return int(bench.main(rest) or 0)
-
-
 def missing_server_modules() -> list[str]:
     """The modules of the ``server`` extra that cannot be imported here."""
     import importlib
@@ -273,10 +261,6 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
     f.set_defaults(func=_cmd_fetch_models)
 
-    c = sub.add_parser("coverage", help="run schema test files through the compiler (see `coverage --help`)", add_help=False)
-    c.set_defaults(func=_cmd_coverage, passthrough=True)
-    b = sub.add_parser("bench", help="speed benchmark against the baselines (see `bench --help`)", add_help=False)
-    b.set_defaults(func=_cmd_bench, passthrough=True)
     s = sub.add_parser("serve", help=f"OpenAI-compatible HTTP server (see `serve --help`; needs {SERVER_EXTRA})", add_help=False)
     s.set_defaults(func=_cmd_serve, passthrough=True)
     return parser

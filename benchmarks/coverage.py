@@ -12,11 +12,11 @@ For every schema it compiles the regex (:func:`schema_to_regex`), serialises eve
 instance compactly and checks a full match at the string level.  A valid instance counts as
 accepted when its text in the instance's own key order *or* in the compiler's key order
 matches; an invalid instance counts as a false accept when either matches.  With a tokenizer
-(and the ``vocab``/``automaton`` modules present) it also builds the token automaton and
-times it.
+it also builds the token automaton and times it.
 
-``python -m constrained_spec.coverage [--limit N] [--tokenizer NAME] PATHS...`` prints the
-table; :func:`run_coverage` returns a :class:`CoverageReport`.
+``python benchmarks/coverage.py [--limit N] [--tokenizer NAME] PATHS...`` (from a source
+checkout, against the installed ``constrained_spec`` package) prints the table;
+:func:`run_coverage` returns a :class:`CoverageReport`.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ __all__ = [
     "run_coverage",
     "check_case",
     "reorder_keys",
+    "load_tokenizer",
     "main",
 ]
 
@@ -308,42 +309,31 @@ def check_case(
         stats.empty_correct += 1
 
 
-def _load_tokenizer(name: str):
+def load_tokenizer(name: str):
+    """A tokenizer by offline name (``gpt-2``, ``llama-spm``, ``llama-bpe``, ``qwen2``: fetched once by
+    :mod:`constrained_spec.models.tokenizer_assets`), folder or hub id."""
     from transformers import AutoTokenizer
 
-    path = Path(name)
-    if not path.exists():
-        try:  # offline tokenizers shipped via tokenizer_assets (e.g. "llama-spm")
-            from constrained_spec.models.hf import tokenizer_assets
+    from constrained_spec.models.tokenizer_assets import VOCAB_TOKENIZERS, ensure_vocab_tokenizer
 
-            path = tokenizer_assets.ensure_vocab_tokenizer(name)
-        except Exception:  # noqa: BLE001 - fall back to the hub name / local cache
-            path = Path(name)
+    path = ensure_vocab_tokenizer(name) if name in VOCAB_TOKENIZERS and not Path(name).exists() else Path(name)
     return AutoTokenizer.from_pretrained(str(path))
 
 
 def _make_automaton(tokenizer_name: Optional[str]):
-    """A callable that builds and times the token automaton for a regex, or None when the
-    vocabulary / automaton modules or the tokenizer are unavailable."""
+    """A callable that builds and times the token automaton for a regex, or None without a
+    tokenizer (none named, or it cannot be loaded)."""
     if not tokenizer_name:
         return None
+    from constrained_spec.grammar.automaton import AutomatonCompiler
+    from constrained_spec.grammar.vocab import build_vocabulary
+
     try:
-        from constrained_spec.grammar import automaton as auto_mod
-        from constrained_spec.grammar import vocab as vocab_mod
-    except ImportError as e:
-        print(f"[coverage] token automaton skipped: {e}", file=sys.stderr)
-        return None
-    try:
-        tok = _load_tokenizer(tokenizer_name)
-        vocabulary = vocab_mod.build_vocabulary(tok)
+        vocabulary = build_vocabulary(load_tokenizer(tokenizer_name))
     except Exception as e:  # noqa: BLE001
         print(f"[coverage] token automaton skipped: cannot load tokenizer: {e}", file=sys.stderr)
         return None
-    compiler_cls = getattr(auto_mod, "AutomatonCompiler", None)
-    if compiler_cls is None:
-        print("[coverage] token automaton skipped: no AutomatonCompiler in grammar.automaton", file=sys.stderr)
-        return None
-    compiler = compiler_cls(vocabulary, disk_cache=False, compile_timeout=60.0)
+    compiler = AutomatonCompiler(vocabulary, disk_cache=False, compile_timeout=60.0)
 
     def run(regex: str, stats: CategoryStats) -> None:
         t0 = time.perf_counter()
@@ -471,7 +461,7 @@ def format_table(report: CoverageReport) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="constrained-spec coverage",
+        prog="python benchmarks/coverage.py",
         description="Compile JSON Schema test data to regexes and check the instances.",
     )
     ap.add_argument("paths", nargs="+", help="files or folders (test suite or JSONSchemaBench)")

@@ -1,8 +1,10 @@
-"""``constrained-spec bench``: speed of constrained speculative decoding against its baselines.
+"""``python benchmarks/bench.py``: speed of constrained speculative decoding against its baselines.
 
-Runs a fixed workload (``benchmarks/workload.py``: extraction and generative prompts over the
-example schemas) through these modes, interleaved - for every prompt and setting, every mode runs
-before the next prompt starts, so machine drift hits all modes alike:
+Run from a source checkout (it reads ``workload.py``, ``heldout.py`` and ``peer_outlines.py`` beside
+it and the schemas in ``schemas/``) against the installed ``constrained_spec`` package. Runs a fixed
+workload (``benchmarks/workload.py``: extraction and generative prompts over the example schemas;
+``benchmarks/heldout.py``, never tuned on) through these modes, interleaved - for every prompt and
+setting, every mode runs before the next prompt starts, so machine drift hits all modes alike:
 
 * ``target``            constrained decoding with the target alone (k = 0): the baseline;
 * ``k{K}``              constrained speculative decoding, fixed draft length K, draft proposer only;
@@ -17,6 +19,17 @@ Settings: greedy, and sampled (temperature 0.7). It prints figures and writes ``
 ``table.md`` and ``chart.png`` into ``--out``. It asserts nothing about time: it is a measuring
 command, not a test. ``run_benchmark`` takes an already built :class:`~constrained_spec.api.Generator`
 so tests can run the machinery on tiny models.
+
+Mask time (``mask_calls``, ``mask_us_per_call_p50/p99``, ``mask_us_per_token``) is what the loop
+reports through its ``DecodeHooks(on_grammar_call=...)`` hook: the seconds of every grammar call
+made through the matcher by the loop or a proposer - allowed-token masks and bitmasks, forced-token
+and forced-string checks, token tests (``count_allowed``, prefix checks) and advances - each call
+counted once, wherever in the loop it happened. Per-state masks start cold in every run (unless
+``--warm-masks``), so a run pays for building the masks of the states it visits. (Runs before this
+hook timed only the automaton's mask methods - ``allowed_ids``, ``single_allowed``, ``bitmask``,
+``allowed_mask`` - so they counted fewer, larger calls and less work per token; their per-call
+figures are not comparable with these.) ``mask_us_per_token_stats`` is the loop's own
+``stats.mask_seconds`` per token: the same calls, so equal to ``mask_us_per_token``.
 """
 
 from __future__ import annotations
@@ -41,8 +54,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-BENCH_DIR = REPO_ROOT / "benchmarks"
+from constrained_spec.engine.stats import DecodeHooks
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
 DEFAULT_KS = (1, 2, 3, 4, 5, 6, 7, 8)
 QUICK_KS = (2, 4)
 ALL_PROPOSERS = ("draft", "grammar", "lookup")
@@ -144,52 +159,23 @@ class PeakRSS:
         self.peak = max(self.peak, _rss_mb())
 
 
-class MaskTimer:
-    """Times the grammar's per-state work on one compiled automaton, restoring it afterwards.
+class GrammarCallTimer:
+    """Per-call microseconds of one run's grammar work, from the loop's ``on_grammar_call`` hook.
 
-    Wraps the instance's ``allowed_ids`` (the per-state token walk), ``single_allowed`` (the
-    forced-token check), ``bitmask`` and ``allowed_mask``; only the outermost call of nested ones
-    is timed, so nothing is counted twice. Unlike ``stats.mask_seconds`` (which leaves out the
-    forced-token checks, where a state's masks are often first built), this charges every mode
-    for all mask work it caused, wherever in the loop it happened.
+    Pass :attr:`hooks` to ``Generator.run``: every grammar call the loop or a proposer makes through
+    the matcher (masks, forced-token checks, token tests, advances) lands in :attr:`calls_us`.
     """
 
-    METHODS = ("allowed_ids", "single_allowed", "bitmask", "allowed_mask")
-
-    def __init__(self, automaton: Any) -> None:
-        self.automaton = automaton
+    def __init__(self) -> None:
         self.calls_us: list[float] = []
-        self._set: list[str] = []
-        self._depth = 0
+        self.hooks = DecodeHooks(on_grammar_call=self.record)
+
+    def record(self, seconds: float) -> None:
+        self.calls_us.append(seconds * 1e6)
 
     @property
     def total_seconds(self) -> float:
         return sum(self.calls_us) / 1e6
-
-    def __enter__(self) -> "MaskTimer":
-        for name in self.METHODS:
-            original = getattr(self.automaton, name, None)
-            if original is None or name in vars(self.automaton):
-                continue
-
-            def timed(*a: Any, _f: Callable = original, **kw: Any) -> Any:
-                self._depth += 1
-                t0 = time.perf_counter()
-                try:
-                    return _f(*a, **kw)
-                finally:
-                    self._depth -= 1
-                    if self._depth == 0:
-                        self.calls_us.append((time.perf_counter() - t0) * 1e6)
-
-            setattr(self.automaton, name, timed)
-            self._set.append(name)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for name in self._set:
-            self.automaton.__dict__.pop(name, None)
-        self._set = []
 
 
 def cold_masks(automaton: Any) -> None:
@@ -305,37 +291,25 @@ def add_derived(records: list[dict[str, Any]], expected: dict[tuple[str | None, 
             r.update(fields_expected=len(want), fields_matched=got, fields_missed=missed)
 
 
-def predicted_speedup(spec: Any, base: Any) -> tuple[float | None, str]:
-    """Speedup predicted from measured acceptance and per-forward costs; (value, source).
-
-    Uses ``constrained_spec.cost_model.predicted_speedup`` when present. Otherwise:
+def predicted_speedup(spec: Any, base: Any) -> float | None:
+    """Speedup predicted from measured acceptance and per-forward costs (None where it cannot be):
     ``(E[tokens/step] / (k_model * c_draft + c_verify(k+1))) / (1 / c_target(1))`` with
     E[tokens/step] = accepted / steps + 1 over model steps (target forwards; grammar-forced
     steps cost no forward in either mode), k_model = draft forwards per step, c_draft the mean
     draft forward (with its masking and sampling), c_verify the mean verify forward of this run,
-    c_target(1) the mean target forward of the target-only run of the same request.
+    c_target(1) the mean target forward of the target-only run of the same request. ``spec`` and
+    ``base``: the :class:`~constrained_spec.engine.stats.DecodeStats` of the two runs.
     """
-    try:
-        from constrained_spec import cost_model  # type: ignore[attr-defined]
-
-        fn = getattr(cost_model, "predicted_speedup", None)
-        if fn is not None:
-            value = fn(spec, base)
-            value = value.get("speedup") if isinstance(value, dict) else value
-            if value is not None:
-                return float(value), "cost_model"
-    except Exception:  # noqa: BLE001 - absent or different: fall back to the formula here
-        pass
-    steps = getattr(spec, "target_forwards", 0)
-    if not steps or not getattr(base, "target_forwards", 0) or not spec.verify_seconds or not spec.drafted_tokens:
-        return None, "bench"
+    steps = spec.target_forwards
+    if not steps or not base.target_forwards or not spec.verify_seconds or not spec.drafted_tokens:
+        return None
     e_tokens = spec.accepted_tokens / steps + 1.0
     k_model = spec.draft_forwards / steps
     c_draft = spec.draft_seconds / spec.draft_forwards if spec.draft_forwards else 0.0
     c_verify = spec.verify_seconds / steps
     c_target1 = base.verify_seconds / base.target_forwards
     cost = k_model * c_draft + c_verify
-    return (e_tokens / cost) * c_target1 if cost > 0 else None, "bench"
+    return (e_tokens / cost) * c_target1 if cost > 0 else None
 
 
 # ----------------------------------------------------------------------------- the peer
@@ -466,7 +440,7 @@ def setting_name(temperature: float) -> str:
 
 
 def mode_unavailable_reason(gen: Any, mode: Mode) -> str | None:
-    if mode.kind == "project" and mode.k > 0 and getattr(gen, "draft", None) is None:
+    if mode.kind == "project" and mode.k > 0 and gen.draft is None:
         return "no draft model"
     return None
 
@@ -484,10 +458,11 @@ def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature:
     rec: dict[str, Any] = {"proposers": list(kwargs.get("proposers", ())) or "default", "k": mode.k, "adaptive": mode.adaptive}
     if cold:
         cold_masks(compiled.automaton)
-    with PeakRSS() as mem, MaskTimer(compiled.automaton) as masks:
+    masks = GrammarCallTimer()
+    with PeakRSS() as mem:
         t0 = time.perf_counter()
         try:
-            result = gen.run(item.prompt, item.schema, **kwargs)
+            result = gen.run(item.prompt, item.schema, hooks=masks.hooks, **kwargs)
             error = None
         except Exception as exc:  # noqa: BLE001 - a failed request is a figure, not a crash
             result, error = None, f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -548,12 +523,19 @@ def _peer_record(peer: PeerClient, item: Any, prompt_text: str, prompt_ids: list
     }
 
 
+def transformers_model(model: Any) -> Any | None:
+    """The transformers model inside a loaded :class:`~constrained_spec.models.hf.HFModel`, else None
+    (no model, or another kind of :class:`~constrained_spec.models.protocol.SequenceModel`)."""
+    from constrained_spec.models.hf import HFModel
+
+    return model.model if isinstance(model, HFModel) else None
+
+
 def _hf_assist_record(gen: Any, prompt_ids: list[int], max_new_tokens: int) -> dict[str, Any]:
     import torch
 
-    target = getattr(gen.target, "model", None)
-    draft = getattr(gen.draft, "model", None) if gen.draft is not None else None
-    if target is None or draft is None or not hasattr(target, "generate"):
+    target, draft = transformers_model(gen.target), transformers_model(gen.draft)
+    if target is None or draft is None:
         return {"ok": False, "unavailable": "needs transformers target and draft models"}
     times: dict[str, list[list[float]]] = {"target": [], "draft": []}
     handles = []
@@ -561,8 +543,8 @@ def _hf_assist_record(gen: Any, prompt_ids: list[int], max_new_tokens: int) -> d
         handles.append(m.register_forward_pre_hook(lambda *_a, _r=role: times[_r].append([time.perf_counter(), 0.0])))
         handles.append(m.register_forward_hook(lambda *_a, _r=role: times[_r][-1].__setitem__(1, time.perf_counter())))
     eos = list(gen.vocab.eos_token_ids)
-    ids = torch.tensor([prompt_ids], dtype=torch.long, device=getattr(target, "device", "cpu"))
-    pad = gen.tokenizer.pad_token_id if getattr(gen.tokenizer, "pad_token_id", None) is not None else eos[0]
+    ids = torch.tensor([prompt_ids], dtype=torch.long, device=gen.target.device)
+    pad = gen.tokenizer.pad_token_id if gen.tokenizer.pad_token_id is not None else eos[0]
     try:
         with PeakRSS() as mem, torch.inference_mode():
             t0 = time.perf_counter()
@@ -589,7 +571,7 @@ def _hf_assist_record(gen: Any, prompt_ids: list[int], max_new_tokens: int) -> d
     prefill = (df[0] if df else 0.0) + max((tf[0] if tf else 0.0) - typical, 0.0)
     decode = max(wall - prefill, 1e-9)
     return {
-        "ok": True, "valid": None, "text": gen.vocab.decode(tokens) if hasattr(gen.vocab, "decode") else "",
+        "ok": True, "valid": None, "text": gen.vocab.decode(tokens),
         "token_ids": tokens, "generated_tokens": len(tokens), "tokens_per_second": len(tokens) / decode,
         "latency_s": wall, "wall_s": wall, "prefill_s": prefill, "decode_s": decode, "target_forwards": len(tf),
         "draft_forwards": len(df), "target_forwards_per_token": len(tf) / len(tokens) if tokens else None,
@@ -599,10 +581,10 @@ def _hf_assist_record(gen: Any, prompt_ids: list[int], max_new_tokens: int) -> d
 
 def user_message(gen: Any, item: Any, spec: Any) -> str:
     """The user message ``Generator.prompt_ids`` sends (prompt plus the schema hint), for the peer."""
-    if spec is not None and getattr(spec, "schema", None) is not None:
+    if spec is not None and spec.schema is not None:
         from constrained_spec.api import schema_hint
 
-        return item.prompt + "\n\n" + schema_hint(spec.schema, style=getattr(gen, "schema_hint_style", "full"))
+        return item.prompt + "\n\n" + schema_hint(spec.schema, style=gen.schema_hint_style)
     return item.prompt
 
 
@@ -612,8 +594,8 @@ def compile_cold(gen: Any, schema: Any) -> float:
     from constrained_spec.grammar import output_spec
     from constrained_spec.grammar.automaton import AutomatonCompiler
 
-    spec = output_spec(schema, getattr(gen, "schema_options", None))
-    compiler = AutomatonCompiler(gen.vocab, disk_cache=False, compile_timeout=getattr(gen.compiler, "compile_timeout", 120.0))
+    spec = output_spec(schema, gen.schema_options)
+    compiler = AutomatonCompiler(gen.vocab, disk_cache=False, compile_timeout=gen.compiler.compile_timeout)
     t0 = time.perf_counter()
     compiler.compile(spec.regex)
     return time.perf_counter() - t0
@@ -639,7 +621,7 @@ def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], conf
             unavailable[m.name] = reason
     if peer is None and any(m.kind == "peer" for m in modes):
         unavailable.setdefault(PEER_NAME, "no peer runner (--no-peer, or outlines not installed)")
-    if any(m.kind == "hf-assist" for m in modes) and (getattr(gen.draft, "model", None) is None or getattr(gen.target, "model", None) is None):
+    if any(m.kind == "hf-assist" for m in modes) and (transformers_model(gen.draft) is None or transformers_model(gen.target) is None):
         unavailable.setdefault(HF_NAME, "needs transformers target and draft models")
 
     # Compile: cold (no cache) once per schema, then the Generator's own compile for the runs.
@@ -666,15 +648,15 @@ def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], conf
         compile_info[item.schema_name] = info
 
     calibrate_s = None
-    if config.calibrate and any(m.adaptive for m in modes if m.name not in unavailable) and workload and hasattr(gen, "calibrate"):
+    if config.calibrate and any(m.adaptive for m in modes if m.name not in unavailable) and workload:
         # a warm start for adaptive k's forward costs, outside the timed runs (else learnt while decoding)
-        dl = getattr(gen, "draft_length", None)
-        if dl is not None and not getattr(dl, "calibrated", True):
+        dl = gen.draft_length
+        if not dl.calibrated:
             first = gen.compile(workload[0].schema)
             t0 = time.perf_counter()
             gen.calibrate(gen.prompt_ids(workload[0].prompt, first.spec))
             calibrate_s = time.perf_counter() - t0
-            log(f"[bench] adaptive k: calibrated forward costs in {calibrate_s:.1f} s (max k {getattr(dl, 'max_k', '?')})")
+            log(f"[bench] adaptive k: calibrated forward costs in {calibrate_s:.1f} s (max k {dl.max_k})")
 
     settings = [setting_name(t) for t in config.temperatures]
     active = [m for m in modes if m.name not in unavailable]
@@ -726,7 +708,7 @@ def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], conf
                     if base.get("tokens_per_second") and rec.get("tokens_per_second"):
                         rec["speedup_vs_target"] = rec["tokens_per_second"] / base["tokens_per_second"]
                     if mode.kind == "project" and "_stats_obj" in rec and "_stats_obj" in base:
-                        rec["predicted_speedup"], rec["prediction_source"] = predicted_speedup(rec["_stats_obj"], base["_stats_obj"])
+                        rec["predicted_speedup"] = predicted_speedup(rec["_stats_obj"], base["_stats_obj"])
                 records.append(rec)
                 if on_record is not None:
                     on_record({k: v for k, v in rec.items() if not k.startswith("_")})
@@ -746,7 +728,7 @@ def run_benchmark(gen: Any, workload: Sequence[Any], modes: Sequence[Mode], conf
         rec.pop("_mask_calls", None)
     meta = environment(gen, config, peer)
     meta["adaptive_calibrate_s"] = calibrate_s
-    meta["adaptive_max_k"] = getattr(getattr(gen, "draft_length", None), "max_k", None)
+    meta["adaptive_max_k"] = gen.draft_length.max_k
     return {
         "meta": meta,
         "workload": [{"id": w.id, "schema": w.schema_name, "kind": w.kind, "prompt": w.prompt,
@@ -838,24 +820,27 @@ def summaries_by_workload(records: list[dict[str, Any]], modes: Sequence[Mode], 
     return out
 
 
-def _dtype_label(model: Any) -> str:
-    """The weights' dtype, or ``fp16w`` / ``int8w`` where the linear layers are packed."""
+def _dtype_label(model: Any | None) -> str:
+    """The weights' dtype of a transformers model, or ``fp16w`` / ``int8w`` where its linear layers
+    are packed ("" for none)."""
     from constrained_spec.models.packed_linear import PackedFp16Linear, PackedInt8Linear
 
-    modules = list(model.modules()) if model is not None else []
+    if model is None:
+        return ""
+    modules = list(model.modules())
     if any(isinstance(m, PackedInt8Linear) for m in modules):
         return "int8w (int8 weights packed for fbgemm, int8 activations per call)"
     if any(isinstance(m, PackedFp16Linear) for m in modules):
         return "fp16w (fp16 weights packed for fbgemm, fp32 activations)"
-    return str(getattr(model, "dtype", ""))
+    return str(model.dtype)
 
 
 def environment(gen: Any, config: BenchConfig, peer: PeerClient | None) -> dict[str, Any]:
     import torch
 
     def _name(m: Any) -> str:
-        inner = getattr(m, "model", m)
-        return str(getattr(getattr(inner, "config", None), "_name_or_path", "") or type(inner).__name__)
+        inner = transformers_model(m)
+        return type(m).__name__ if inner is None else str(inner.config.name_or_path or type(inner).__name__)
 
     try:
         load = os.getloadavg()
@@ -866,8 +851,8 @@ def environment(gen: Any, config: BenchConfig, peer: PeerClient | None) -> dict[
         "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "loadavg_at_end": load,
         "target": _name(gen.target), "draft": _name(gen.draft) if gen.draft is not None else None,
-        "dtype": _dtype_label(getattr(gen.target, "model", None)),
-        "draft_dtype": _dtype_label(getattr(gen.draft, "model", None)) if gen.draft is not None else None,
+        "dtype": _dtype_label(transformers_model(gen.target)),
+        "draft_dtype": _dtype_label(transformers_model(gen.draft)) if gen.draft is not None else None,
         "max_new_tokens": config.max_new_tokens, "ks": list(config.ks), "temperatures": list(config.temperatures),
         "cold_masks": config.cold_masks, "process_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "peer": peer.info if peer is not None else None, **config.extra,
@@ -927,8 +912,8 @@ def markdown_table(results: dict[str, Any]) -> str:
                  "prompts state that the answer holds exactly (matched/expected). "
                  "tok/s: generated tokens per second of decoding (prefill excluded), median over prompts; "
                  "× target / × peer: median of per-prompt ratios; × target geo: their geometric mean (every prompt counts, not only the middle two); props m/g/l: tokens proposed by the draft model / "
-                 "grammar-forced strings / prompt lookup; mask µs/tok: all per-state grammar work (token walks, bitmasks, "
-                 "forced-token checks) per generated token, masks cold at the start of every run; pred. ×: predicted from measured acceptance and "
+                 "grammar-forced strings / prompt lookup; mask µs/tok: every grammar call through the matcher (masks, "
+                 "forced-token checks, token tests, advances) per generated token, masks cold at the start of every run; pred. ×: predicted from measured acceptance and "
                  "forward costs; hf-assist is unconstrained (tokens/s reference only).")
     return "\n".join(lines) + "\n"
 
@@ -1025,10 +1010,11 @@ def write_outputs(results: dict[str, Any], out_dir: str | Path, chart: bool = Tr
 
 
 def load_workload_module(path: str | Path | None = None) -> Any:
+    """The workload module in the file ``path`` (default: ``workload.py`` beside this file)."""
     path = Path(path) if path else BENCH_DIR / "workload.py"
     if not path.exists():
-        raise FileNotFoundError(f"benchmark workload {path} not found (bench runs from a source checkout)")
-    spec = importlib.util.spec_from_file_location("constrained_spec_bench_workload", path)
+        raise FileNotFoundError(f"benchmark workload {path} not found")
+    spec = importlib.util.spec_from_file_location(f"bench_workload_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[spec.name] = module  # type: ignore[union-attr]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
@@ -1104,7 +1090,7 @@ def _positive(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from constrained_spec.cli.args import add_model_arguments
 
-    p = argparse.ArgumentParser(prog="constrained-spec bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python benchmarks/bench.py", description=__doc__.split("\n\n")[0])
     add_model_arguments(p, allow_no_draft=False)
     p.add_argument("--out", default=None, help="output folder (default results/bench-<UTC timestamp>)")
     p.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, ks 2,4, greedy only")
@@ -1147,7 +1133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: Sequence[Any] | None = None) -> int:
-    """``constrained-spec bench ARGS``; ``generator``/``workload`` may be injected (tests)."""
+    """``python benchmarks/bench.py ARGS``; ``generator``/``workload`` may be injected (tests)."""
     args = build_parser().parse_args(list(argv) if argv is not None else None)
     if args.resummarize:
         results = resummarize(args.resummarize, args.workload if args.workload != "both" else None)
@@ -1185,7 +1171,7 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
         generator = Generator(args.model, draft, cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, progress=progress,
                               max_new_tokens=args.max_new_tokens, num_draft_tokens=max(ks), schema_hint_style=args.schema_hint)
         config.extra["load_s"] = time.perf_counter() - t0
-    config.extra["schema_hint"] = getattr(generator, "schema_hint_style", "full")
+    config.extra["schema_hint"] = generator.schema_hint_style
     _warm_up(generator)
 
     peer = None
