@@ -13,6 +13,7 @@ loads, and this module imports neither torch nor transformers until a command ne
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -23,13 +24,14 @@ from typing import Any, NoReturn
 from constrained_spec.cli.args import (
     DTYPE_CHOICES,
     add_model_arguments,
+    model_config,
     non_negative_float,
     non_negative_int,
     positive_int,
     probability,
     proposer_list,
 )
-from constrained_spec.config import NUM_DRAFT_TOKENS, PROPOSERS
+from constrained_spec.config import NUM_DRAFT_TOKENS, PROPOSERS, DecodeConfig
 from constrained_spec.errors import (
     ConstrainedSpecError,
     GrammarError,
@@ -157,7 +159,7 @@ def check_model_spec(spec: str, flag: str, role: str, args: argparse.Namespace) 
 
 
 def _draft_spec(args: argparse.Namespace) -> str | None:
-    return None if str(args.draft).strip().lower() in {"none", ""} else args.draft
+    return model_config(args).draft
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -178,9 +180,10 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from constrained_spec.api import Generator  # torch and transformers from here on
     from constrained_spec.progress import progress_after
 
-    gen = Generator(args.model, draft, num_draft_tokens=args.num_draft_tokens, schema_options=schema_options(args),
-                    cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, verify_backend=args.backend,
-                    max_new_tokens=args.max_new_tokens, debug_checks=args.debug_checks, proposers=proposers)
+    decode = DecodeConfig(num_draft_tokens=args.num_draft_tokens, proposers=proposers, verify_backend=args.backend,
+                          debug_checks=args.debug_checks)
+    models = dataclasses.replace(model_config(args), draft=draft)
+    gen = Generator.from_config(models, decode, schema_options=schema_options(args), max_new_tokens=args.max_new_tokens)
     with progress_after("building the token automaton", enabled=args.progress or None):
         gen.compile(spec)
     result = gen.run(args.prompt, spec, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -271,9 +274,24 @@ def _fail(message: object, status: int) -> int:
     return status
 
 
+def show_library_notes() -> None:
+    """The library logs what it is doing (converting a model, fetching tokenizer files) to the
+    ``constrained_spec`` logger; the command shows those notes on stderr."""
+    import logging
+
+    logger = logging.getLogger("constrained_spec")
+    if not any(getattr(h, "_constrained_spec_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[constrained-spec] %(message)s"))
+        handler._constrained_spec_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``constrained-spec`` command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    show_library_notes()
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     try:
