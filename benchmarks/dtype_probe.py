@@ -35,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from constrained_spec.models import store as ms  # noqa: E402
+from constrained_spec.models.convert import META_FILE, converted_dir, ensure_converted  # noqa: E402
+from constrained_spec.models.dtypes import PACKED_TAGS, auto_dtype, torch_dtype_of  # noqa: E402
 from constrained_spec.models.sources import DEFAULT_PAIR  # noqa: E402
 
 PROMPT = (
@@ -56,16 +57,16 @@ PROMPT = (
 def _load(name: str, dtype: str, cache_dir: str | None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = ms.converted_dir(name, "fp32", cache_dir)
-    if not (folder / ms.META_FILE).is_file():
-        folder = ms.ensure_converted(name, cache_dir, "fp32")
-    torch_dtype = ms._torch_dtype(dtype)  # fp16w / int8w load fp32, then pack
+    folder = converted_dir(name, "fp32", cache_dir)
+    if not (folder / META_FILE).is_file():
+        folder = ensure_converted(name, cache_dir, "fp32")
+    torch_dtype = torch_dtype_of(dtype)  # fp16w / int8w load fp32, then pack
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, local_files_only=True).eval()
-    if dtype in ms.PACKED_TAGS:
+    if dtype in PACKED_TAGS:
         from constrained_spec.models.packed_linear import pack_linears
 
-        pack_linears(model, weights=ms.PACKED_TAGS[dtype])
+        pack_linears(model, weights=PACKED_TAGS[dtype])
     tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     return model, tok, time.perf_counter() - t0
 
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             for d, (t, _) in med.items():
                 lo, hi = min(args.new), max(args.new)
                 print(f"{name:20s} {d}: a {hi}-token forward costs {t[hi] / t[lo]:.2f}x a {lo}-token one")
-    print(f"\ndtype='auto' picks: draft {ms.auto_dtype('draft')}, target {ms.auto_dtype('target')}")
+    print(f"\ndtype='auto' picks: draft {auto_dtype('draft')}, target {auto_dtype('target')}")
     return 0
 
 

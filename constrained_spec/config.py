@@ -106,7 +106,7 @@ class ModelConfig:
     cache_dir: str | None = None
 
     def __post_init__(self) -> None:
-        from constrained_spec.models.store import DTYPE_CHOICES, normalize_dtype  # light: no torch import
+        from constrained_spec.models.dtypes import DTYPE_CHOICES, normalize_dtype  # light: no torch import
 
         for name in ("dtype", "draft_dtype"):
             value = getattr(self, name)

@@ -23,7 +23,7 @@ ALLOWED = {
     "grammar": set(),
     "sampling": set(),
     "models": {"config"},
-    "config": {"models"},  # config reads the default model names and dtype choices (models.sources/store: light)
+    "config": {"models"},  # config reads the default model names and dtype choices (models.sources/dtypes: light)
     "engine": {"grammar", "models", "sampling", "config"},
     "api": {"engine", "grammar", "models", "sampling", "config"},
     "tools": {"api", "grammar", "config"},

