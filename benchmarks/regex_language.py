@@ -1,6 +1,6 @@
 """Print how many strings the byte automaton gets wrong against ``re.fullmatch``, for the fixed
 construction and for the naive single outlines-core build (the pre-fix behaviour), over the
-enumerated regexes of tests/test_regex_language.py, grammars/*.regex and random phone numbers.
+enumerated regexes of tests/grammar/test_regex_language.py, grammars/*.regex and random phone numbers.
 
     python benchmarks/regex_language.py
 """

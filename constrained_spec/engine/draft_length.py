@@ -26,7 +26,7 @@ request drafts at once instead of paying for a calibration (``Generator.calibrat
 measure them ahead of time).
 
 The rule reads only the proposals and past verifies, so whatever length it picks, the verify is
-exact (``tests/test_distribution.py``).
+exact (``tests/engine/test_distribution.py``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import pytest
 from benchmarks.coverage import CategoryStats, check_case, iter_cases  # conftest puts the repository root on sys.path
 from constrained_spec.grammar.json_schema import SchemaOptions
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 JSTS = DATA / "json-schema-test-suite" / "draft2020-12"
 JSTS7 = DATA / "json-schema-test-suite" / "draft7"
 BENCH = DATA / "jsonschemabench-dev" / "data"

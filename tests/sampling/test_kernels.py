@@ -28,7 +28,7 @@ from constrained_spec.sampling.distribution import draw, effective_probs, pack_b
 from constrained_spec.sampling.kernels import get_verifier, resolve_backend, torch_verify
 from constrained_spec.sampling.kernels.torch_verify import boundary_reason, compare_with_reference
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 B, K, V = 3, 4, 300

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from tiny_models import tiny_llama
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from constrained_spec.grammar.automaton import AutomatonCompiler, CompiledAutoma
 from constrained_spec.grammar.json_schema import schema_to_regex
 from constrained_spec.grammar.vocab import TokenVocabulary
 
-GRAMMARS = Path(__file__).resolve().parents[1] / "grammars"
+GRAMMARS = Path(__file__).resolve().parents[2] / "grammars"
 
 #: (regex, alphabet, max length): every string over the alphabet up to that length is checked
 ENUMERATED = [
