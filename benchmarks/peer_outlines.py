@@ -78,7 +78,7 @@ class PeakRSS:
 DTYPES = {"fp32": lambda: __import__("torch").float32, "bf16": lambda: __import__("torch").bfloat16,
           "fp16": lambda: __import__("torch").float16, "fp16w": lambda: __import__("torch").float32,
           "int8w": lambda: __import__("torch").float32}
-PACKED = {"fp16w": "fp16", "int8w": "int8"}  # as the project's model_store.PACKED_TAGS
+PACKED = {"fp16w": "fp16", "int8w": "int8"}  # as the project's models.dtypes.PACKED_TAGS
 
 
 def _pack(model: Any, weights: str) -> None:

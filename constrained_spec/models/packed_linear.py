@@ -60,7 +60,7 @@ class _PackedLinear(torch.nn.Module):
     def _pack(self, w: torch.Tensor, b: torch.Tensor | None) -> Any:
         raise NotImplementedError
 
-    # -- storing the packed form (model_store's packed cache) -----------------------------------
+    # -- storing the packed form (models.packed_cache) -----------------------------------
 
     #: the stored tensors of this kind: name -> (dtype, shape as a function of (out, in))
     STORED: ClassVar[dict[str, tuple[torch.dtype, Any]]] = {}

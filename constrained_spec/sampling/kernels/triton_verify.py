@@ -1,4 +1,4 @@
-"""Fused grammar-mask-and-verify in Triton: the same function as :func:`speculative.verify`.
+"""Fused grammar-mask-and-verify in Triton: the same function as :func:`constrained_spec.sampling.acceptance.verify`.
 
 The reference is :mod:`constrained_spec.sampling.acceptance` (re-exported by :mod:`.torch_verify`); this
 module computes the same ``VerifyResult`` with **two kernel launches per verification step** and
