@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from constrained_spec.config import MAX_DRAFT_TOKENS
 from constrained_spec.errors import TokenBudgetExceeded
 from constrained_spec.serving.errors import APIError
 
@@ -69,7 +70,7 @@ class ChatCompletionRequest(BaseModel):
     frequency_penalty: float | None = None
     logit_bias: dict[str, Any] | None = None
     modalities: list[str] | None = None
-    num_draft_tokens: int | None = Field(default=None, ge=0)
+    num_draft_tokens: int | None = Field(default=None, ge=0, le=MAX_DRAFT_TOKENS)
     schema_in_prompt: bool | None = None
     # accepted and ignored: they do not change the output
     user: Any = None

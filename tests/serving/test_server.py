@@ -822,6 +822,19 @@ def test_a_seed_out_of_range_is_a_400(seed):
     assert len(gen.runs) == 1
 
 
+def test_a_draft_length_beyond_the_cap_is_a_400():
+    """A request's k is a cost (the verify forward grows with it): capped at config.MAX_DRAFT_TOKENS."""
+    from constrained_spec.config import MAX_DRAFT_TOKENS
+
+    gen = RecordingGenerator(None)
+    with TestClient(create_app(gen)) as c:
+        for k in (MAX_DRAFT_TOKENS + 1, 1 << 70):
+            assert_openai_error(c.post("/v1/chat/completions", json={"messages": USER, "num_draft_tokens": k}), 400,
+                                param="num_draft_tokens")
+        assert c.post("/v1/chat/completions", json={"messages": USER, "num_draft_tokens": MAX_DRAFT_TOKENS}).status_code == 200
+    assert len(gen.runs) == 1
+
+
 def test_numbers_out_of_range_are_400s_not_500s():
     gen = RecordingGenerator(None)
     with TestClient(create_app(gen), raise_server_exceptions=False) as c:
