@@ -1128,6 +1128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--schema-hint", default="full", choices=["full", "compact"],
                    help="how the prompt's schema hint writes the schema (default full)")
+    p.add_argument("--draft-window", type=int, default=0,
+                   help="the draft model sees only the last N prompt tokens (0: the whole prompt; DecodeConfig.draft_window)")
     p.add_argument("--no-chart", action="store_true", help="skip chart.png (matplotlib)")
     return p
 
@@ -1169,9 +1171,11 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
         draft = None if str(args.draft).lower() in {"none", ""} else args.draft
         # num_draft_tokens = the largest k: it is also the cap of adaptive k (its cost curve's length)
         generator = Generator(args.model, draft, cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, progress=progress,
-                              max_new_tokens=args.max_new_tokens, num_draft_tokens=max(ks), schema_hint_style=args.schema_hint)
+                              max_new_tokens=args.max_new_tokens, num_draft_tokens=max(ks), schema_hint_style=args.schema_hint,
+                              draft_window=args.draft_window)
         config.extra["load_s"] = time.perf_counter() - t0
     config.extra["schema_hint"] = generator.schema_hint_style
+    config.extra["draft_window"] = generator.decode.draft_window
     _warm_up(generator)
 
     peer = None

@@ -73,6 +73,17 @@ def test_greedy_speculative_equals_greedy_target_only(generator, proposers, adap
         assert spec.stats.grammar_proposed > 0 and spec.stats.grammar_accepted > 0
 
 
+@pytest.mark.parametrize("window", [1, 8])
+def test_windowed_draft_keeps_greedy_identity(generator, window):
+    """The draft sees only the last ``window`` prompt tokens: its prefill is short, the output the same."""
+    schema = json.loads((SCHEMAS / "order.json").read_text())
+    prompt = "Order 17: two pens at 1.50 each for Ada, shipped to 12 Analytical Row, London."
+    base = generator.run(prompt, schema, temperature=0.0, num_draft_tokens=0, proposers=())
+    spec = generator.run(prompt, schema, temperature=0.0, num_draft_tokens=4, proposers=("draft",), draft_window=window)
+    assert spec.token_ids == base.token_ids and spec.stats.drafted_tokens > 0
+    assert generator.draft.length <= window + len(spec.token_ids) + 1 < generator.target.length
+
+
 def test_draft_head_prefix_and_confidence_stops_keep_greedy_identity(generator):
     """The draft scoring only the leading ids, and blocks ending at unsure draft tokens, change the
     proposals but never the output."""

@@ -94,6 +94,7 @@ class SpeculativeDecoder:
         self.draft_length = draft_length
         self.committed: list[int] = []  # prompt + accepted tokens
         self.prompt_len = 0
+        self.draft_offset = 0  # committed tokens before the draft's cache (``draft_window``)
 
     # -- helpers ---------------------------------------------------------------------------
     def _uniform(self, n: int, device: torch.device) -> torch.Tensor:
@@ -122,12 +123,16 @@ class SpeculativeDecoder:
         start = time.perf_counter()
         self.committed = list(prompt_ids)
         self.prompt_len = len(prompt_ids)
-        for model in (self.target, self.draft):
+        window = self.config.draft_window
+        self.draft_offset = max(0, len(prompt_ids) - 1 - window) if window else 0
+        if self.model is not None:
+            self.model.offset = self.draft_offset
+        for model, offset in ((self.target, 0), (self.draft, self.draft_offset)):
             if model is None:
                 continue
             model.reset()
-            if len(prompt_ids) > 1:  # the prompt's logits are not needed
-                model.prefill(prompt_ids[:-1])
+            if len(prompt_ids) - offset > 1:  # the prompt's logits are not needed
+                model.prefill(prompt_ids[offset:-1])
         self.stats.prefill_seconds = time.perf_counter() - start
         while not self.matcher.is_terminated():
             remaining = self.max_new_tokens - self.stats.generated_tokens
@@ -296,7 +301,7 @@ class SpeculativeDecoder:
         base = len(self.committed)
         self.target.crop(base + n)  # the cache keeps committed + kept drafts; next token is pending
         if self.draft is not None:
-            self.draft.crop(min(self.draft.length, base + n))
+            self.draft.crop(min(self.draft.length, base + n - self.draft_offset))
         self.matcher.rollback(base - self.prompt_len + n)
         self.stats.accepted_tokens += n
         for token in drafted[:n]:
@@ -318,8 +323,8 @@ class SpeculativeDecoder:
         limit = committed if self.matcher.is_terminated() else committed - 1
         if self.target.length > limit:
             problems.append(f"target cache {self.target.length} not behind committed {committed}")
-        if self.draft is not None and self.draft.length > limit:
-            problems.append(f"draft cache {self.draft.length} not behind committed {committed}")
+        if self.draft is not None and self.draft_offset + self.draft.length > limit:
+            problems.append(f"draft cache {self.draft.length} (+{self.draft_offset} outside its window) not behind committed {committed}")
         if self.matcher.length != committed - self.prompt_len:
             problems.append(f"grammar path {self.matcher.length} vs generated {committed - self.prompt_len}")
         for name, model in (("target", self.target), ("draft", self.draft)):

@@ -287,6 +287,8 @@ class DraftModelProposer:
         self.want_confidence = want_confidence
         self.allowed_mask = allowed_mask or (lambda m: m.allowed_mask())
         self.counts = HeadCounts()
+        #: context tokens before the model's cache (a windowed draft starts inside the prompt)
+        self.offset = 0
 
     def _logits(self, pending: list[int], matcher: GrammarMatcher) -> torch.Tensor:
         """The draft's logits [1, V] for the next position."""
@@ -304,7 +306,7 @@ class DraftModelProposer:
         return self.model.extend(pending)[-1:]
 
     def propose(self, ctx: DraftContext) -> list[Proposal]:
-        pending = ctx.ids[self.model.length :]
+        pending = ctx.ids[self.offset + self.model.length :]
         logits = self._logits(pending, ctx.matcher)
         allowed = self.allowed_mask(ctx.matcher).to(self.device, non_blocking=True).unsqueeze(0)
         p = self.params

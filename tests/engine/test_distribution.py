@@ -181,6 +181,19 @@ def test_blocks_ending_at_unsure_draft_tokens_stay_exact(automaton):
     assert stats_over_seeds(automaton, policy, 4, draft_confidence=0.5)["confidence_stops"] > 0
 
 
+def test_windowed_draft_stays_exact(automaton):
+    """A draft that sees only the last prompt token (``draft_window=1`` of a 5-token prompt) proposes
+    from another q; the output distribution is the target's all the same. The same test rejects a
+    wrong verifier with the windowed draft (negative control)."""
+    policy = SamplingPolicy(temperature=1.0)
+    prompt = [0, 1, 2, 0, 1]
+    exact = exact_distribution(automaton.regex, policy, prompt=prompt)
+    counts = sample(automaton, policy, 3, SAMPLES // 2, prompt=prompt, draft_window=1, debug_checks=True)
+    assert chi2_pvalue(counts, exact) > ALPHA
+    wrong = sample(automaton, policy, 3, SAMPLES // 2, prompt=prompt, draft_window=1, verifier=verify_resample_from_p)
+    assert chi2_pvalue(wrong, exact) < ALPHA
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("policy,k", SLOW_CASES)
 def test_speculative_matches_exact_full_grid(automaton, policy, k):
