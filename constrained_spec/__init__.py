@@ -21,7 +21,7 @@ from constrained_spec.errors import (
     UnsupportedKeywordError,
     VocabularyMismatchError,
 )
-from constrained_spec.grammar import Regex
+from constrained_spec.grammar import CFG, Regex
 
 if TYPE_CHECKING:
     from constrained_spec.api import GenerationResult, Generator, generate, generate_json
@@ -45,7 +45,7 @@ def __getattr__(name: str) -> Any:
 __version__ = "0.1.0"
 
 __all__ = [
-    "Generator", "GenerationResult", "generate", "generate_json", "Regex", "SamplingPolicy",
+    "CFG", "Generator", "GenerationResult", "generate", "generate_json", "Regex", "SamplingPolicy",
     "ConstrainedSpecError", "SchemaError", "UnsupportedKeywordError", "GrammarError", "EmptyLanguageError",
     "CompileLimitError", "VocabularyMismatchError", "ModelLoadError", "TokenBudgetExceeded", "OutputValidationError",
 ]

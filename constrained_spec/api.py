@@ -27,9 +27,10 @@ from constrained_spec.errors import (
     TokenBudgetExceeded,
     VocabularyMismatchError,
 )
-from constrained_spec.grammar import OutputSpec, Regex, output_spec
+from constrained_spec.grammar import CFG, OutputSpec, Regex, output_spec
 from constrained_spec.grammar.automaton import AutomatonCompiler, CompiledAutomaton
-from constrained_spec.grammar.matcher import AutomatonMatcher
+from constrained_spec.grammar.lazy import LazyGrammar, compile_grammar
+from constrained_spec.grammar.matcher import AutomatonMatcher, GrammarMatcher
 from constrained_spec.grammar.schema_refs import validation_errors as validate_value
 from constrained_spec.grammar.vocab import TokenVocabulary, build_vocabulary
 from constrained_spec.lru import LRUCache
@@ -37,7 +38,7 @@ from constrained_spec.models.hf import wrap
 from constrained_spec.models.protocol import SequenceModel, restricted_head
 from constrained_spec.sampling import SamplingPolicy, make_generator
 
-__all__ = ["Generator", "GenerationResult", "Regex", "generate", "generate_json", "schema_hint", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
+__all__ = ["CFG", "Generator", "GenerationResult", "Regex", "GRAMMAR_ENGINES", "generate", "generate_json", "schema_hint", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
 
 
 #: the longest schema text a prompt hint carries (characters); longer schemas are cut there
@@ -48,6 +49,11 @@ SCHEMA_HINT_MAX_CHARS = 6000
 #: defaults were tuned with), ``"compact"`` without the spaces after ``,`` and ``:`` (27% fewer
 #: prompt tokens over the 17 project schemas with Qwen2's tokenizer)
 SCHEMA_HINT_STYLES = ("full", "compact")
+
+#: the grammar engines: ``"lazy"`` (llguidance: regex and Lark grammars compiled in about a
+#: millisecond, masks computed as the output reaches them; the default) and ``"automaton"`` (the
+#: eager byte DFA of each regex, built per vocabulary and cached on disk; regexes only)
+GRAMMAR_ENGINES = ("lazy", "automaton")
 
 
 def schema_hint(schema: Any, subject: str = "Answer with a single JSON value", max_chars: int = SCHEMA_HINT_MAX_CHARS,
@@ -80,6 +86,7 @@ class GenerationResult:
     token_ids: list[int]
     stats: DecodeStats
     prompt_tokens: int = 0  # the prompt's length in tokens, chat template and schema hint included
+    tree: Any = None  # for a Lark grammar (CFG): lark's parse tree of ``text``
 
 
 @dataclass(frozen=True)
@@ -87,11 +94,32 @@ class CompiledConstraint:
     """An output type compiled for one vocabulary; immutable and shareable across requests."""
 
     spec: OutputSpec
-    automaton: CompiledAutomaton
+    grammar: CompiledAutomaton | LazyGrammar
+
+    @property
+    def automaton(self) -> CompiledAutomaton:
+        """The eager automaton (engine ``"automaton"`` only)."""
+        if not isinstance(self.grammar, CompiledAutomaton):
+            raise TypeError("this constraint was compiled by the lazy engine: it has no eager automaton")
+        return self.grammar
+
+    def matcher(self) -> GrammarMatcher:
+        """A fresh per-request matcher at the start of the grammar."""
+        if isinstance(self.grammar, CompiledAutomaton):
+            return AutomatonMatcher(self.grammar)
+        return self.grammar.matcher()
+
+    def parse_tree(self, text: str) -> Any:
+        """lark's parse tree of ``text`` (kind lark): lark judges the language of a Lark grammar."""
+        from constrained_spec.grammar.lark_check import parse_with_lark
+
+        return parse_with_lark(self.spec.regex, text)
 
     def parse(self, text: str) -> Any:
         """Turn finished text into the returned value, validating JSON against its schema."""
-        if self.spec.kind == "regex":
+        if self.spec.kind in ("regex", "lark"):
+            if self.spec.kind == "lark":
+                self.parse_tree(text)
             return text
         value = json.loads(text)
         if self.spec.kind == "pydantic":
@@ -190,6 +218,7 @@ class Generator:
         draft_dtype: str | None = None,
         compile_timeout: float | None = 120.0,
         disk_cache: bool = True,
+        grammar_engine: str = "lazy",
         progress: bool = True,
         eos_token_ids: Sequence[int] | None = None,
         **decode_options: Any,
@@ -215,6 +244,9 @@ class Generator:
         if size and heads is not None and size <= heads.vocab_size // 2:
             heads.set_head_prefix(size)
         self.vocab: TokenVocabulary = build_vocabulary(self.tokenizer, self.target.vocab_size, eos_token_ids or self._eos_ids())
+        if grammar_engine not in GRAMMAR_ENGINES:
+            raise ConfigError(f"unknown grammar engine {grammar_engine!r}; choose one of {', '.join(GRAMMAR_ENGINES)}")
+        self.grammar_engine = grammar_engine
         self.compiler = AutomatonCompiler(self.vocab, cache_dir=cache_dir, disk_cache=disk_cache, compile_timeout=compile_timeout)
         self.max_new_tokens = max_new_tokens
         self.schema_options = schema_options
@@ -298,11 +330,22 @@ class Generator:
             options = dataclasses.replace(options or SchemaOptions(), draft=schema_draft)
         # an OutputSpec (grammar.output_spec's, e.g. checked before the models loaded) is used as it is
         spec = output_type if isinstance(output_type, OutputSpec) else output_spec(output_type, options)
-        hit = self._compiled.get(spec.regex)
+        key = f"{spec.kind}:{spec.regex}"
+        hit = self._compiled.get(key)
         if hit is not None and hit.spec == spec:
             return hit
-        compiled = CompiledConstraint(spec, self.compiler.compile(spec.regex))
-        self._compiled.put(spec.regex, compiled)
+        grammar: CompiledAutomaton | LazyGrammar
+        if spec.kind == "lark":
+            from constrained_spec.grammar.lark_check import check_lark_grammar
+
+            check_lark_grammar(spec.regex)  # lark must load what it is to judge
+            grammar = compile_grammar("lark", spec.regex, self.vocab, self._encode, self.compiler.max_regex_chars)
+        elif self.grammar_engine == "lazy":
+            grammar = compile_grammar("regex", spec.regex, self.vocab, self._encode, self.compiler.max_regex_chars)
+        else:
+            grammar = self.compiler.compile(spec.regex)
+        compiled = CompiledConstraint(spec, grammar)
+        self._compiled.put(key, compiled)
         return compiled
 
     # -- prompts --------------------------------------------------------------------------------
@@ -396,7 +439,7 @@ class Generator:
             decoder = SpeculativeDecoder(
                 self.target,
                 self.draft if "draft" in sources else None,
-                AutomatonMatcher(compiled.automaton),
+                compiled.matcher(),
                 policy,
                 config,
                 max_new_tokens=budget,
@@ -413,7 +456,9 @@ class Generator:
                 exc.prompt_tokens = len(ids)
                 raise
         text = self.vocab.decode(result.token_ids)
-        return GenerationResult(compiled.parse(text), text, result.token_ids, result.stats, prompt_tokens=len(ids))
+        tree = compiled.parse_tree(text) if compiled.spec.kind == "lark" else None
+        value = text if tree is not None else compiled.parse(text)
+        return GenerationResult(value, text, result.token_ids, result.stats, prompt_tokens=len(ids), tree=tree)
 
     def generate(self, prompt: str | list[dict], output_type: Any, **options: Any) -> Any:
         """The value only: a Pydantic instance, a dict/list/... for a JSON Schema, a str for Regex."""

@@ -1,4 +1,4 @@
-"""Compile once: output types (JSON Schema, Pydantic model, regex) -> regex -> token automaton."""
+"""Compile once: output types (JSON Schema, Pydantic model, regex, Lark grammar) -> a grammar the engine matches."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from constrained_spec.errors import SchemaError
+from constrained_spec.errors import GrammarError, SchemaError
 
 
 @dataclass(frozen=True)
@@ -17,11 +17,35 @@ class Regex:
 
 
 @dataclass(frozen=True)
+class CFG:
+    """An output type: text in the language of a Lark grammar (``start`` is its start rule).
+
+    The grammar is enforced token by token by the lazy engine (llguidance's Lark dialect); the
+    Python ``lark`` package parses every finished output, and the result carries its tree.
+    """
+
+    text: str
+    start: str = "start"
+
+    @classmethod
+    def from_file(cls, path: str | Any, start: str = "start") -> "CFG":
+        """A grammar read from a ``.lark`` file."""
+        from pathlib import Path
+
+        try:
+            return cls(Path(path).read_text(encoding="utf-8"), start)
+        except OSError as exc:
+            raise GrammarError(f"cannot read the grammar file {path}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise GrammarError(f"the grammar file {path} is not UTF-8 text") from exc
+
+
+@dataclass(frozen=True)
 class OutputSpec:
     """What an output type compiles to before the vocabulary is involved."""
 
-    kind: str  # "json", "pydantic" or "regex"
-    regex: str
+    kind: str  # "json", "pydantic", "regex" or "lark"
+    regex: str  # the regex (kinds json, pydantic, regex); for kind lark, the grammar text
     schema: dict | bool | None = None  # the JSON Schema, for kinds json and pydantic
     model: Any = None  # the Pydantic model class, for kind pydantic
     unenforced: tuple[str, ...] = ()  # keywords only checked after generation (opt-in)
@@ -58,6 +82,8 @@ def output_spec(output_type: Any, schema_options: Any = None) -> OutputSpec:
 
     if isinstance(output_type, Regex):
         return OutputSpec(kind="regex", regex=output_type.pattern)
+    if isinstance(output_type, CFG):
+        return OutputSpec(kind="lark", regex=_with_start(output_type))
     if _is_pydantic_model(output_type):
         schema = output_type.model_json_schema()
         compiled = schema_to_regex(schema, schema_options)
@@ -67,3 +93,12 @@ def output_spec(output_type: Any, schema_options: Any = None) -> OutputSpec:
     compiled = schema_to_regex(schema, schema_options)
     return OutputSpec("json", compiled.regex, schema, None, tuple(compiled.unenforced), tuple(compiled.ignored_formats),
                       schema_options)
+
+
+def _with_start(cfg: CFG) -> str:
+    """The grammar text with ``start`` as its start rule (llguidance starts at ``start``)."""
+    if cfg.start == "start":
+        return cfg.text
+    if not cfg.start.replace("_", "a").isalnum():
+        raise GrammarError(f"start rule {cfg.start!r} is not a rule name")
+    return f"start: {cfg.start}\n{cfg.text}"

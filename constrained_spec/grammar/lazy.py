@@ -1,0 +1,336 @@
+"""The lazy grammar engine: regex and Lark grammars compiled in milliseconds, masks computed on demand.
+
+llguidance (a Rust engine: a lazy derivative-based lexer under an Earley parser, masks by walking
+the token trie) sits behind :class:`~constrained_spec.grammar.matcher.GrammarMatcher`. Regexes
+(the JSON Schema compiler's output and user ``Regex`` types) compile to one lexeme whose DFA states
+are built only as the output reaches them; Lark grammars compile to rules over small lexemes, so a
+context-free language (unbounded nesting, SQL, arithmetic) is enforced exactly.
+
+Nothing is eager: compiling is parsing the grammar (about a millisecond), a mask is computed when
+asked (tens of microseconds). The language is the grammar's: this module adds no restriction of its
+own. The vocabulary is our :class:`TokenVocabulary` (id -> bytes); EOS and excluded tokens are
+special tokens that the grammar never allows (EOS only where the text is complete).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Sequence
+
+import numpy as np
+import torch
+
+from constrained_spec.errors import CompileLimitError, EmptyLanguageError, GrammarError
+from constrained_spec.grammar.matcher import FORCED_BYTES_LIMIT
+from constrained_spec.grammar.vocab import TokenVocabulary
+from constrained_spec.lru import LRUCache
+
+#: llguidance marks special tokens by this first byte; the grammar never allows them
+_SPECIAL = b"\xff"
+_TOO_COMPLEX = ("too complex", "limit", "too many", "fuel")
+
+
+class _TokenTable:
+    """What ``llguidance.TokenizerWrapper`` reads: every id's bytes, EOS, the special ids, an encoder."""
+
+    def __init__(self, vocab: TokenVocabulary, encode: Callable[[bytes], list[int]]) -> None:
+        self.eos_token_id = vocab.eos_token_id
+        self.bos_token_id = None
+        self.tokens = [vocab.tokens.get(i) or _SPECIAL + b"<[%d]>" % i for i in range(vocab.size)]
+        self.special_token_ids = [i for i in range(vocab.size) if i not in vocab.tokens]
+        self._encode = encode
+
+    def __call__(self, data: bytes | str) -> list[int]:
+        # llguidance calls this from Rust: it must not raise
+        try:
+            return self._encode(data.encode("utf-8") if isinstance(data, str) else data)
+        except Exception:  # noqa: BLE001 - an unspellable byte: spell what can be spelled
+            return []
+
+
+def greedy_encoder(vocab: TokenVocabulary) -> Callable[[bytes], list[int]]:
+    """Longest-match tokenisation over the vocabulary's bytes (for vocabularies without a tokenizer)."""
+    by_bytes: dict[bytes, int] = {}
+    for tid, raw in sorted(vocab.tokens.items(), reverse=True):
+        by_bytes[raw] = tid
+    longest = max((len(b) for b in by_bytes), default=1)
+
+    def encode(data: bytes) -> list[int]:
+        out: list[int] = []
+        i = 0
+        while i < len(data):
+            for n in range(min(longest, len(data) - i), 0, -1):
+                tid = by_bytes.get(data[i : i + n])
+                if tid is not None:
+                    out.append(tid)
+                    i += n
+                    break
+            else:
+                raise GrammarError(f"the vocabulary cannot spell byte {data[i]:#04x}")
+        return out
+
+    return encode
+
+
+_TOKENIZERS: LRUCache = LRUCache(8)
+_TOKENIZERS_LOCK = threading.Lock()
+
+
+def lazy_tokenizer(vocab: TokenVocabulary, encode: Callable[[str], list[int]] | None = None) -> object:
+    """llguidance's tokenizer for ``vocab`` (built once per vocabulary; ~0.4 s for 152k tokens).
+
+    ``encode``: the model tokenizer's text -> ids (forced tokens are spelled canonically with it);
+    without one, longest-match over the vocabulary.
+    """
+    from llguidance import LLTokenizer, TokenizerWrapper
+
+    with _TOKENIZERS_LOCK:
+        hit = _TOKENIZERS.get(vocab.fingerprint)
+        if hit is not None:
+            return hit
+        greedy = greedy_encoder(vocab)
+
+        def by_bytes(data: bytes) -> list[int]:
+            if encode is None:
+                return greedy(data)
+            try:
+                return encode(data.decode("utf-8"))
+            except UnicodeDecodeError:
+                return greedy(data)
+
+        eos = list(vocab.eos_token_ids)
+        tokenizer = LLTokenizer(TokenizerWrapper(_TokenTable(vocab, by_bytes)), n_vocab=vocab.size, eos_token=eos)
+        _TOKENIZERS.put(vocab.fingerprint, tokenizer)
+        return tokenizer
+
+
+@dataclass(frozen=True)
+class LazyGrammar:
+    """A grammar compiled for one vocabulary: immutable, shared by requests; :meth:`matcher` per request."""
+
+    kind: str  # "regex" or "lark"
+    source: str  # the regex or the Lark text, as given
+    vocab: TokenVocabulary
+    _template: object = field(repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def matcher(self) -> "LazyMatcher":
+        """A fresh matcher at the start of the grammar."""
+        with self._lock:
+            inner = self._template.deep_copy()  # type: ignore[attr-defined]
+        return LazyMatcher(self.vocab, inner)
+
+
+#: every grammar lets the model choose how forced text is tokenised: by default llguidance allows
+#: only the canonical tokens of forced bytes, which removes tokens the grammar allows (``{`` where
+#: ``{"name":`` is forced) and so changes the target's masked distribution; the grammar-strings
+#: proposer drafts the canonical tokens instead, as a proposal the target verifies
+_NO_FORCING = '%llguidance {"no_forcing": true}\n'
+
+
+def _llg_grammar(kind: str, source: str) -> str:
+    import json
+
+    from llguidance import LLMatcher
+
+    if kind == "lark":  # llguidance takes Lark text as it is; lark lets %ignore text open the output too
+        return _NO_FORCING + '%llguidance {"allow_initial_skip": true}\n' + source
+    if kind != "regex":
+        raise GrammarError(f"unknown grammar kind {kind!r}")
+    top = json.loads(LLMatcher.grammar_from_regex(source))
+    for grammar in top.get("grammars", []):
+        if grammar.get("lark_grammar") is not None:
+            grammar["lark_grammar"] = _NO_FORCING + grammar["lark_grammar"]
+    return json.dumps(top)
+
+
+def _error(kind: str, message: str) -> GrammarError:
+    text = f"the {kind} does not compile: {message.strip()}"
+    if any(word in message.lower() for word in _TOO_COMPLEX):
+        return CompileLimitError(text)
+    return GrammarError(text)
+
+
+#: the longest regex or grammar text compiled (characters), as the automaton engine's cap
+MAX_SOURCE_CHARS = 200_000
+
+
+def compile_grammar(kind: str, source: str, vocab: TokenVocabulary, encode: Callable[[str], list[int]] | None = None,
+                    max_source_chars: int = MAX_SOURCE_CHARS) -> LazyGrammar:
+    """Compile a ``"regex"`` (Rust regex syntax, full match) or a ``"lark"`` grammar for ``vocab``.
+
+    Every cost is bounded: the text by ``max_source_chars``; grammar size, lexer states and the
+    work of one mask by llguidance's default limits (an error past them, never an unbounded step).
+
+    Raises :class:`GrammarError` naming what llguidance could not compile (a construct it cannot
+    enforce exactly, a syntax error), :class:`CompileLimitError` past its size limits and
+    :class:`EmptyLanguageError` where not even the first token can be written.
+    """
+    from llguidance import LLMatcher
+
+    if len(source) > max_source_chars:
+        what = "regex" if kind == "regex" else "grammar"
+        raise CompileLimitError(f"the constraint's {what} has {len(source)} characters, over the cap of {max_source_chars}")
+    tokenizer = lazy_tokenizer(vocab, encode)
+    template = LLMatcher(tokenizer, _llg_grammar(kind, source), log_level=0)
+    if template.is_error():
+        raise _error(kind, template.get_error())
+    grammar = LazyGrammar(kind, source, vocab, template)
+    probe = grammar.matcher()
+    if probe.is_dead() or (not probe.is_accepting() and not probe.allowed_ids().size):
+        raise EmptyLanguageError(f"the {kind} admits no output this vocabulary can spell")
+    return grammar
+
+
+class LazyMatcher:
+    """:class:`~constrained_spec.grammar.matcher.GrammarMatcher` over an llguidance ``LLMatcher``.
+
+    llguidance enters a permanent error state on a forbidden token, so :meth:`advance` checks the
+    token first; rollback is llguidance's own (it keeps the parser's history). EOS is kept here and
+    never fed to llguidance: llguidance 1.9.1's rollback over a consumed EOS leaves a state whose masks
+    differ from a fresh replay of the same tokens (``tests/grammar/test_lazy.py`` holds the repro).
+    """
+
+    def __init__(self, vocab: TokenVocabulary, inner: object) -> None:
+        self.vocab = vocab
+        self._inner = inner
+        self._tokens: list[int] = []
+        self._eos = frozenset(vocab.eos_token_ids)
+        self._words = (vocab.size + 31) // 32
+        self._cached: tuple[int, np.ndarray] | None = None  # (length, packed mask) of the current position; reset on every move
+
+    @property
+    def length(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def tokens(self) -> list[int]:
+        """The accepted tokens (a copy)."""
+        return list(self._tokens)
+
+    def is_eos(self, token_id: int) -> bool:
+        return token_id in self._eos
+
+    def is_terminated(self) -> bool:
+        return bool(self._tokens) and self.is_eos(self._tokens[-1])
+
+    def is_accepting(self) -> bool:
+        return bool(self._inner.is_accepting())  # type: ignore[attr-defined]
+
+    def is_dead(self) -> bool:
+        """True where the text so far can be neither completed nor extended (nothing is allowed)."""
+        self._packed()
+        return bool(self._inner.is_error())  # type: ignore[attr-defined]
+
+    def _packed(self) -> np.ndarray:
+        """uint32 [words]: the allowed tokens at this position (computed once per position)."""
+        if self._cached is not None:
+            return self._cached[1]
+        # after EOS this is the mask before it (the engine never samples there; as the automaton does)
+        raw = self._inner.compute_bitmask()  # type: ignore[attr-defined]
+        words = np.frombuffer(raw, dtype=np.uint32, count=self._words).copy()
+        self._cached = (len(self._tokens), words)
+        return words
+
+    def allowed_mask(self) -> torch.Tensor:
+        bits = np.unpackbits(self._packed().view(np.uint8), bitorder="little")[: self.vocab.size]
+        return torch.from_numpy(bits.astype(np.bool_))
+
+    def allowed_ids(self) -> np.ndarray:
+        bits = np.unpackbits(self._packed().view(np.uint8), bitorder="little")[: self.vocab.size]
+        return np.flatnonzero(bits).astype(np.int64)
+
+    def bitmask(self) -> torch.Tensor:
+        return torch.from_numpy(self._packed().view(np.int32).copy())
+
+    def forced_token(self) -> int | None:
+        words = self._packed()
+        nonzero = np.flatnonzero(words)
+        if nonzero.size != 1:
+            return None
+        word = int(words[nonzero[0]])
+        if word & (word - 1):
+            return None
+        return int(nonzero[0]) * 32 + word.bit_length() - 1
+
+    def forced_bytes(self, limit: int = FORCED_BYTES_LIMIT) -> bytes:
+        if self.is_terminated():
+            return b""
+        return bytes(self._inner.compute_ff_bytes())[:limit]  # type: ignore[attr-defined]
+
+    def count_allowed(self, token_ids: Sequence[int]) -> int:
+        if self.is_terminated():
+            return 0
+        ids = [int(t) for t in token_ids]
+        for n, token in enumerate(ids):
+            if self.is_eos(token):  # EOS ends the text: allowed where it is complete, nothing after it
+                head = int(self._inner.validate_tokens(ids[:n])) if n else 0  # type: ignore[attr-defined]
+                if head < n:
+                    return head
+                return n + int(self._accepting_after(ids[:n]))
+        return int(self._inner.validate_tokens(ids))  # type: ignore[attr-defined]
+
+    def _accepting_after(self, ids: list[int]) -> bool:
+        if not ids:
+            return self.is_accepting()
+        if not self._inner.consume_tokens(ids):  # type: ignore[attr-defined]
+            raise GrammarError("llguidance rejected tokens it had validated")  # pragma: no cover
+        try:
+            return self.is_accepting()
+        finally:
+            self._inner.rollback(len(ids))  # type: ignore[attr-defined]
+
+    def accepts_prefix_bytes(self, data: bytes) -> bool:
+        if self.is_terminated():
+            return not data
+        if not data:
+            return True
+        tokenizer_ids = self._spell(data)
+        return tokenizer_ids is not None and int(self._inner.validate_tokens(tokenizer_ids)) == len(tokenizer_ids)  # type: ignore[attr-defined]
+
+    def _spell(self, data: bytes) -> list[int] | None:
+        """Some tokens that spell ``data`` exactly (the mask is byte-level, so any spelling answers)."""
+        try:
+            return greedy_encoder_for(self.vocab)(data)
+        except GrammarError:
+            return None
+
+    def state_key(self) -> Hashable | None:
+        return None  # positions are parser stacks: no small key tells them apart
+
+    def advance(self, token_id: int) -> None:
+        if self.is_terminated():
+            raise GrammarError("token after EOS")
+        token_id = int(token_id)
+        if self.is_eos(token_id):  # kept here, not fed to llguidance (its rollback over EOS is not exact)
+            if not self.is_accepting():
+                raise GrammarError(f"EOS before the text is complete (after {len(self._tokens)} tokens)")
+        elif int(self._inner.validate_tokens([token_id])) != 1:  # type: ignore[attr-defined]
+            raise GrammarError(f"token {token_id} is not allowed after {len(self._tokens)} tokens")
+        elif not self._inner.consume_token(token_id):  # type: ignore[attr-defined]
+            raise GrammarError(f"llguidance failed on token {token_id}: {self._inner.get_error()}")  # type: ignore[attr-defined]
+        self._tokens.append(token_id)
+        self._cached = None
+
+    def rollback(self, length: int) -> None:
+        if not 0 <= length <= len(self._tokens):
+            raise GrammarError(f"cannot roll back to length {length} from {len(self._tokens)}")
+        drop = len(self._tokens) - length - int(self.is_terminated() and length < len(self._tokens))
+        if length < len(self._tokens):
+            if drop and not self._inner.rollback(drop):  # type: ignore[attr-defined]
+                raise GrammarError(f"llguidance could not roll back {drop} tokens: {self._inner.get_error()}")  # type: ignore[attr-defined]
+            del self._tokens[length:]
+            self._cached = None
+
+
+_GREEDY: LRUCache = LRUCache(8)
+
+
+def greedy_encoder_for(vocab: TokenVocabulary) -> Callable[[bytes], list[int]]:
+    """:func:`greedy_encoder` of ``vocab``, built once per vocabulary."""
+    hit = _GREEDY.get(vocab.fingerprint)
+    if hit is None:
+        hit = greedy_encoder(vocab)
+        _GREEDY.put(vocab.fingerprint, hit)
+    return hit  # type: ignore[no-any-return]
