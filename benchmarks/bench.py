@@ -207,7 +207,7 @@ def geomean(values: Sequence[float | None]) -> float | None:
 
 #: the named workloads of ``--workload`` (files in ``benchmarks/``): the one the defaults were tuned
 #: on, and the held-out one written before any tuning (never tuned on)
-WORKLOAD_FILES = {"default": "workload.py", "heldout": "heldout.py"}
+WORKLOAD_FILES = {"default": "workload.py", "heldout": "heldout.py", "cfg": "cfg_workload.py"}
 
 
 class WorkItem:
@@ -456,8 +456,8 @@ def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature:
     if mode.adaptive:
         kwargs["adaptive"] = True
     rec: dict[str, Any] = {"proposers": list(kwargs.get("proposers", ())) or "default", "k": mode.k, "adaptive": mode.adaptive}
-    if cold:
-        cold_masks(compiled.automaton)
+    if cold and compiled.spec.kind != "lark" and getattr(gen, "grammar_engine", "automaton") == "automaton":
+        cold_masks(compiled.automaton)  # the lazy engine keeps no masks between requests: always cold
     masks = GrammarCallTimer()
     with PeakRSS() as mem:
         t0 = time.perf_counter()
@@ -474,7 +474,10 @@ def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature:
     s = result.stats
     valid = True
     try:
-        valid = not validation_errors(item.schema, json.loads(result.text))  # retrieves no $ref
+        if compiled.spec.kind == "lark":
+            compiled.parse_tree(result.text)  # lark judges a grammar's output
+        else:
+            valid = not validation_errors(item.schema, json.loads(result.text))  # retrieves no $ref
     except Exception:  # noqa: BLE001
         valid = False
     gen_tokens = s.generated_tokens
@@ -589,15 +592,19 @@ def user_message(gen: Any, item: Any, spec: Any) -> str:
 
 
 def compile_cold(gen: Any, schema: Any) -> float:
-    """Seconds to compile ``schema`` with no disk or memory cache (lazy masks excluded: they are
-    built per visited state during decoding and counted in mask time)."""
+    """Seconds to compile ``schema`` (a JSON Schema or a CFG) with no disk or memory cache, by the
+    Generator's engine, schema -> regex included (masks excluded: they are computed as decoding
+    reaches them and counted in mask time)."""
     from constrained_spec.grammar import output_spec
     from constrained_spec.grammar.automaton import AutomatonCompiler
+    from constrained_spec.grammar.lazy import compile_grammar
 
-    spec = output_spec(schema, gen.schema_options)
-    compiler = AutomatonCompiler(gen.vocab, disk_cache=False, compile_timeout=gen.compiler.compile_timeout)
     t0 = time.perf_counter()
-    compiler.compile(spec.regex)
+    spec = output_spec(schema, gen.schema_options)
+    if spec.kind == "lark" or getattr(gen, "grammar_engine", "automaton") == "lazy":
+        compile_grammar("lark" if spec.kind == "lark" else "regex", spec.regex, gen.vocab, gen._encode)
+    else:
+        AutomatonCompiler(gen.vocab, disk_cache=False, compile_timeout=gen.compiler.compile_timeout).compile(spec.regex)
     return time.perf_counter() - t0
 
 
