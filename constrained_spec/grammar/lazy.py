@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Sequence
 
 import numpy as np
 import torch
@@ -25,6 +25,9 @@ from constrained_spec.errors import CompileLimitError, EmptyLanguageError, Gramm
 from constrained_spec.grammar.matcher import FORCED_BYTES_LIMIT
 from constrained_spec.grammar.vocab import TokenVocabulary
 from constrained_spec.lru import LRUCache
+
+if TYPE_CHECKING:
+    from llguidance import LLMatcher, LLTokenizer
 
 #: llguidance marks special tokens by this first byte; the grammar never allows them
 _SPECIAL = b"\xff"
@@ -73,11 +76,11 @@ def greedy_encoder(vocab: TokenVocabulary) -> Callable[[bytes], list[int]]:
     return encode
 
 
-_TOKENIZERS: LRUCache = LRUCache(8)
+_TOKENIZERS: "LRUCache[str, LLTokenizer]" = LRUCache(8)
 _TOKENIZERS_LOCK = threading.Lock()
 
 
-def lazy_tokenizer(vocab: TokenVocabulary, encode: Callable[[str], list[int]] | None = None) -> object:
+def lazy_tokenizer(vocab: TokenVocabulary, encode: Callable[[str], list[int]] | None = None) -> "LLTokenizer":
     """llguidance's tokenizer for ``vocab`` (built once per vocabulary; ~0.4 s for 152k tokens).
 
     ``encode``: the model tokenizer's text -> ids (forced tokens are spelled canonically with it);
@@ -112,13 +115,13 @@ class LazyGrammar:
     kind: str  # "regex" or "lark"
     source: str  # the regex or the Lark text, as given
     vocab: TokenVocabulary
-    _template: object = field(repr=False, compare=False)
+    _template: "LLMatcher" = field(repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def matcher(self) -> "LazyMatcher":
         """A fresh matcher at the start of the grammar."""
         with self._lock:
-            inner = self._template.deep_copy()  # type: ignore[attr-defined]
+            inner = self._template.deep_copy()
         return LazyMatcher(self.vocab, inner)
 
 
@@ -192,7 +195,7 @@ class LazyMatcher:
     differ from a fresh replay of the same tokens (``tests/grammar/test_lazy.py`` holds the repro).
     """
 
-    def __init__(self, vocab: TokenVocabulary, inner: object) -> None:
+    def __init__(self, vocab: TokenVocabulary, inner: "LLMatcher") -> None:
         self.vocab = vocab
         self._inner = inner
         self._tokens: list[int] = []
@@ -216,19 +219,19 @@ class LazyMatcher:
         return bool(self._tokens) and self.is_eos(self._tokens[-1])
 
     def is_accepting(self) -> bool:
-        return bool(self._inner.is_accepting())  # type: ignore[attr-defined]
+        return bool(self._inner.is_accepting())
 
     def is_dead(self) -> bool:
         """True where the text so far can be neither completed nor extended (nothing is allowed)."""
         self._packed()
-        return bool(self._inner.is_error())  # type: ignore[attr-defined]
+        return bool(self._inner.is_error())
 
     def _packed(self) -> np.ndarray:
         """uint32 [words]: the allowed tokens at this position (computed once per position)."""
         if self._cached is not None:
             return self._cached[1]
         # after EOS this is the mask before it (the engine never samples there; as the automaton does)
-        raw = self._inner.compute_bitmask()  # type: ignore[attr-defined]
+        raw = self._inner.compute_bitmask()
         words = np.frombuffer(raw, dtype=np.uint32, count=self._words).copy()
         self._cached = (len(self._tokens), words)
         return words
@@ -257,7 +260,7 @@ class LazyMatcher:
     def forced_bytes(self, limit: int = FORCED_BYTES_LIMIT) -> bytes:
         if self.is_terminated():
             return b""
-        return bytes(self._inner.compute_ff_bytes())[:limit]  # type: ignore[attr-defined]
+        return bytes(self._inner.compute_ff_bytes())[:limit]
 
     def count_allowed(self, token_ids: Sequence[int]) -> int:
         if self.is_terminated():
@@ -265,21 +268,21 @@ class LazyMatcher:
         ids = [int(t) for t in token_ids]
         for n, token in enumerate(ids):
             if self.is_eos(token):  # EOS ends the text: allowed where it is complete, nothing after it
-                head = int(self._inner.validate_tokens(ids[:n])) if n else 0  # type: ignore[attr-defined]
+                head = int(self._inner.validate_tokens(ids[:n])) if n else 0
                 if head < n:
                     return head
                 return n + int(self._accepting_after(ids[:n]))
-        return int(self._inner.validate_tokens(ids))  # type: ignore[attr-defined]
+        return int(self._inner.validate_tokens(ids))
 
     def _accepting_after(self, ids: list[int]) -> bool:
         if not ids:
             return self.is_accepting()
-        if not self._inner.consume_tokens(ids):  # type: ignore[attr-defined]
+        if not self._inner.consume_tokens(ids):
             raise GrammarError("llguidance rejected tokens it had validated")  # pragma: no cover
         try:
             return self.is_accepting()
         finally:
-            self._inner.rollback(len(ids))  # type: ignore[attr-defined]
+            self._inner.rollback(len(ids))
 
     def accepts_prefix_bytes(self, data: bytes) -> bool:
         if self.is_terminated():
@@ -287,7 +290,7 @@ class LazyMatcher:
         if not data:
             return True
         tokenizer_ids = self._spell(data)
-        return tokenizer_ids is not None and int(self._inner.validate_tokens(tokenizer_ids)) == len(tokenizer_ids)  # type: ignore[attr-defined]
+        return tokenizer_ids is not None and int(self._inner.validate_tokens(tokenizer_ids)) == len(tokenizer_ids)
 
     def _spell(self, data: bytes) -> list[int] | None:
         """Some tokens that spell ``data`` exactly (the mask is byte-level, so any spelling answers)."""
@@ -306,10 +309,10 @@ class LazyMatcher:
         if self.is_eos(token_id):  # kept here, not fed to llguidance (its rollback over EOS is not exact)
             if not self.is_accepting():
                 raise GrammarError(f"EOS before the text is complete (after {len(self._tokens)} tokens)")
-        elif int(self._inner.validate_tokens([token_id])) != 1:  # type: ignore[attr-defined]
+        elif int(self._inner.validate_tokens([token_id])) != 1:
             raise GrammarError(f"token {token_id} is not allowed after {len(self._tokens)} tokens")
-        elif not self._inner.consume_token(token_id):  # type: ignore[attr-defined]
-            raise GrammarError(f"llguidance failed on token {token_id}: {self._inner.get_error()}")  # type: ignore[attr-defined]
+        elif not self._inner.consume_token(token_id):
+            raise GrammarError(f"llguidance failed on token {token_id}: {self._inner.get_error()}")
         self._tokens.append(token_id)
         self._cached = None
 
@@ -318,13 +321,13 @@ class LazyMatcher:
             raise GrammarError(f"cannot roll back to length {length} from {len(self._tokens)}")
         drop = len(self._tokens) - length - int(self.is_terminated() and length < len(self._tokens))
         if length < len(self._tokens):
-            if drop and not self._inner.rollback(drop):  # type: ignore[attr-defined]
-                raise GrammarError(f"llguidance could not roll back {drop} tokens: {self._inner.get_error()}")  # type: ignore[attr-defined]
+            if drop and not self._inner.rollback(drop):
+                raise GrammarError(f"llguidance could not roll back {drop} tokens: {self._inner.get_error()}")
             del self._tokens[length:]
             self._cached = None
 
 
-_GREEDY: LRUCache = LRUCache(8)
+_GREEDY: "LRUCache[str, Callable[[bytes], list[int]]]" = LRUCache(8)
 
 
 def greedy_encoder_for(vocab: TokenVocabulary) -> Callable[[bytes], list[int]]:
@@ -333,4 +336,4 @@ def greedy_encoder_for(vocab: TokenVocabulary) -> Callable[[bytes], list[int]]:
     if hit is None:
         hit = greedy_encoder(vocab)
         _GREEDY.put(vocab.fingerprint, hit)
-    return hit  # type: ignore[no-any-return]
+    return hit
