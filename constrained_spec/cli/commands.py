@@ -1,6 +1,7 @@
 """The command line: ``constrained-spec generate | fetch-models | serve``.
 
-Values go to stdout as JSON; stats, progress and errors go to stderr. Every error prints one line,
+Values go to stdout (JSON for a schema, the text itself for a regex or a Lark grammar); stats,
+progress and errors go to stderr. Every error prints one line,
 ``constrained-spec: error: ...``, never a traceback: exit status 2 for what the user passed (an
 argument, a missing file, an invalid schema, grammar or regex), 1 for what went wrong while running
 (a model that cannot be loaded, a token budget that ran out, a disk error).
@@ -106,6 +107,22 @@ def check_regex(pattern: str) -> None:
         raise GrammarError(f"invalid regex {pattern[:200]!r}: {detail}") from None
 
 
+def check_lark(text: str, name: str) -> None:
+    """Raise :class:`GrammarError` where lark cannot load the grammar of file ``name``, or llguidance
+    (which enforces it) refuses it; no vocabulary needed, neither imports torch."""
+    from llguidance import LLMatcher
+
+    from constrained_spec.grammar.lark_check import check_lark_grammar
+
+    try:
+        check_lark_grammar(text)
+    except GrammarError as exc:
+        raise GrammarError(f"{name}: {exc}") from None
+    error = LLMatcher.validate_grammar(LLMatcher.grammar_from_lark(text))
+    if error:
+        raise GrammarError(f"{name}: llguidance cannot compile the grammar: {one_line(error)}")
+
+
 def schema_options(args: argparse.Namespace) -> Any:
     """The SchemaOptions the generate arguments ask for."""
     from constrained_spec.grammar.json_schema import SchemaOptions
@@ -116,19 +133,23 @@ def schema_options(args: argparse.Namespace) -> Any:
 
 def compile_constraint(args: argparse.Namespace) -> Any:
     """The OutputSpec of --schema / --regex / --grammar: files read, the schema compiled to its
-    regex, the regex parsed. Raises UsageError, SchemaError or GrammarError; loads no model."""
-    from constrained_spec.grammar import Regex, output_spec
+    regex, the regex parsed, a Lark grammar (``.lark`` file) loaded by lark and checked by
+    llguidance. Raises UsageError, SchemaError or GrammarError; loads no model."""
+    from constrained_spec.grammar import CFG, Regex, output_spec
     from constrained_spec.progress import progress_after
 
     given = [name for name in ("schema", "regex", "grammar") if getattr(args, name) is not None]
     if len(given) > 1:
         raise UsageError(f"pass one of --schema, --regex or --grammar, not {' and '.join('--' + g for g in given)}")
     if not given:
-        raise UsageError("pass --schema FILE, --regex PATTERN or --grammar FILE.regex")
+        raise UsageError("pass --schema FILE, --regex PATTERN or --grammar FILE (.regex or .lark)")
     progress = args.progress or None
     if args.grammar is not None:
         if Path(args.grammar).suffix == ".lark":
-            raise GrammarError(f"{args.grammar}: Lark (context-free) grammars are not supported yet; use a .regex file or a JSON Schema")
+            text = read_input_file(args.grammar, "grammar")
+            with progress_after("checking the grammar", enabled=progress):
+                check_lark(text, args.grammar)
+            return output_spec(CFG(text))
         pattern = read_input_file(args.grammar, "grammar").strip()
     elif args.regex is not None:
         pattern = args.regex
@@ -188,7 +209,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         gen.compile(spec)
     result = gen.run(args.prompt, spec, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                      seed=args.seed, schema_in_prompt=not args.no_schema_in_prompt)
-    print(result.text if spec.kind == "regex" else json.dumps(json.loads(result.text), ensure_ascii=False))
+    print(result.text if spec.kind in ("regex", "lark") else json.dumps(json.loads(result.text), ensure_ascii=False))
     if args.stats:
         print(json.dumps(result.stats.as_dict(), indent=2), file=sys.stderr)
     return 0
@@ -231,10 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Exact grammar-constrained speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    g = sub.add_parser("generate", help="generate one value for a JSON Schema or regex")
+    g = sub.add_parser("generate", help="generate one value for a JSON Schema, a regex or a Lark grammar")
     g.add_argument("--schema", help="JSON Schema file")
     g.add_argument("--regex", help="a regex the whole output must match (instead of --schema)")
-    g.add_argument("--grammar", help="a .regex file from grammars/ (instead of --schema)")
+    g.add_argument("--grammar", help="a .regex file (one regex) or a .lark file (a Lark grammar, start rule 'start'), "
+                                     "e.g. from grammars/ (instead of --schema); the text is printed as generated")
     g.add_argument("--prompt", required=True, help="the user prompt")
     add_model_arguments(g)
     g.add_argument("--num-draft-tokens", "-k", type=non_negative_int, default=NUM_DRAFT_TOKENS,

@@ -9,7 +9,14 @@ from typing import Sequence
 
 from constrained_spec.cli.args import add_model_arguments, model_config
 from constrained_spec.config import NUM_DRAFT_TOKENS, DecodeConfig
-from constrained_spec.serving.limits import API_KEY_ENV, DEFAULT_MAX_QUEUE, DEFAULT_REQUEST_TIMEOUT, MAX_BODY_BYTES, MAX_SCHEMA_CHARS
+from constrained_spec.serving.limits import (
+    API_KEY_ENV,
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_REQUEST_TIMEOUT,
+    MAX_BODY_BYTES,
+    MAX_GRAMMAR_CHARS,
+    MAX_SCHEMA_CHARS,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -30,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES, help=f"largest request body in bytes, 413 beyond (default {MAX_BODY_BYTES})")
     p.add_argument("--max-schema-chars", type=int, default=MAX_SCHEMA_CHARS,
                    help=f"largest response_format schema / tools as compact JSON, 400 beyond (default {MAX_SCHEMA_CHARS})")
+    p.add_argument("--max-grammar-chars", type=int, default=MAX_GRAMMAR_CHARS,
+                   help=f"largest grammar / regex text of a request in characters, 400 beyond (default {MAX_GRAMMAR_CHARS})")
     p.add_argument("--compile-timeout", type=float, default=60.0, help="seconds one constraint may take to compile, 400 beyond (default 60)")
     p.add_argument("--log-level", default="info")
     return p
@@ -48,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     app = create_app(generator, model_name=args.model_name or args.model, max_queue=args.max_queue,
                      request_timeout=args.timeout, max_tokens_limit=args.max_tokens_limit, api_key=api_key,
-                     max_body_bytes=args.max_body_bytes, max_schema_chars=args.max_schema_chars)
+                     max_body_bytes=args.max_body_bytes, max_schema_chars=args.max_schema_chars,
+                     max_grammar_chars=args.max_grammar_chars)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 

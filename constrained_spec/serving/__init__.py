@@ -8,6 +8,10 @@
   - ``response_format`` (json_schema, json_object, text) and ``tools`` / ``tool_choice`` /
     ``parallel_tool_calls`` (default true, as OpenAI's: the model may write 1-4 calls): see
     :mod:`.completion` and :mod:`constrained_spec.tools`.
+  - Lark grammars: vLLM's ``structured_outputs: {"grammar": ...}`` / ``guided_grammar`` (and
+    their regex forms), and OpenAI custom tools whose format is a Lark grammar or a regex
+    (``{"type": "custom", "custom": {"name", "format": {"type": "grammar", ...}}}``): see
+    :mod:`.grammars`.
   - ``temperature`` (default 1, as OpenAI), ``top_p``, ``seed``, ``max_tokens`` /
     ``max_completion_tokens``, ``stream``, ``stream_options``; extensions ``top_k``,
     ``num_draft_tokens``, ``schema_in_prompt``. ``user``, ``metadata``, ``store``,
@@ -34,7 +38,7 @@ model 404, a full queue 429, a request that outlives ``request_timeout`` 504; an
 plain ``ValueError`` included) is a 500 that names no internals, logged with its traceback.
 Invalid output is never returned.
 
-Limits (:mod:`.limits`): the API key, the body cap (413) and the schema cap (400). One generation
+Limits (:mod:`.limits`): the API key, the body cap (413) and the schema and grammar caps (400). One generation
 runs at a time (:mod:`.scheduler`): requests wait in a bounded queue behind the running one;
 constraints compile off the generation worker; a timed-out or abandoned request stops after its
 current decode step.
@@ -50,9 +54,9 @@ from __future__ import annotations
 
 from constrained_spec.serving.app import create_app
 from constrained_spec.serving.errors import APIError, api_error
-from constrained_spec.serving.limits import API_KEY_ENV, MAX_BODY_BYTES, MAX_SCHEMA_CHARS
+from constrained_spec.serving.limits import API_KEY_ENV, MAX_BODY_BYTES, MAX_GRAMMAR_CHARS, MAX_SCHEMA_CHARS
 from constrained_spec.serving.protocol import ChatCompletionRequest
 from constrained_spec.serving.scheduler import Cancelled, GenerationQueue, QueueFull, QueueTimeout
 
-__all__ = ["API_KEY_ENV", "MAX_BODY_BYTES", "MAX_SCHEMA_CHARS", "APIError", "Cancelled", "ChatCompletionRequest",
+__all__ = ["API_KEY_ENV", "MAX_BODY_BYTES", "MAX_GRAMMAR_CHARS", "MAX_SCHEMA_CHARS", "APIError", "Cancelled", "ChatCompletionRequest",
            "GenerationQueue", "QueueFull", "QueueTimeout", "api_error", "create_app"]

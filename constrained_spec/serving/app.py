@@ -17,12 +17,15 @@ except ImportError:  # pragma: no cover - without the serve extra, create_app sa
 from constrained_spec.errors import TokenBudgetExceeded
 from constrained_spec.serving.completion import Plan, make_plan, partial_message, reply_message, stats_extra
 from constrained_spec.serving.errors import APIError, api_error, error_response, http_error, validation_error
+from constrained_spec.serving.grammars import grammar_texts, tools_for_schema_limit
 from constrained_spec.serving.limits import (
     DEFAULT_MAX_QUEUE,
     DEFAULT_REQUEST_TIMEOUT,
     MAX_BODY_BYTES,
+    MAX_GRAMMAR_CHARS,
     MAX_SCHEMA_CHARS,
     Guard,
+    check_grammar_size,
     check_max_tokens,
     check_schema_size,
 )
@@ -81,6 +84,7 @@ def create_app(
     max_body_bytes: int | None = MAX_BODY_BYTES,
     max_schema_chars: int | None = MAX_SCHEMA_CHARS,
     compile_threads: int = 2,
+    max_grammar_chars: int | None = MAX_GRAMMAR_CHARS,
 ) -> Any:
     """The FastAPI app serving ``generator`` (see :mod:`constrained_spec.serving`).
 
@@ -88,7 +92,8 @@ def create_app(
     ``request_timeout``: seconds a request may take, compiling and waiting included (504 after).
     ``max_tokens_limit``: the largest ``max_tokens`` accepted (default: no limit).
     ``api_key``: the bearer token every route but ``/health`` needs (None: no key).
-    ``max_body_bytes`` / ``max_schema_chars``: the request body and schema caps (None: none).
+    ``max_body_bytes`` / ``max_schema_chars`` / ``max_grammar_chars``: the request body, schema
+    and grammar caps (None: none).
     ``compile_threads``: threads that compile constraints, off the generation worker.
     """
     from fastapi import FastAPI
@@ -160,11 +165,12 @@ def create_app(
         check_messages(req.messages)
         max_tokens = req.max_completion_tokens or req.max_tokens
         check_max_tokens(max_tokens, max_tokens_limit)
-        check_schema_size(req.response_format, req.tools, max_schema_chars)
+        check_schema_size(req.response_format, tools_for_schema_limit(req.tools), max_schema_chars)
+        check_grammar_size(grammar_texts(req), max_grammar_chars)
         try:
             plan = make_plan(req, getattr(generator, "tokenizer", None))
         except Exception as exc:  # noqa: BLE001 - a bad tool is a 400; anything else a 500
-            raise api_error(exc, param="tools" if req.tools else "response_format") from exc
+            raise api_error(exc, param="tools" if req.tools else "response_format") from exc  # an APIError keeps its own param
 
         options = sampling_options(req, plan, max_tokens)
         completion_id = new_completion_id()

@@ -6,6 +6,9 @@ JSON object) or ``{"type": "text"}`` / absent (free text, ends at EOS or ``max_t
 ``tools`` / ``tool_choice`` / ``parallel_tool_calls``: see :mod:`constrained_spec.tools`; with
 ``"auto"`` the model picks between a text reply and a call inside one grammar, and with
 ``response_format`` as well the text reply follows that schema.
+Grammars (vLLM's ``guided_grammar`` / ``structured_outputs``) and OpenAI custom tools with a
+grammar format: see :mod:`.grammars` (modes ``"grammar"``, whose content is the generated text,
+and ``"custom_tool"``, whose reply is one custom tool call).
 """
 
 from __future__ import annotations
@@ -16,6 +19,16 @@ from typing import Any, Literal
 
 from constrained_spec.grammar import Regex
 from constrained_spec.serving.errors import APIError
+from constrained_spec.serving.grammars import (
+    choose_custom_tool,
+    custom_call,
+    custom_tool_messages,
+    custom_tools,
+    function_tools,
+    grammar_constraint,
+    has_custom_calls,
+    messages_without_custom_calls,
+)
 from constrained_spec.serving.protocol import ChatCompletionRequest, new_call_id
 from constrained_spec.tools import (
     ToolCallStream,
@@ -41,10 +54,11 @@ class Plan:
     prompt: list[dict]
     schema_in_prompt: bool
     param: str  # the request field a schema error points at
-    mode: Literal["text", "json", "tools"]
+    mode: Literal["text", "json", "tools", "grammar", "custom_tool"]
     tools: list = field(default_factory=list)
     content_is_text: bool = True  # for mode tools: whether the reply branch is a plain string
     template_tools: list[dict] | None = None  # tool dicts for the chat template's own tool rendering
+    custom_tool: str | None = None  # for mode custom_tool: the name of the custom tool called
 
 
 def make_plan(req: ChatCompletionRequest, tokenizer: Any = None) -> Plan:
@@ -64,8 +78,25 @@ def make_plan(req: ChatCompletionRequest, tokenizer: Any = None) -> Plan:
     elif rf_type != "text":
         raise APIError(400, f"response_format type {rf_type!r} is not supported; use 'json_schema', 'json_object' or 'text'", param="response_format")
 
-    tools = normalize_tools(req.tools or [])
+    messages = messages_without_custom_calls(req.messages) if has_custom_calls(req.messages) else req.messages
+    functions = function_tools(req.tools)
     requested = req.tool_choice if req.tool_choice is not None else "auto"
+    grammar = grammar_constraint(req)
+    if grammar is not None:
+        if rf_type != "text":
+            raise APIError(400, f"{grammar.param} and response_format {rf_type!r} cannot be combined: give one constraint", param=grammar.param)
+        if req.tools and requested != "none":
+            raise APIError(400, f"{grammar.param} cannot be combined with tools (unless tool_choice is 'none'): give one constraint",
+                           param=grammar.param)
+        return Plan(grammar.output_type, plain_messages(messages), False, grammar.param, "grammar")
+    custom = choose_custom_tool(req.tool_choice, functions, custom_tools(req.tools))
+    if custom is not None:
+        if req.stream:
+            raise APIError(400, "stream with a custom tool call is not supported: OpenAI's chunk format has no custom tool-call delta; "
+                           "send stream: false", param="stream", code="unsupported_parameter")
+        prompt = custom_tool_messages(plain_messages(messages), custom)
+        return Plan(custom.output_type, prompt, False, custom.param, "custom_tool", custom_tool=custom.name)
+    tools = normalize_tools(functions)
     if not tools and requested == "auto":
         requested = "none"  # tool_choice "auto" without tools: nothing to call
     choice = normalize_tool_choice(requested, tools)
@@ -73,9 +104,9 @@ def make_plan(req: ChatCompletionRequest, tokenizer: Any = None) -> Plan:
     if tools and choice != "none":
         parallel = req.parallel_tool_calls is not False  # OpenAI's default: parallel calls allowed
         schema = tool_call_schema(tools, requested, parallel=parallel, content_schema=content_schema)
-        prompt, template_tools = tool_prompt(tokenizer, req.messages, tools, requested, parallel=parallel, content_schema=content_schema)
+        prompt, template_tools = tool_prompt(tokenizer, messages, tools, requested, parallel=parallel, content_schema=content_schema)
         return Plan(schema, prompt, bool(explicit), "tools", "tools", tools, content_schema is None, template_tools)
-    prompt = plain_messages(req.messages)
+    prompt = plain_messages(messages)
     if content_schema is None:
         return Plan(FREE_TEXT, prompt, False, "response_format", "text")
     return Plan(content_schema, prompt, True if explicit is None else explicit, "response_format.json_schema.schema", "json")
@@ -89,6 +120,9 @@ def stats_extra(plan: Plan, result: Any) -> dict:
 def reply_message(plan: Plan, result: Any) -> tuple[dict, str]:
     """The assistant message of a finished generation, and its ``finish_reason``."""
     finish = "length" if getattr(result.stats, "stop_reason", "") == "max_new_tokens" else "stop"
+    if plan.mode == "custom_tool":
+        call = custom_call(str(plan.custom_tool), result.text)
+        return {"role": "assistant", "content": None, "tool_calls": [call], "refusal": None}, "length" if finish == "length" else "tool_calls"
     if plan.mode == "tools":
         reply = parse_tool_output(result.value, plan.tools)
         if reply.tool_calls:
@@ -107,6 +141,8 @@ def reply_message(plan: Plan, result: Any) -> tuple[dict, str]:
 def partial_message(plan: Plan, text: str) -> dict:
     """The message of a generation cut by its token budget: the partial text, or for tools the
     calls begun so far (arguments cut where the budget ran out) or the reply's partial content."""
+    if plan.mode == "custom_tool":
+        return {"role": "assistant", "content": None, "tool_calls": [custom_call(str(plan.custom_tool), text)], "refusal": None}
     if plan.mode != "tools":
         return {"role": "assistant", "content": text, "refusal": None}
     read = ToolCallStream()

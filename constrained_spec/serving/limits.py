@@ -5,7 +5,10 @@
 ``Authorization: Bearer <key>`` (compared in constant time), else 401. ``max_body_bytes``: a
 larger body is a 413, by its ``Content-Length`` or, for a chunked body, as soon as the bytes read
 pass the cap. ``max_schema_chars``: the response_format schema and the tools, as compact JSON,
-beyond it are a 400 naming the limit. A full queue is a 429 (:mod:`.scheduler`).
+beyond it are a 400 naming the limit. ``max_grammar_chars``: the grammar and regex texts of a
+request (``guided_grammar``, ``structured_outputs``, custom tools' formats), in characters, beyond
+it are a 400 naming the limit (a custom tool's grammar counts there, not in the schema cap). A
+full queue is a 429 (:mod:`.scheduler`).
 """
 
 from __future__ import annotations
@@ -16,13 +19,15 @@ from typing import Any
 
 from constrained_spec.serving.errors import APIError
 
-__all__ = ["API_KEY_ENV", "DEFAULT_MAX_QUEUE", "DEFAULT_REQUEST_TIMEOUT", "MAX_BODY_BYTES", "MAX_SCHEMA_CHARS",
-           "Guard", "check_max_tokens", "check_schema_size"]
+__all__ = ["API_KEY_ENV", "DEFAULT_MAX_QUEUE", "DEFAULT_REQUEST_TIMEOUT", "MAX_BODY_BYTES", "MAX_GRAMMAR_CHARS", "MAX_SCHEMA_CHARS",
+           "Guard", "check_grammar_size", "check_max_tokens", "check_schema_size"]
 
 #: the environment variable ``constrained-spec serve`` reads its API key from (read, never written)
 API_KEY_ENV = "CONSTRAINED_SPEC_API_KEY"
 MAX_BODY_BYTES = 1 << 20
 MAX_SCHEMA_CHARS = 32_768
+#: the grammar and regex texts of one request, in characters
+MAX_GRAMMAR_CHARS = 32_768
 #: requests that may wait behind the running one
 DEFAULT_MAX_QUEUE = 16
 #: seconds a request may take, compiling and waiting included
@@ -45,6 +50,16 @@ def check_schema_size(response_format: Any, tools: Any, limit: int | None) -> No
     if total > limit:
         raise APIError(400, f"the request's schemas (response_format and tools) have {total} characters as compact JSON, over "
                        f"this server's limit of {limit} (max_schema_chars)", param=max(sizes, key=sizes.__getitem__), code="schema_too_large")
+
+
+def check_grammar_size(texts: dict[str, str], limit: int | None) -> None:
+    """The grammar texts of a request (by the field each is in) together fit ``limit`` characters."""
+    if limit is None or not texts:
+        return
+    total = sum(len(t) for t in texts.values())
+    if total > limit:
+        raise APIError(400, f"the request's grammars have {total} characters, over this server's limit of {limit} (max_grammar_chars)",
+                       param=max(texts, key=lambda k: len(texts[k])), code="grammar_too_large")
 
 
 class Guard:

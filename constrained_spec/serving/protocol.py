@@ -6,8 +6,9 @@ distribution, or this server has no such thing): ``n`` other than 1, ``stop``, `
 ``top_logprobs``, non-zero ``presence_penalty`` / ``frequency_penalty``, a non-empty
 ``logit_bias``, ``functions`` / ``function_call`` (use ``tools``), ``audio``, ``modalities`` other
 than ``["text"]``, ``prediction``, ``web_search_options``, ``reasoning_effort``, ``verbosity``; any
-other undeclared field is unrecognized (400, as OpenAI does). Messages need a known ``role`` and
-text content; text that is not valid Unicode (a lone surrogate) and NaN or Infinity anywhere in the
+other undeclared field is unrecognized (400, as OpenAI does); vLLM's ``structured_outputs``,
+``guided_grammar`` and ``guided_regex`` are declared (:mod:`.grammars`). Messages need a known
+``role`` and text content (an assistant turn's ``tool_calls`` may be function or custom calls); text that is not valid Unicode (a lone surrogate) and NaN or Infinity anywhere in the
 body are a 400.
 """
 
@@ -72,6 +73,10 @@ class ChatCompletionRequest(BaseModel):
     modalities: list[str] | None = None
     num_draft_tokens: int | None = Field(default=None, ge=0, le=MAX_DRAFT_TOKENS)
     schema_in_prompt: bool | None = None
+    # vLLM's grammar parameters (see :mod:`.grammars`): a Lark grammar or a regex for the content
+    structured_outputs: dict[str, Any] | None = None
+    guided_grammar: str | None = None
+    guided_regex: str | None = None
     # accepted and ignored: they do not change the output
     user: Any = None
     metadata: Any = None
@@ -165,6 +170,12 @@ def check_messages(messages: list[dict[str, Any]]) -> None:
             if role != "assistant" or not isinstance(calls, list):
                 raise APIError(400, f"{where}.tool_calls must be a list, on an assistant message", param=f"{where}.tool_calls", code="invalid_message")
             for j, call in enumerate(calls):
+                if isinstance(call, dict) and call.get("type") == "custom":  # an OpenAI custom tool call
+                    custom = call.get("custom")
+                    if not isinstance(custom, dict) or not isinstance(custom.get("name"), str) or not isinstance(custom.get("input", ""), str):
+                        raise APIError(400, f"{where}.tool_calls[{j}] must be {{'id', 'type': 'custom', 'custom': {{'name', 'input'}}}}",
+                                       param=f"{where}.tool_calls[{j}]", code="invalid_message")
+                    continue
                 fn = call.get("function") if isinstance(call, dict) else None
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments", ""), (str, dict)):
                     raise APIError(400, f"{where}.tool_calls[{j}] must be {{'id', 'type': 'function', 'function': {{'name', 'arguments'}}}}",

@@ -54,7 +54,7 @@ def test_errors_are_one_clear_line(model_dirs, tmp_path):
     assert out.returncode == 2 and "does not exist" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_grammar_files_compile_and_lark_is_refused(model_dirs, tmp_path):
+def test_grammar_files_compile():  # .lark files on the command line: tests/cli/test_cli_grammar.py
     from constrained_spec.grammar.automaton import AutomatonCompiler
     from constrained_spec.grammar.vocab import TokenVocabulary
 
@@ -62,10 +62,6 @@ def test_grammar_files_compile_and_lark_is_refused(model_dirs, tmp_path):
     for path in (ROOT / "grammars").glob("*.regex"):
         automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(path.read_text().strip())
         assert automaton.num_states > 1
-    lark = tmp_path / "g.lark"
-    lark.write_text('start: "a"')
-    out = run_cli("generate", "--grammar", str(lark), "--prompt", "x", "--model", model_dirs[0], "--draft", "none", cache=tmp_path)
-    assert out.returncode == 2 and "not supported" in out.stderr
 
 
 # -- fail fast: user errors answer in one line, before any model loads ---------------------------
