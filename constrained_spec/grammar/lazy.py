@@ -201,6 +201,7 @@ class LazyMatcher:
         self._tokens: list[int] = []
         self._eos = frozenset(vocab.eos_token_ids)
         self._words = (vocab.size + 31) // 32
+        self._single = byte_tokens_for(vocab)  # byte -> a one-byte token, to spell bytes for llguidance
         self._cached: tuple[int, np.ndarray] | None = None  # (length, packed mask) of the current position; reset on every move
 
     @property
@@ -289,11 +290,19 @@ class LazyMatcher:
             return not data
         if not data:
             return True
-        tokenizer_ids = self._spell(data)
-        return tokenizer_ids is not None and int(self._inner.validate_tokens(tokenizer_ids)) == len(tokenizer_ids)
+        single = self._single
+        try:
+            ids = [single[b] for b in data]
+        except KeyError:
+            spelled = self._spell(data)
+            if spelled is None:
+                return False
+            ids = spelled
+        return int(self._inner.validate_tokens(ids)) == len(ids)
 
     def _spell(self, data: bytes) -> list[int] | None:
-        """Some tokens that spell ``data`` exactly (the mask is byte-level, so any spelling answers)."""
+        """Some tokens that spell ``data`` exactly (the mask is byte-level, so any spelling answers),
+        longest match first: for vocabularies without a one-byte token for every byte in ``data``."""
         try:
             return greedy_encoder_for(self.vocab)(data)
         except GrammarError:
@@ -336,4 +345,19 @@ def greedy_encoder_for(vocab: TokenVocabulary) -> Callable[[bytes], list[int]]:
     if hit is None:
         hit = greedy_encoder(vocab)
         _GREEDY.put(vocab.fingerprint, hit)
+    return hit
+
+
+_BYTE_TOKENS: "LRUCache[str, dict[int, int]]" = LRUCache(8)
+
+
+def byte_tokens_for(vocab: TokenVocabulary) -> dict[int, int]:
+    """byte value -> the id of a token spelling just that byte (where the vocabulary has one)."""
+    hit = _BYTE_TOKENS.get(vocab.fingerprint)
+    if hit is None:
+        hit = {}
+        for tid, raw in sorted(vocab.tokens.items(), reverse=True):
+            if len(raw) == 1:
+                hit[raw[0]] = tid
+        _BYTE_TOKENS.put(vocab.fingerprint, hit)
     return hit
