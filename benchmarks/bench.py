@@ -1135,6 +1135,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--schema-hint", default="full", choices=["full", "compact"],
                    help="how the prompt's schema hint writes the schema (default full)")
+    p.add_argument("--grammar-engine", choices=("lazy", "automaton"), default="lazy",
+                   help="lazy (llguidance, the default) or automaton (the eager byte DFA): Generator(grammar_engine=...)")
     p.add_argument("--draft-window", type=int, default=0,
                    help="the draft model sees only the last N prompt tokens (0: the whole prompt; DecodeConfig.draft_window)")
     p.add_argument("--no-chart", action="store_true", help="skip chart.png (matplotlib)")
@@ -1179,8 +1181,9 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
         # num_draft_tokens = the largest k: it is also the cap of adaptive k (its cost curve's length)
         generator = Generator(args.model, draft, cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, progress=progress,
                               max_new_tokens=args.max_new_tokens, num_draft_tokens=max(ks), schema_hint_style=args.schema_hint,
-                              draft_window=args.draft_window)
+                              draft_window=args.draft_window, grammar_engine=args.grammar_engine)
         config.extra["load_s"] = time.perf_counter() - t0
+    config.extra["grammar_engine"] = getattr(generator, "grammar_engine", None)
     config.extra["schema_hint"] = generator.schema_hint_style
     config.extra["draft_window"] = generator.decode.draft_window
     _warm_up(generator)
