@@ -14,6 +14,7 @@ special tokens that the grammar never allows (EOS only where the text is complet
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Hashable, Sequence
@@ -132,13 +133,39 @@ class LazyGrammar:
 _NO_FORCING = '%llguidance {"no_forcing": true}\n'
 
 
+#: terminals of lark's ``common`` library whose llguidance namesake accepts more than lark's does,
+#: written out as lark defines them (without lark's look-behind, which llguidance cannot take):
+#: llguidance's ESCAPED_STRING allows a raw newline inside the quotes, lark's does not
+_LARK_COMMON = {"ESCAPED_STRING": r'/"([^"\\\n]|\\[^\n])*"/'}
+_IMPORT_ONE = re.compile(r"^(\s*)%import\s+common\.(\w+)(?:\s*->\s*(\w+))?\s*$")
+_IMPORT_MANY = re.compile(r"^(\s*)%import\s+common\s*\(([^)]*)\)\s*$")
+
+
+def _lark_common_as_lark(source: str) -> str:
+    """``source`` with imports of the terminals in :data:`_LARK_COMMON` replaced by lark's definitions."""
+    out: list[str] = []
+    for line in source.splitlines():
+        one, many = _IMPORT_ONE.match(line), _IMPORT_MANY.match(line)
+        if one and one.group(2) in _LARK_COMMON:
+            out.append(f"{one.group(1)}{one.group(3) or one.group(2)}: {_LARK_COMMON[one.group(2)]}")
+        elif many and any(name.strip() in _LARK_COMMON for name in many.group(2).split(",")):
+            names = [name.strip() for name in many.group(2).split(",") if name.strip()]
+            kept = [n for n in names if n not in _LARK_COMMON]
+            if kept:
+                out.append(f"{many.group(1)}%import common ({', '.join(kept)})")
+            out.extend(f"{many.group(1)}{n}: {_LARK_COMMON[n]}" for n in names if n in _LARK_COMMON)
+        else:
+            out.append(line)
+    return "\n".join(out) + ("\n" if source.endswith("\n") else "")
+
+
 def _llg_grammar(kind: str, source: str) -> str:
     import json
 
     from llguidance import LLMatcher
 
     if kind == "lark":  # llguidance takes Lark text as it is; lark lets %ignore text open the output too
-        return _NO_FORCING + '%llguidance {"allow_initial_skip": true}\n' + source
+        return _NO_FORCING + '%llguidance {"allow_initial_skip": true}\n' + _lark_common_as_lark(source)
     if kind != "regex":
         raise GrammarError(f"unknown grammar kind {kind!r}")
     top = json.loads(LLMatcher.grammar_from_regex(source))
