@@ -184,3 +184,20 @@ def test_make_demo_command_on_the_real_pair() -> None:
     err = proc.stderr.splitlines()
     stats = json.loads("\n".join(err[max(i for i, line in enumerate(err) if line == "{"):]))
     assert stats["generated_tokens"] > 0 and stats["stop_reason"] == "eos", stats
+
+
+def test_cfg_grammars_prints_texts_that_lark_parses() -> None:
+    import lark
+
+    lines = run_example("examples/cfg_grammars.py", "--max-new-tokens", "24")
+    complete = 0
+    for line in lines:
+        m = re.fullmatch(r"(\w+): (.+)  \(lark tree root 'start'; (\d+) tokens, (\d+) target forwards\)", line)
+        if m is None:
+            assert re.fullmatch(r"\w+: no complete output within 24 tokens", line), line
+            continue
+        name, text = m.group(1), ast.literal_eval(m.group(2))
+        lark.Lark((ROOT / "grammars" / f"{name}.lark").read_text()).parse(text)  # lark is the oracle
+        assert 1 <= int(m.group(3)) <= 24
+        complete += 1
+    assert len(lines) == 4 and complete >= 1, lines
