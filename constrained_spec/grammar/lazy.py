@@ -361,6 +361,11 @@ class LazyMatcher:
                 raise GrammarError(f"llguidance could not roll back {drop} tokens: {self._inner.get_error()}")
             del self._tokens[length:]
             self._cached = None
+            if drop:
+                # llguidance 1.9.1 can return a stale mask for the first token consumed after a rollback
+                # in a CFG (the mask at '(()' allowed '))' after '(((' -> rollback -> ')'); computing the
+                # mask at once, here, avoids it (tests/grammar/test_lazy_differential.py holds the repro)
+                self._packed()
 
 
 _GREEDY: "LRUCache[str, Callable[[bytes], list[int]]]" = LRUCache(8)

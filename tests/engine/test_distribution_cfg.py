@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import pytest
 import torch
-from grammar_oracles import STALE_MASK_REASON, LarkOracle, lazy_matcher_stale_mask
+from grammar_oracles import LarkOracle
 from synthetic import PrefixModel, make_decoder
 from test_distribution import ALPHA, chi2_pvalue, verify_resample_from_p, verify_unmasked_acceptance
 
@@ -178,11 +178,6 @@ def check_exact(name: str, policy: SamplingPolicy, k: int, proposers: str, n: in
 
 T1, T07 = SamplingPolicy(temperature=1.0), SamplingPolicy(temperature=0.7)
 
-#: while the lazy engine's masks can be stale after a rollback (an llguidance bug that
-#: ``tests/grammar/test_lazy_differential.py`` pins down), a run can sample a forbidden token
-#: (GrammarError) or miss an allowed one: these tests are expected to fail; they run for real as
-#: soon as the probe finds the masks fresh
-STALE_MASK = pytest.mark.xfail(lazy_matcher_stale_mask(), reason=STALE_MASK_REASON, strict=False)
 
 FAST = [
     pytest.param("brackets", T1, 3, "model", id="brackets-T1-k3-model"),
@@ -194,20 +189,17 @@ SLOW = [
 ]
 
 
-@STALE_MASK
 @pytest.mark.parametrize("name,policy,k,proposers", FAST)
 def test_cfg_speculative_matches_exact_constrained_target(name, policy, k, proposers):
     check_exact(name, policy, k, proposers)
 
 
-@STALE_MASK
 @pytest.mark.slow
 @pytest.mark.parametrize("name,policy,k,proposers", SLOW)
 def test_cfg_speculative_matches_exact_full_grid(name, policy, k, proposers):
     check_exact(name, policy, k, proposers, SLOW_SAMPLES)
 
 
-@STALE_MASK
 @pytest.mark.parametrize("name,wrong", [
     pytest.param("brackets", verify_resample_from_p, id="brackets-resample-from-p"),
     pytest.param("lists", verify_unmasked_acceptance, id="lists-unmasked-acceptance"),
