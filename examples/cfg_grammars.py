@@ -6,6 +6,9 @@ a SQL SELECT subset and a function-call DSL.
 
 Each output is masked token by token by the grammar (llguidance's Lark) and parsed by lark at the
 end (``result.tree``); speculative decoding leaves it exactly what the target alone would write.
+No grammar is appended to the prompt (a schema is, for JSON Schema outputs), so each prompt says
+what to write: told only "as a function call", the 1.5B model starts with prose, which the grammar
+squeezes into one long identifier until the token budget runs out.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ PROMPTS = {
     "json": "Write a JSON object for a book with a title, an author and a list of two chapter titles. JSON:",
     "arithmetic": "Write only an arithmetic expression for the cost of 3 pens at 1.25 and 2 pads at 4.5. Expression:",
     "sql_select": "Table people(name, age, city). Write one SQL query: the names of people over 30 in Paris. SQL:",
-    "function_call": "Call get_weather for Paris over 3 days, as a function call like f(x=1). Call:",
+    "function_call": ("Reply with only a function call, no prose, in the form name(arg=value). Example: search(query=\"cats\", limit=2)\n"
+                      "Task: get the weather in Paris for the next 3 days with get_weather(city, days)."),
 }
 
 
