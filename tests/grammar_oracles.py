@@ -30,6 +30,18 @@ import regex as regex_pkg
 from lark import Lark, Token
 
 
+def in_language(grammar: str, text: str) -> bool:
+    """Whether lark (Earley) parses ``text`` with ``grammar``: the language oracle of the request-level tests."""
+    from lark import Lark
+    from lark.exceptions import LarkError
+
+    try:
+        Lark(grammar, parser="earley").parse(text)
+    except LarkError:
+        return False
+    return True
+
+
 class LarkOracle:
     """Viable-prefix and completeness reference for a Lark grammar (start rule ``start``)."""
 

@@ -264,13 +264,15 @@ class LazyMatcher:
         self._cached = (len(self._tokens), words)
         return words
 
+    def _bits(self) -> np.ndarray:
+        """uint8 [V]: 1 where the token is allowed at this position."""
+        return np.unpackbits(self._packed().view(np.uint8), bitorder="little")[: self.vocab.size]
+
     def allowed_mask(self) -> torch.Tensor:
-        bits = np.unpackbits(self._packed().view(np.uint8), bitorder="little")[: self.vocab.size]
-        return torch.from_numpy(bits.astype(np.bool_))
+        return torch.from_numpy(self._bits().astype(np.bool_))
 
     def allowed_ids(self) -> np.ndarray:
-        bits = np.unpackbits(self._packed().view(np.uint8), bitorder="little")[: self.vocab.size]
-        return np.flatnonzero(bits).astype(np.int64)
+        return np.flatnonzero(self._bits()).astype(np.int64)
 
     def bitmask(self) -> torch.Tensor:
         return torch.from_numpy(self._packed().view(np.int32).copy())

@@ -9,28 +9,10 @@ import time
 from pathlib import Path
 
 import jsonschema
-import pytest
+from cli_support import run_cli
 from tiny_models import tiny_llama
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def model_dirs(gpt2_tokenizer, tmp_path_factory):
-    base = tmp_path_factory.mktemp("models")
-    dirs = []
-    for seed in (1, 2):
-        folder = base / f"tiny{seed}"
-        tiny_llama(50257, seed=seed).save_pretrained(folder)
-        gpt2_tokenizer.save_pretrained(folder)
-        dirs.append(str(folder))
-    return dirs
-
-
-def run_cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
-    env = {"CONSTRAINED_SPEC_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "constrained_spec.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=300, check=False)
 
 
 def test_generate_prints_a_valid_value_and_stats(model_dirs, tmp_path):

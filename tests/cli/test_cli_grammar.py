@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from lark import Lark
-from lark.exceptions import LarkError
-from tiny_models import tiny_llama
+from cli_support import run_cli
+from grammar_oracles import in_language
 
 ROOT = Path(__file__).resolve().parents[2]
 #: finite languages, so a tiny random model always finishes within its budget
@@ -21,32 +20,6 @@ GRAMMARS = {
     "yes_no.lark": 'start: "yes" | "no"\n',
     "brackets.lark": 'start: pair | pair pair\npair: "(" ")" | "[" "]"\n',
 }
-
-
-@pytest.fixture(scope="module")
-def model_dirs(gpt2_tokenizer, tmp_path_factory):
-    base = tmp_path_factory.mktemp("models")
-    dirs = []
-    for seed in (1, 2):
-        folder = base / f"tiny{seed}"
-        tiny_llama(50257, seed=seed).save_pretrained(folder)
-        gpt2_tokenizer.save_pretrained(folder)
-        dirs.append(str(folder))
-    return dirs
-
-
-def run_cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
-    env = {"CONSTRAINED_SPEC_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "constrained_spec.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=300, check=False)
-
-
-def in_language(grammar: str, text: str) -> bool:
-    try:
-        Lark(grammar, parser="earley").parse(text)
-    except LarkError:
-        return False
-    return True
 
 
 def test_the_oracle_rejects_text_outside_the_language():  # negative control of in_language

@@ -11,12 +11,11 @@ decoding token for token, and rejections really happened.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import pytest
 import torch
-from synthetic import make_decoder
+from synthetic import PrefixModel, make_decoder
 
 from constrained_spec.grammar.lark_check import parse_with_lark
 from constrained_spec.grammar.lazy import compile_grammar
@@ -27,28 +26,20 @@ GRAMMARS = Path(__file__).resolve().parents[2] / "grammars"
 CASES = sorted((g.stem, s) for g in GRAMMARS.glob("*.lark") for s in sorted((GRAMMARS / "samples" / g.stem / "valid").glob("*.txt"))[:2])
 
 
-class SampleSeekingModel:
-    """Logits: seeded noise plus ``bonus`` on tokens whose bytes continue ``sample`` after the text so far."""
-
-    device = torch.device("cpu")
+class SampleSeekingModel(PrefixModel):
+    """:class:`PrefixModel`'s seeded noise plus ``bonus`` on tokens whose bytes continue ``sample``
+    after the text so far (and on EOS once it is spelled)."""
 
     def __init__(self, vocab, sample: bytes, prompt_len: int, bonus: float, seed: int) -> None:
-        self.vocab, self.sample, self.prompt_len, self.bonus, self.seed = vocab, sample, prompt_len, bonus, seed
-        self.vocab_size = vocab.size
+        super().__init__(vocab.size, seed, scale=2.0)
+        self.vocab, self.sample, self.prompt_len, self.bonus = vocab, sample, prompt_len, bonus
         self.by_bytes: dict[bytes, list[int]] = {}
         for tid, raw in vocab.tokens.items():
             self.by_bytes.setdefault(raw, []).append(tid)
         self.longest = max(len(b) for b in self.by_bytes)
-        self.tokens: list[int] = []
-
-    @property
-    def length(self) -> int:
-        return len(self.tokens)
 
     def logits(self, prefix: list[int]) -> torch.Tensor:
-        digest = hashlib.sha256(f"{self.seed}|{prefix}".encode()).digest()
-        g = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
-        out = torch.randn(self.vocab_size, generator=g, dtype=torch.float64).float() * 2.0
+        out = super().logits(prefix)
         written = b"".join(self.vocab.tokens.get(t, b"") for t in prefix[self.prompt_len :])
         if self.sample.startswith(written):
             rest = self.sample[len(written) :]
@@ -58,22 +49,6 @@ class SampleSeekingModel:
                 for tid in self.by_bytes.get(rest[:n], ()):
                     out[tid] += self.bonus * (0.5 + n / (2 * self.longest))  # longer pieces first
         return out
-
-    def extend(self, tokens: list[int]) -> torch.Tensor:
-        rows = []
-        for t in tokens:
-            self.tokens.append(t)
-            rows.append(self.logits(self.tokens))
-        return torch.stack(rows)
-
-    def prefill(self, tokens: list[int]) -> None:
-        self.extend(tokens)
-
-    def crop(self, length: int) -> None:
-        del self.tokens[length:]
-
-    def reset(self) -> None:
-        self.tokens = []
 
 
 @pytest.fixture(scope="module")

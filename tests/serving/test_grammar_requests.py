@@ -14,8 +14,7 @@ import time
 
 import jsonschema
 import pytest
-from lark import Lark
-from lark.exceptions import LarkError
+from grammar_oracles import in_language
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -38,14 +37,6 @@ def custom(name="shape", grammar=BRACKETS, syntax="lark", description="Draws bra
 
 def pick(name):
     return {"type": "custom", "custom": {"name": name}}
-
-
-def in_language(grammar: str, text: str) -> bool:
-    try:
-        Lark(grammar, parser="earley").parse(text)
-    except LarkError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")
