@@ -1,4 +1,4 @@
-"""Shared by the CLI tests: a subprocess run of ``constrained-spec`` (the model folders are a fixture in tests/cli/conftest.py)."""
+"""Shared by the CLI tests: a subprocess run of ``constrained-spec`` (the model folders are the model_dirs fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
