@@ -7,6 +7,7 @@ it cannot parse is an error, never a returned value.
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -17,8 +18,26 @@ _PARSERS: LRUCache[str, Any] = LRUCache(64)
 _LOCK = threading.Lock()
 
 
+#: ``%import`` directives: only lark's built-in ``common`` library may be named (llguidance knows no
+#: other), so a grammar never makes lark look for files on this machine
+_IMPORT = re.compile(r"^\s*%import\s+(\.?[\w.]*)", re.MULTILINE)
+_ALLOWED_IMPORTS = ("common",)
+
+
+def check_imports(text: str) -> None:
+    """:class:`GrammarError` for any ``%import`` of a module other than lark's ``common``."""
+    for match in _IMPORT.finditer(text):
+        module = match.group(1).split(".")[0] if not match.group(1).startswith(".") else match.group(1)
+        if module not in _ALLOWED_IMPORTS:
+            raise GrammarError(f"%import of {match.group(1)!r} is not allowed: grammars may import only from lark's "
+                               f"built-in 'common' library (no grammar file is read)")
+
+
 def check_lark_grammar(text: str) -> Any:
-    """lark's Earley parser for ``text`` (cached); :class:`GrammarError` naming what lark refuses."""
+    """lark's Earley parser for ``text`` (cached); :class:`GrammarError` naming what lark refuses.
+
+    Imports are checked first (:func:`check_imports`): only lark's ``common`` library."""
+    check_imports(text)
     with _LOCK:
         hit = _PARSERS.get(text)
     if hit is not None:

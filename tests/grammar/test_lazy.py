@@ -167,7 +167,7 @@ def test_cfg_start_rule_and_file(generators, tmp_path):
 def test_cfg_lark_must_load_it(generators):
     spec, _ = generators
     with pytest.raises(GrammarError, match="lark cannot load"):
-        spec.compile(CFG('start: "a"\n%import nowhere.X\n'))
+        spec.compile(CFG('start: "a" |\n  | ) (\n'))  # not Lark at all
 
 
 def test_lark_judges_the_output(generators):
@@ -188,3 +188,24 @@ def test_engines_agree_on_regex_outputs(tiny_generator):
 def test_unknown_engine_is_a_config_error(tiny_generator):
     with pytest.raises(ConfigError, match="grammar engine"):
         tiny_generator(draft=False, grammar_engine="fast")
+
+
+def test_a_grammar_cannot_make_lark_read_files(generators, tmp_path, monkeypatch):
+    """Only lark's built-in ``common`` may be imported: lark would otherwise look for (and, on its
+    import paths, read) ``.lark`` files named by the request."""
+    spec, _ = generators
+    (tmp_path / "sneaky.lark").write_text('X: "secret"\n')
+    monkeypatch.chdir(tmp_path)
+    opened: list[str] = []
+    real_open = open
+
+    def watching_open(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", watching_open)
+    for grammar in ('start: X\n%import sneaky.X\n', 'start: X\n%import .sneaky.X\n'):
+        with pytest.raises(GrammarError, match="not allowed"):
+            spec.compile(CFG(grammar))
+    assert not [f for f in opened if "sneaky" in f]
+    assert spec.compile(CFG('start: WORD\n%import common.WORD\n')).spec.kind == "lark"
