@@ -47,7 +47,8 @@ class SpeculativeDecoder:
     ``target`` and ``draft`` share one vocabulary (checked by the caller); ``draft`` may be None.
     ``proposers``: the free proposal sources (grammar strings, prompt lookup, ...), asked in order;
     the draft model, when given, proposes where none of them does. ``draft_length``: adaptive k
-    (``config.num_draft_tokens`` is then the cap).
+    (``config.num_draft_tokens`` is then the cap). ``draft_cap``: k -> the draft length for this
+    step (a batch lowers it as rows join: ``engine.batching``).
     """
 
     def __init__(
@@ -65,6 +66,7 @@ class SpeculativeDecoder:
         draft_length: AdaptiveDraftLength | None = None,
         hooks: DecodeHooks | None = None,
         allowed_mask: Callable[[GrammarMatcher], torch.Tensor] | None = None,
+        draft_cap: Callable[[int], int] | None = None,
     ) -> None:
         if max_new_tokens < 1:
             raise ConfigError("max_new_tokens must be >= 1")
@@ -92,6 +94,8 @@ class SpeculativeDecoder:
         self.max_new_tokens = max_new_tokens
         self.verifier = verifier
         self.draft_length = draft_length
+        #: the draft length by load (batched decoding): k -> the cap to use this step
+        self.draft_cap = draft_cap
         self.committed: list[int] = []  # prompt + accepted tokens
         self.prompt_len = 0
         self.draft_offset = 0  # committed tokens before the draft's cache (``draft_window``)
@@ -164,7 +168,8 @@ class SpeculativeDecoder:
             self.stats.forced_tokens += 1
             return 1
         before = len(self.committed)
-        block = self.propose(min(self.k, remaining - 1))
+        k = self.k if self.draft_cap is None or self.k == 0 else self.draft_cap(self.k)
+        block = self.propose(min(k, remaining - 1))
         result = self.verify_block(block)
         self.accept_and_rollback(block, result)
         return len(self.committed) - before

@@ -1,0 +1,306 @@
+"""Continuous batching: many decoding rows, each its own exact decode loop, share every forward.
+
+Each request runs the ordinary single-sequence loop (:class:`~constrained_spec.engine.loop.SpeculativeDecoder`)
+on its own thread, over :class:`RowModel` views of the batched models: a row's ``extend``,
+``prefill`` and cut-head calls become :class:`~constrained_spec.models.batched.RowCall` jobs, and
+the :class:`BatchCoordinator` runs them together once every active row is waiting on one. So each
+row's algorithm, grammar, sampling options, RNG stream, proposers, draft length, budget and stop
+are its own, and the output distribution of a row cannot depend on the others; only the forward is
+shared. Rows join (a slot) and leave between rounds; a finished, failed or cancelled row frees its
+slot at once.
+
+A round runs one batched forward per model for the rows waiting on it, then a bounded share of the
+prompts waiting to be prefilled (``prefill_chunk`` tokens while other rows decode, so a long prompt
+joining stalls them for one chunk at a time; more when nobody decodes). Prompts go through the
+:class:`~constrained_spec.engine.prefix_cache.PrefixCache` first: a prefix another request already
+prefilled is copied into the slot instead of computed again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+
+from constrained_spec.engine.prefix_cache import PrefixCache
+from constrained_spec.errors import ConfigError
+from constrained_spec.models.batched import HeadKind, RowBackend, RowCall
+
+__all__ = ["BatchCoordinator", "BatchMetrics", "RowModel"]
+
+
+@dataclass
+class _Job:
+    """A row waiting on a model: a forward call, or a prompt to prefill (in chunks)."""
+
+    model: str
+    call: RowCall
+    prefill: bool = False
+    done_tokens: int = 0  # prefill: prompt tokens in the slot so far
+    done: bool = False
+    result: torch.Tensor | None = None
+    error: BaseException | None = None
+
+
+@dataclass
+class BatchMetrics:
+    """What the coordinator counted: rounds, rows per forward (a histogram), forward and prefill
+    seconds, prefix-cache hits (tokens reused)."""
+
+    rounds: int = 0
+    rows_per_forward: dict[int, int] = field(default_factory=dict)
+    forward_seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    prefill_tokens: int = 0
+    reused_tokens: int = 0
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "rows_per_forward": dict(self.rows_per_forward),
+                "forward_seconds": self.forward_seconds, "prefill_seconds": self.prefill_seconds,
+                "prefill_tokens": self.prefill_tokens, "reused_tokens": self.reused_tokens}
+
+
+class BatchCoordinator:
+    """Runs the forwards of up to ``slots`` decoding rows together.
+
+    ``models``: the batched models by name (``"target"``, ``"draft"``), each with at least
+    ``slots`` cache rows; a row holds the same slot in every model. ``prefill_chunk``: prompt tokens
+    per round while other rows decode. ``prefix_cache_bytes``: memory for reusable prompt prefixes
+    per model (0: no prefix cache); ``min_prefix``: the shortest prefix worth reusing.
+    """
+
+    def __init__(self, models: dict[str, RowBackend], slots: int | None = None, *, prefill_chunk: int = 128,
+                 idle_prefill_chunk: int = 512, prefix_cache_bytes: int = 1 << 30, min_prefix: int = 16) -> None:
+        if not models:
+            raise ConfigError("a batch coordinator needs at least one model")
+        self.models = dict(models)
+        self.slots = min(m.slots for m in self.models.values()) if slots is None else slots
+        if self.slots < 1 or any(m.slots < self.slots for m in self.models.values()):
+            raise ConfigError(f"every batched model needs {self.slots} slots")
+        self.max_length = min(m.max_length for m in self.models.values())
+        self.prefill_chunk, self.idle_prefill_chunk = max(1, prefill_chunk), max(1, idle_prefill_chunk)
+        self.prefixes = {name: PrefixCache(prefix_cache_bytes, min_prefix) for name in self.models} if prefix_cache_bytes > 0 else {}
+        self.metrics = BatchMetrics()
+        self._free = deque(range(self.slots))
+        self._slot_free = threading.Condition()
+        self._cond = threading.Condition()
+        self._active = 0  # rows holding a slot
+        self._pending: list[_Job] = []  # at most one per active row
+        self._running = False
+
+    # -- rows ------------------------------------------------------------------------------
+    @property
+    def active_rows(self) -> int:
+        return self._active
+
+    def acquire(self, timeout: float | None = None) -> int:
+        """A free slot for a new row (waits for one); the row counts as active until :meth:`release`."""
+        with self._slot_free:
+            if not self._slot_free.wait_for(lambda: bool(self._free), timeout):
+                raise TimeoutError("no free batch slot")
+            slot = self._free.popleft()
+        with self._cond:
+            self._active += 1
+        return slot
+
+    def release(self, slot: int) -> None:
+        """The row on ``slot`` left: its slot is free, and the rows waiting on it no longer do."""
+        with self._cond:
+            self._active -= 1
+            self._cond.notify_all()
+        with self._slot_free:
+            self._free.append(slot)
+            self._slot_free.notify()
+
+    def rows(self, model: str, slot: int) -> RowModel:
+        """The :class:`RowModel` view of ``model`` on ``slot``."""
+        return RowModel(self, model, slot)
+
+    # -- jobs ------------------------------------------------------------------------------
+    def submit(self, job: _Job) -> torch.Tensor | None:
+        """Wait until ``job`` has run (as part of a round, maybe run by this thread); its result."""
+        with self._cond:
+            self._pending.append(job)
+            while not job.done:
+                if not self._running and len(self._pending) >= self._active:
+                    self._running = True
+                    batch = self._take()
+                    self._cond.release()
+                    try:
+                        self._run_round(batch)
+                    finally:
+                        self._cond.acquire()
+                        self._running = False
+                        self._pending = [j for j in self._pending if not j.done]
+                        self._cond.notify_all()
+                else:
+                    self._cond.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def _take(self) -> list[_Job]:
+        """The jobs of the next round: every forward call, and prefills up to the round's budget."""
+        calls = [j for j in self._pending if not j.prefill]
+        budget = self.prefill_chunk if calls else self.idle_prefill_chunk
+        prefills = []
+        for job in self._pending:
+            if job.prefill and budget > 0:
+                prefills.append(job)
+                budget -= len(job.call.tokens) - job.done_tokens
+        return calls + prefills
+
+    def _run_round(self, jobs: list[_Job]) -> None:
+        self.metrics.rounds += 1
+        calls = [j for j in jobs if not j.prefill]
+        for name in self.models:
+            mine = [j for j in calls if j.model == name]
+            if mine:
+                self._forward(name, mine)
+        budget = self.prefill_chunk if calls else self.idle_prefill_chunk
+        for job in (j for j in jobs if j.prefill):
+            if budget <= 0:
+                break
+            budget -= self._prefill_chunk(job, budget)
+
+    def _forward(self, name: str, jobs: list[_Job]) -> None:
+        t0 = time.perf_counter()
+        try:
+            results = self.models[name].forward([j.call for j in jobs])
+        except BaseException as exc:  # noqa: BLE001 - every waiting row gets the error
+            for j in jobs:
+                j.error, j.done = exc, True
+            return
+        finally:
+            self.metrics.forward_seconds += time.perf_counter() - t0
+        hist = self.metrics.rows_per_forward
+        hist[len(jobs)] = hist.get(len(jobs), 0) + 1
+        for j, r in zip(jobs, results):
+            j.result, j.done = r, True
+
+    def _prefill_chunk(self, job: _Job, budget: int) -> int:
+        """Advance a prefill by up to ``budget`` tokens (after the prefix cache's share); tokens computed."""
+        model, call = self.models[job.model], job.call
+        tokens, t0 = call.tokens, time.perf_counter()
+        cache = self.prefixes.get(job.model)
+        try:
+            if job.done_tokens == 0 and call.start == 0 and cache is not None:
+                reused = cache.restore(model, call.slot, tokens)
+                job.done_tokens = reused
+                self.metrics.reused_tokens += reused
+            n = min(budget, len(tokens) - job.done_tokens)
+            if n > 0:
+                start = job.done_tokens
+                model.forward([RowCall(call.slot, call.start + start, tokens[start : start + n], head="none")])
+                job.done_tokens += n
+                self.metrics.prefill_tokens += n
+            if job.done_tokens >= len(tokens):
+                if cache is not None and call.start == 0:
+                    cache.store(model, call.slot, tokens)
+                job.done = True
+            return max(n, 0)
+        except BaseException as exc:  # noqa: BLE001
+            job.error, job.done = exc, True
+            return 0
+        finally:
+            self.metrics.prefill_seconds += time.perf_counter() - t0
+
+    # -- draft length by load --------------------------------------------------------------
+    def draft_cap(self, k_max: int) -> int:
+        """The draft length a row uses now: ``k_max`` alone, fewer as more rows share each verify
+        (see :func:`~constrained_spec.engine.draft_length.batch_draft_length`)."""
+        from constrained_spec.engine.draft_length import batch_draft_length
+
+        return batch_draft_length(self._active, k_max)
+
+    def slots_in_use(self) -> Iterator[int]:
+        """Slots held by rows now."""
+        free = set(self._free)
+        return (s for s in range(self.slots) if s not in free)
+
+
+class RowModel:
+    """One row of a batched model, as the decode loop sees a model (:class:`SequenceModel`, with the
+    restricted-head capability where the batched model has it). Its length is its own: a crop is
+    free; the tokens past it are overwritten by the next call."""
+
+    def __init__(self, coordinator: BatchCoordinator, model: str, slot: int) -> None:
+        self.coordinator, self.name, self.slot = coordinator, model, slot
+        self.backend = coordinator.models[model]
+        self.vocab_size = self.backend.vocab_size
+        self.device = torch.device(self.backend.device)
+        self._length = 0
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    def _call(self, tokens: list[int], head: HeadKind, allowed_ids: torch.Tensor | None = None, prefill: bool = False) -> torch.Tensor | None:
+        if not tokens:
+            raise ValueError("extend() needs at least one token")
+        if self._length + len(tokens) > self.coordinator.max_length:
+            raise ValueError(f"row {self.slot}: {self._length + len(tokens)} tokens exceed the batch slot's {self.coordinator.max_length}")
+        job = _Job(self.name, RowCall(self.slot, self._length, list(tokens), head, allowed_ids), prefill=prefill)
+        result = self.coordinator.submit(job)
+        self._length += len(tokens)
+        return result
+
+    def extend(self, tokens: list[int]) -> torch.Tensor:
+        out = self._call(tokens, "all")
+        assert out is not None
+        return out
+
+    def prefill(self, tokens: list[int]) -> None:
+        self._call(tokens, "none", prefill=True)
+
+    def crop(self, length: int) -> None:
+        if length > self._length or length < 0:
+            raise ValueError(f"cannot crop a row of {self._length} tokens to {length}")
+        self._length = length
+
+    def reset(self) -> None:
+        self._length = 0
+
+    # the restricted-head capability (engine.proposers.DraftModelProposer uses it)
+    @property
+    def can_restrict_head(self) -> bool:
+        return self.backend.can_restrict_head
+
+    @property
+    def head_prefix(self) -> int:
+        return self.backend.head_prefix
+
+    def set_head_prefix(self, n: int) -> bool:
+        return False  # set once on the shared model, not per row
+
+    def extend_last(self, tokens: list[int], allowed_ids: torch.Tensor) -> torch.Tensor:
+        out = self._call(tokens, "restricted", allowed_ids)
+        assert out is not None
+        return out
+
+    def extend_prefix_head(self, tokens: list[int]) -> torch.Tensor:
+        out = self._call(tokens, "prefix")
+        assert out is not None
+        return out
+
+
+def build_coordinator(target: Any, draft: Any, slots: int, max_length: int, *, prefix_cache_bytes: int = 1 << 30,
+                      prefill_chunk: int = 128) -> BatchCoordinator:
+    """A coordinator over batched views of ``target`` and ``draft`` (transformers models wrapped as
+    :class:`~constrained_spec.models.hf.HFModel`; ``draft`` may be None): ``slots`` rows of up to
+    ``max_length`` tokens each, their caches preallocated."""
+    from constrained_spec.models.batched import BatchedHFModel
+    from constrained_spec.models.hf import HFModel
+
+    models: dict[str, RowBackend] = {}
+    for name, model in (("target", target), ("draft", draft)):
+        if model is None:
+            continue
+        if not isinstance(model, HFModel):
+            raise ConfigError(f"batched decoding needs transformers models; the {name} is a {type(model).__name__}")
+        models[name] = BatchedHFModel(model, slots, max_length)
+    return BatchCoordinator(models, slots, prefill_chunk=prefill_chunk, prefix_cache_bytes=prefix_cache_bytes)
