@@ -41,12 +41,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"largest grammar / regex text of a request in characters, 400 beyond (default {MAX_GRAMMAR_CHARS})")
     p.add_argument("--compile-timeout", type=float, default=60.0, help="seconds one constraint may take to compile, 400 beyond (default 60)")
     p.add_argument("--log-level", default="info")
+    from constrained_spec.cli.ray_serve import add_ray_arguments
+
+    add_ray_arguments(p)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Load the models, then run uvicorn until interrupted."""
     args = build_parser().parse_args(argv)  # before the heavy imports: --help and bad arguments stay fast
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    if args.ray:  # the replicas load the models; this process only deploys them
+        from constrained_spec.cli.ray_serve import run_ray
+
+        return run_ray(args, dict(model_name=args.model_name or args.model, max_queue=args.max_queue, request_timeout=args.timeout,
+                                  max_tokens_limit=args.max_tokens_limit, api_key=api_key, max_body_bytes=args.max_body_bytes,
+                                  max_schema_chars=args.max_schema_chars, max_grammar_chars=args.max_grammar_chars))
     import uvicorn
 
     from constrained_spec.api import Generator
@@ -54,7 +64,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     generator = Generator.from_config(model_config(args), DecodeConfig(num_draft_tokens=args.num_draft_tokens),
                                       max_new_tokens=args.max_new_tokens, compile_timeout=args.compile_timeout)
-    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     app = create_app(generator, model_name=args.model_name or args.model, max_queue=args.max_queue,
                      request_timeout=args.timeout, max_tokens_limit=args.max_tokens_limit, api_key=api_key,
                      max_body_bytes=args.max_body_bytes, max_schema_chars=args.max_schema_chars,

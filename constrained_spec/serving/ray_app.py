@@ -188,7 +188,7 @@ class _Stats:
 class ConstrainedSpecReplica:
     """A model replica: one Generator and the project's FastAPI app, driven in process over ASGI."""
 
-    async def __init__(self, options: ReplicaOptions, max_constraints: int = 64) -> None:
+    async def __init__(self, options: ReplicaOptions, max_constraints: int = 64) -> None:  # type: ignore[misc]  # Serve awaits it
         import ray
         from ray import serve
 
