@@ -335,8 +335,10 @@ class PeerClient:
     """Talks to ``benchmarks/peer_outlines.py`` over a JSON-lines pipe (one request at a time)."""
 
     def __init__(self, python: str, model_path: str, threads: int | None = None, timeout: float = 1800.0,
-                 log_path: str | Path | None = None, script: str | Path | None = None, dtype: str | None = None) -> None:
+                 log_path: str | Path | None = None, script: str | Path | None = None, dtype: str | None = None,
+                 device: str | None = None) -> None:
         self.python, self.model_path, self.threads, self.timeout, self.dtype = python, model_path, threads, timeout, dtype
+        self.device = None if device in (None, "cpu") else device
         self.script = str(script or BENCH_DIR / "peer_outlines.py")
         self.log_path = Path(log_path) if log_path else None
         self.proc: subprocess.Popen | None = None
@@ -346,7 +348,7 @@ class PeerClient:
 
     def start(self) -> dict[str, Any]:
         cmd = [self.python, self.script, "--model", self.model_path] + (["--threads", str(self.threads)] if self.threads else []) \
-            + (["--dtype", self.dtype] if self.dtype else [])
+            + (["--dtype", self.dtype] if self.dtype else []) + (["--device", self.device] if self.device else [])
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, env=env)
@@ -858,7 +860,8 @@ def environment(gen: Any, config: BenchConfig, peer: PeerClient | None) -> dict[
         "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "loadavg_at_end": load,
         "target": _name(gen.target), "draft": _name(gen.draft) if gen.draft is not None else None,
-        "dtype": _dtype_label(transformers_model(gen.target)),
+        "dtype": _dtype_label(transformers_model(gen.target)), "device": str(getattr(gen.target, "device", "cpu")),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "draft_dtype": _dtype_label(transformers_model(gen.draft)) if gen.draft is not None else None,
         "max_new_tokens": config.max_new_tokens, "ks": list(config.ks), "temperatures": list(config.temperatures),
         "cold_masks": config.cold_masks, "process_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -1179,7 +1182,8 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
 
         draft = None if str(args.draft).lower() in {"none", ""} else args.draft
         # num_draft_tokens = the largest k: it is also the cap of adaptive k (its cost curve's length)
-        generator = Generator(args.model, draft, cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, progress=progress,
+        generator = Generator(args.model, draft, cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, device=args.device,
+                              progress=progress,
                               max_new_tokens=args.max_new_tokens, num_draft_tokens=max(ks), schema_hint_style=args.schema_hint,
                               draft_window=args.draft_window, grammar_engine=args.grammar_engine)
         config.extra["load_s"] = time.perf_counter() - t0
@@ -1192,11 +1196,14 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
     if any(m.kind == "peer" for m in modes):
         python = find_peer_python(args.peer_python)
         model_path, peer_dtype = args.peer_model, (None if args.dtype == "auto" else args.dtype)
+        peer_device = str(getattr(generator.target, "device", "cpu"))  # the peer runs where the target does
         if model_path is None and isinstance(args.model, str):
             try:
-                from constrained_spec.models.store import resolve_model_path
+                from constrained_spec.models.devices import dtype_for_device
+                from constrained_spec.models.store import lookup_role, resolve_model_path
 
-                r = resolve_model_path(args.model, cache_dir=args.cache_dir, dtype=args.dtype, progress=False)
+                tag = dtype_for_device(args.dtype, lookup_role(args.model, "target"), peer_device)
+                r = resolve_model_path(args.model, cache_dir=args.cache_dir, dtype=tag, progress=False)
                 model_path = r.path if r.kind in {"short-name", "folder"} else None
                 peer_dtype = r.dtype
             except Exception as exc:  # noqa: BLE001
@@ -1207,7 +1214,7 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
             print("[bench] peer: needs a transformers model folder (--peer-model); skipped", file=sys.stderr)
         else:
             peer = PeerClient(python, model_path, threads=_torch_threads(), timeout=args.peer_timeout,
-                              log_path=out_dir / "peer.log", dtype=peer_dtype)
+                              log_path=out_dir / "peer.log", dtype=peer_dtype, device=peer_device)
             try:
                 info = peer.start()
                 print(f"[bench] peer ready: outlines {info.get('versions', {}).get('outlines')} via {python} "

@@ -101,7 +101,7 @@ def _pack(model: Any, weights: str) -> None:
 
 
 class Peer:
-    def __init__(self, model_path: str, threads: int | None, dtype: str = "fp32") -> None:
+    def __init__(self, model_path: str, threads: int | None, dtype: str = "fp32", device: str = "cpu") -> None:
         import outlines
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -113,6 +113,10 @@ class Peer:
         self.hf_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[dtype](), local_files_only=True).eval()
         if dtype in PACKED:
             _pack(self.hf_model, PACKED[dtype])
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        if self.cuda:
+            self.hf_model.to(self.device)
         self.load_s = time.perf_counter() - t0
         self.model = outlines.from_transformers(self.hf_model, self.hf_tokenizer)
         self.generators: dict[str, Any] = {}
@@ -130,7 +134,7 @@ class Peer:
 
         self.hf_model.generate = capture  # instance attribute: outlines calls self.model.generate
         with torch.inference_mode():  # first-call initialisation out of the timings
-            self.hf_model(input_ids=torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]]))
+            self.hf_model(input_ids=torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]], device=self.device))
         self._forward_times.clear()
         try:
             from importlib.metadata import version
@@ -143,6 +147,8 @@ class Peer:
         self._forward_times.append((time.perf_counter(), 0.0))
 
     def _post(self, *_: Any) -> None:
+        if self.cuda:  # a forward's time on the GPU ends when its kernels do
+            __import__("torch").cuda.synchronize(self.device)
         start, _unused = self._forward_times[-1]
         self._forward_times[-1] = (start, time.perf_counter())
 
@@ -235,12 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", required=True, help="a transformers model folder (the converted target)")
     p.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="weights dtype (match the project's run)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N (match the project's target)")
     p.add_argument("--self-test", metavar="SCHEMA", help="run one greedy request for SCHEMA (a .json file) and exit")
     args = p.parse_args(argv)
     real_stdout = sys.stdout
     sys.stdout = sys.stderr  # library chatter during loading must not reach the protocol stream
     try:
-        peer = Peer(args.model, args.threads, args.dtype)
+        peer = Peer(args.model, args.threads, args.dtype, args.device)
     except Exception as exc:  # noqa: BLE001
         traceback.print_exc(file=sys.stderr)
         real_stdout.write(json.dumps({"ready": False, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}) + "\n")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, DecodeConfig, ModelConfig, fields_of
+from constrained_spec.engine.batching import BatchCoordinator
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
 from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.engine.proposers import GrammarStringProposer, GrammarStrings, PromptLookupProposer, PromptText, Proposer
@@ -155,31 +156,40 @@ _LOADED: weakref.WeakValueDictionary[tuple, _Loaded] = weakref.WeakValueDictiona
 _LOADED_LOCK = threading.Lock()
 
 
-def _load_shared(spec: str, role: str, cache_dir: Any, dtype: str, progress: bool) -> _Loaded:
-    """The loaded (model, tokenizer) of ``spec``: the registry's, else a fresh load registered.
+def _load_shared(spec: str, role: str, cache_dir: Any, dtype: str, progress: bool, device: str = "cpu") -> _Loaded:
+    """The loaded (model, tokenizer) of ``spec`` on ``device`` (resolved: ``cpu`` / ``cuda:N``): the
+    registry's, else a fresh load registered.
 
     ``role`` is part of the key: ``dtype="auto"`` and the packing of the output head depend on it.
     """
     from constrained_spec.models.store import resolve_model
 
-    key = (spec, str(dtype), None if cache_dir is None else str(cache_dir), role)
+    key = (spec, str(dtype), None if cache_dir is None else str(cache_dir), role, device)
     with _LOADED_LOCK:  # one load per key, even when two threads ask at once
         hit = _LOADED.get(key)
         if hit is None:
-            model, tok = resolve_model(spec, cache_dir=cache_dir, dtype=dtype, progress=progress, role=role)
+            model, tok = resolve_model(spec, cache_dir=cache_dir, dtype=dtype, progress=progress, role=role, device=device)
             hit = _LOADED[key] = _Loaded(model, tok)
     return hit
 
 
 def _load(spec: Any, tokenizer: Any, role: str, cache_dir: Any, dtype: str, progress: bool,
-          keep: list[_Loaded]) -> tuple[SequenceModel, Any]:
+          keep: list[_Loaded], device: str = "auto") -> tuple[SequenceModel, Any]:
+    """A model spec loaded on ``device`` (or a model object, left where it is: an explicit device
+    that is not where the object lives is a ConfigError) and its tokenizer."""
+    from constrained_spec.models.devices import normalize_device, resolve_device, same_device
+
     if isinstance(spec, str):
-        loaded = _load_shared(spec, role, cache_dir, dtype, progress)
+        loaded = _load_shared(spec, role, cache_dir, dtype, progress, resolve_device(device))
         keep.append(loaded)  # the Generator's strong reference keeps the registry entry alive
         return wrap(loaded.model), tokenizer or loaded.tokenizer
     if tokenizer is None and not isinstance(spec, SequenceModel):
         raise ModelLoadError(f"a {role} model object needs its tokenizer: pass tokenizer=...")
-    return wrap(spec), tokenizer
+    model = wrap(spec)
+    if normalize_device(device) != "auto" and not same_device(model.device, resolve_device(device)):
+        raise ConfigError(f"the {role} model object is on {model.device}, not on device={device!r}: move it there "
+                          "first (a model object is used where it is), or pass device='auto'")
+    return model, tokenizer
 
 
 #: compiled constraints a Generator keeps (LRU): a long-running server sees many schemas
@@ -194,8 +204,17 @@ class Generator:
     ``draft=None`` decodes with the target alone (the baseline, what the benchmark calls
     target-only): then no proposer runs unless ``proposers`` names some. ``dtype`` applies to both
     models, ``draft_dtype`` (if given) to the draft; ``"auto"`` picks the fastest measured here per
-    role. Models given by spec are shared with other live Generators that loaded the same spec
+    role (bf16/fp16 on CUDA). ``device``: where models given by spec load: ``"auto"`` (CUDA when
+    torch sees a GPU, else the CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; CUDA where there is none,
+    or a CPU-only packed dtype (``fp16w``/``int8w``) on CUDA, is a ConfigError. Model objects stay
+    where they are. Models given by spec are shared with other live Generators that loaded the same spec
     (same dtype, cache_dir and role): a second Generator does not load them again.
+
+    ``max_batch_size`` > 1 turns on continuous batching: calls of :meth:`run` from that many
+    threads at once (the server's requests, :meth:`run_batch`) decode as rows of one batch, each
+    exactly as alone, sharing every forward; each row's cache holds ``batch_max_tokens`` (prompt and
+    output), preallocated; ``prefix_cache_mb`` per model keeps prefilled prompts for requests that
+    start the same way; ``prefill_chunk`` prompt tokens join per batch step while others decode.
 
     ``decode``: a :class:`~constrained_spec.config.DecodeConfig` (how to draft and verify); any of
     its fields may also be given by keyword (``num_draft_tokens=3``, ``proposers=("grammar",)``,
@@ -216,11 +235,16 @@ class Generator:
         cache_dir: Any = None,
         dtype: str = "auto",
         draft_dtype: str | None = None,
+        device: str = "auto",
         compile_timeout: float | None = 120.0,
         disk_cache: bool = True,
         grammar_engine: str = "lazy",
         progress: bool = True,
         eos_token_ids: Sequence[int] | None = None,
+        max_batch_size: int = 1,
+        batch_max_tokens: int = 4096,
+        prefix_cache_mb: int = 1024,
+        prefill_chunk: int = 128,
         **decode_options: Any,
     ) -> None:
         from constrained_spec.sampling.kernels import get_verifier
@@ -232,12 +256,12 @@ class Generator:
         if schema_hint_style not in SCHEMA_HINT_STYLES:
             raise ConfigError(f"unknown schema hint style {schema_hint_style!r}; choose one of {', '.join(SCHEMA_HINT_STYLES)}")
         self._loaded: list[_Loaded] = []
-        self.target, self.tokenizer = _load(model, tokenizer, "target", cache_dir, dtype, progress, self._loaded)
+        self.target, self.tokenizer = _load(model, tokenizer, "target", cache_dir, dtype, progress, self._loaded, device)
         self.draft: SequenceModel | None = None
         draft_tokenizer = None
         if draft is not None:
             self.draft, draft_tokenizer = _load(draft, None if isinstance(draft, str) else tokenizer, "draft", cache_dir,
-                                               dtype if draft_dtype is None else draft_dtype, progress, self._loaded)
+                                               dtype if draft_dtype is None else draft_dtype, progress, self._loaded, device)
         check_same_vocabulary(self.tokenizer, draft_tokenizer, self.target, self.draft)
         heads = restricted_head(self.draft) if self.draft is not None else None
         size = self.decode.draft_head_tokens
@@ -259,12 +283,21 @@ class Generator:
         self._lock = threading.Lock()
         #: tokens the models can attend to (prompt + new tokens); None: unknown, not checked
         self.context_length: int | None = _context_length(self.tokenizer, self.target, self.draft)
+        #: continuous batching (``max_batch_size > 1``): calls on other threads decode together
+        self.batch: BatchCoordinator | None = None
+        if max_batch_size > 1:
+            from constrained_spec.engine.batching import build_coordinator
+
+            self.batch = build_coordinator(self.target, self.draft, max_batch_size, batch_max_tokens,
+                                           prefix_cache_bytes=prefix_cache_mb << 20, prefill_chunk=prefill_chunk)
+        elif max_batch_size < 1:
+            raise ConfigError("max_batch_size must be >= 1")
 
     @classmethod
     def from_config(cls, models: ModelConfig, decode: DecodeConfig | None = None, **options: Any) -> "Generator":
         """A Generator for ``models`` (spec strings) and ``decode``; ``options`` as for the constructor."""
         return cls(models.model, models.draft, decode=decode, cache_dir=models.cache_dir, dtype=models.dtype,
-                   draft_dtype=models.draft_dtype, **options)
+                   draft_dtype=models.draft_dtype, device=models.device, **options)
 
     @property
     def num_draft_tokens(self) -> int:
@@ -420,45 +453,65 @@ class Generator:
         policy = SamplingPolicy(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         ids = self.prompt_ids(prompt, compiled.spec, schema_in_prompt, tools=tools)
         budget = max_new_tokens or self.max_new_tokens
-        if self.context_length is not None:  # before any forward
-            room = self.context_length - len(ids)
+        limit = self.context_length
+        if self.batch is not None:  # a batch slot holds prompt + output (+1 pending)
+            limit = min(limit or self.batch.max_length, self.batch.max_length - 1)
+        if limit is not None:  # before any forward
+            room = limit - len(ids)
             if max_new_tokens is None and room >= 1:
                 budget = min(budget, room)  # the default budget shrinks to the room left, as OpenAI's does
-            if len(ids) + budget > self.context_length:
-                raise ContextLengthError(len(ids), budget, self.context_length)
+            if len(ids) + budget > limit:
+                raise ContextLengthError(len(ids), budget, limit)
         sources = config.sources(self.draft is not None)
         proposers: list[Proposer] = []
         if "grammar" in sources:
             proposers.append(GrammarStringProposer(self._grammar_strings(compiled)))
-        if "lookup" in sources:
-            proposers.append(PromptLookupProposer(self._prompt_text, config.lookup_min_ngram))
+        batch = self.batch
+        if "lookup" in sources:  # a batched row has its own prompt text; one call at a time shares one
+            text_index = self._prompt_text if batch is None else PromptText(self.vocab, self._encode)
+            proposers.append(PromptLookupProposer(text_index, config.lookup_min_ngram))
         if on_tokens is not None:
             hooks = dataclasses.replace(hooks or DecodeHooks(), on_tokens=on_tokens)
-        gen = make_generator(seed)
-        with self._lock:
-            decoder = SpeculativeDecoder(
-                self.target,
-                self.draft if "draft" in sources else None,
-                compiled.matcher(),
-                policy,
-                config,
-                max_new_tokens=budget,
-                proposers=proposers,
-                verifier=self.verifier,
-                generator=gen,
-                draft_length=self.draft_length if config.adaptive else None,
-                hooks=hooks,
-            )
+        options: dict[str, Any] = dict(max_new_tokens=budget, proposers=proposers, verifier=self.verifier, generator=make_generator(seed),
+                       hooks=hooks)
+        use_draft = "draft" in sources
+        if batch is None:
+            with self._lock:
+                decoder = SpeculativeDecoder(self.target, self.draft if use_draft else None, compiled.matcher(), policy, config,
+                                             draft_length=self.draft_length if config.adaptive else None, **options)
+                result = _decode(decoder, ids)
+        else:  # a row of the batch: the same loop over views of the batched models (no lock)
+            slot = batch.acquire()
             try:
-                result = decoder.run(ids)
-            except TokenBudgetExceeded as exc:  # the partial output, for callers that return it
-                exc.token_ids = [t for t in decoder.generated if not decoder.matcher.is_eos(t)]
-                exc.prompt_tokens = len(ids)
-                raise
+                decoder = SpeculativeDecoder(batch.rows("target", slot), batch.rows("draft", slot) if use_draft and self.draft else None,
+                                             compiled.matcher(), policy, config, draft_cap=batch.draft_cap, **options)
+                result = _decode(decoder, ids)
+            finally:
+                batch.release(slot)
         text = self.vocab.decode(result.token_ids)
         tree = compiled.parse_tree(text) if compiled.spec.kind == "lark" else None
         value = text if tree is not None else compiled.parse(text)
         return GenerationResult(value, text, result.token_ids, result.stats, prompt_tokens=len(ids), tree=tree)
+
+    def run_batch(self, requests: Sequence[dict[str, Any]], return_exceptions: bool = False) -> list[Any]:
+        """Run many requests, decoded together (continuous batching): each dict holds ``prompt``,
+        ``output_type`` and any keyword of :meth:`run`. Results come in order; a failed request
+        raises its error, or (``return_exceptions``) stands in the list as the exception. Needs
+        ``max_batch_size > 1``, else the requests run one after another."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(request: dict[str, Any]) -> Any:
+            options = dict(request)
+            try:
+                return self.run(options.pop("prompt"), options.pop("output_type"), **options)
+            except Exception as exc:  # noqa: BLE001 - returned or re-raised below
+                if not return_exceptions:
+                    raise
+                return exc
+
+        workers = self.batch.slots if self.batch is not None else 1
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="constrained-spec-row") as pool:
+            return list(pool.map(one, requests))
 
     def generate(self, prompt: str | list[dict], output_type: Any, **options: Any) -> Any:
         """The value only: a Pydantic instance, a dict/list/... for a JSON Schema, a str for Regex."""
@@ -468,6 +521,16 @@ class Generator:
         """A JSON value that validates against ``schema`` (dict, JSON text, or Pydantic model class)."""
         value = self.generate(prompt, schema, **options)
         return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
+
+
+def _decode(decoder: SpeculativeDecoder, ids: list[int]) -> Any:
+    """``decoder.run(ids)``; a budget overrun carries the partial output, for callers that return it."""
+    try:
+        return decoder.run(ids)
+    except TokenBudgetExceeded as exc:
+        exc.token_ids = [t for t in decoder.generated if not decoder.matcher.is_eos(t)]
+        exc.prompt_tokens = len(ids)
+        raise
 
 
 def check_same_vocabulary(target_tokenizer: Any, draft_tokenizer: Any | None, target: SequenceModel, draft: SequenceModel | None) -> None:

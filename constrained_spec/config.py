@@ -101,16 +101,19 @@ class DecodeConfig:
 class ModelConfig:
     """Which models, how loaded. ``model``/``draft``: a short offline name, a local folder, a
     ``.gguf`` file or a Hugging Face hub id (``draft=None``: the target alone); ``dtype`` for both,
-    ``draft_dtype`` (if given) for the draft; ``cache_dir``: models and compiled grammars."""
+    ``draft_dtype`` (if given) for the draft; ``cache_dir``: models and compiled grammars;
+    ``device``: ``auto`` (CUDA when torch sees a GPU, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
 
     model: str = DEFAULT_TARGET
     draft: str | None = DEFAULT_DRAFT
     dtype: str = "auto"
     draft_dtype: str | None = None
     cache_dir: str | None = None
+    device: str = "auto"
 
     def __post_init__(self) -> None:
-        from constrained_spec.models.dtypes import DTYPE_CHOICES, normalize_dtype  # light: no torch import
+        from constrained_spec.models.devices import is_cuda, normalize_device  # light: no torch import
+        from constrained_spec.models.dtypes import DTYPE_CHOICES, PACKED_TAGS, normalize_dtype
 
         for name in ("dtype", "draft_dtype"):
             value = getattr(self, name)
@@ -120,6 +123,13 @@ class ModelConfig:
                 normalize_dtype(value)
             except Exception:
                 raise ConfigError(f"unknown {name} {value!r}; choose from {', '.join(DTYPE_CHOICES)}") from None
+        object.__setattr__(self, "device", normalize_device(self.device))
+        if is_cuda(self.device):  # "auto" is checked when it resolves (models.devices.dtype_for_device)
+            for name in ("dtype", "draft_dtype"):
+                value = getattr(self, name)
+                _check(value is None or normalize_dtype(value) not in PACKED_TAGS,
+                       f"{name} {value!r} is a CPU-only layout (weights packed for fbgemm) and cannot run on {self.device}; "
+                       "use bf16, fp16, fp32 or auto")
 
 
 def fields_of(cls: type) -> frozenset[str]:

@@ -11,7 +11,9 @@ from typing import Callable
 
 from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, PROPOSERS, ModelConfig
 
-# models.dtypes is light: it imports torch only inside its functions
+# models.dtypes and models.devices are light: they import torch only inside their functions
+from constrained_spec.errors import ConfigError
+from constrained_spec.models.devices import DEVICE_HELP, normalize_device
 from constrained_spec.models.dtypes import DTYPE_CHOICES  # re-exported for the commands
 
 
@@ -53,17 +55,28 @@ def proposer_list(text: str) -> tuple[str, ...]:
     return names
 
 
+def device_name(text: str) -> str:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (whether it exists is checked when the models load)."""
+    try:
+        return normalize_device(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_model_arguments(p: argparse.ArgumentParser, allow_no_draft: bool = True) -> None:
-    """The model options every command shares: --model, --draft, --cache-dir, --dtype, --draft-dtype."""
+    """The model options every command shares: --model, --draft, --cache-dir, --dtype, --draft-dtype, --device."""
     none = ", or 'none' for target-only decoding (no draft, no proposer)" if allow_no_draft else ""
     p.add_argument("--model", default=DEFAULT_TARGET, help=f"target: offline name, folder, .gguf or hub id (default {DEFAULT_TARGET})")
     p.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model{none} (default {DEFAULT_DRAFT})")
     p.add_argument("--cache-dir", default=None, help="cache for models and compiled automata (default: $CONSTRAINED_SPEC_CACHE or the user cache dir)")
     p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="weights dtype (auto: fastest measured here, per model role)")
     p.add_argument("--draft-dtype", default=None, choices=DTYPE_CHOICES, help="the draft's weights dtype (default: as --dtype)")
+    p.add_argument("--device", default="auto", type=device_name,
+                   help=f"where the models run: {DEVICE_HELP}; on CUDA auto dtype is bf16 (fp16w/int8w are CPU-only)")
 
 
 def model_config(args: argparse.Namespace) -> ModelConfig:
     """The :class:`ModelConfig` of the options :func:`add_model_arguments` added (``--draft none``: no draft)."""
     draft = None if str(args.draft).strip().lower() in {"none", ""} else args.draft
-    return ModelConfig(model=args.model, draft=draft, dtype=args.dtype, draft_dtype=args.draft_dtype, cache_dir=args.cache_dir)
+    return ModelConfig(model=args.model, draft=draft, dtype=args.dtype, draft_dtype=args.draft_dtype, cache_dir=args.cache_dir,
+                       device=getattr(args, "device", "auto"))

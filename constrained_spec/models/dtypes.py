@@ -70,9 +70,13 @@ def storage_dtype(tag: str) -> str:
     return "fp32" if tag in PACKED_TAGS else tag
 
 
-def auto_dtype(role: str = "target") -> str:
-    """The dtype that ``dtype="auto"`` picks for a role ("draft" or "target"): where fbgemm is
-    available and no GPU is, ``int8w`` for a draft and ``fp16w`` otherwise; else fp32.
+def auto_dtype(role: str = "target", device: str | None = None) -> str:
+    """The dtype that ``dtype="auto"`` picks for a role ("draft" or "target") on ``device`` (a
+    device name; None: where ``device="auto"`` would load, CUDA when torch sees a GPU).
+
+    On CUDA: ``bf16`` where the GPU supports it (Ampere and later), else ``fp16`` (fbgemm packing
+    is CPU-only, and fp32 would double the bytes every forward reads). On the CPU: where fbgemm is
+    available, ``int8w`` for a draft and ``fp16w`` otherwise; else fp32.
 
     int8w for drafts, measured on this project's CPU with one thread (``python
     benchmarks/dtype_probe.py --models qwen2.5-coder-0.5b --dtypes fp16w int8w --threads 1 --new 1 2 6``):
@@ -116,7 +120,10 @@ def auto_dtype(role: str = "target") -> str:
 
     from constrained_spec.models.packed_linear import packing_available
 
-    if torch.cuda.is_available() or not packing_available():
+    on_cuda = torch.cuda.is_available() if device is None else str(device).startswith("cuda")
+    if on_cuda:
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp16"
+    if not packing_available():
         return "fp32"
     return "int8w" if role == "draft" and packing_available("int8") else "fp16w"
 

@@ -44,7 +44,8 @@ class HFModel:
             raise ValueError("extend() needs at least one token")
         if self._cache is None:
             self._cache = DynamicCache(config=self.config)
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        # built on the host, copied without waiting for the device (a blocking copy would be a host sync per forward)
+        ids = torch.tensor([tokens], dtype=torch.long).to(self.device, non_blocking=True)
         out = module(input_ids=ids, cache=self._cache, use_cache=True, **kwargs)
         self._length += len(tokens)
         return out
@@ -82,7 +83,7 @@ class HFModel:
         as the full head's; the head is about a quarter of a 0.5B model's compute."""
         hidden = self._run(self.model.base_model, tokens).last_hidden_state[0, -1]
         head = self.model.get_output_embeddings()
-        rows = allowed_ids.to(self.device)
+        rows = allowed_ids.to(self.device, non_blocking=True)
         sub = head.weight.index_select(0, rows).to(hidden.dtype) @ hidden
         if head.bias is not None:
             sub = sub + head.bias.index_select(0, rows)
@@ -103,7 +104,7 @@ class HFModel:
         if n <= 0 or n >= self.vocab_size or not self.can_restrict_head:
             return False
         head = self.model.get_output_embeddings()
-        cut = torch.nn.Linear(head.in_features, n, bias=head.bias is not None)
+        cut = torch.nn.Linear(head.in_features, n, bias=head.bias is not None, device=head.weight.device)
         with torch.no_grad():
             cut.weight.copy_(head.weight[:n].float())
             if head.bias is not None:

@@ -136,6 +136,12 @@ def resolve_model_path(
     return ResolvedModel(spec, "hub", spec, None, tag)
 
 
+def lookup_role(spec: Any, role: str) -> str:
+    """The role ``dtype="auto"`` follows for ``spec``: a short name's own role, else ``role``."""
+    src = lookup(str(spec))
+    return src.role if src is not None and not os.path.exists(str(spec)) else role
+
+
 def _hub_reachable(timeout: float = 3.0) -> bool:
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}:
         return False
@@ -163,8 +169,14 @@ def resolve_model(
     dtype: Any = "auto",
     progress: bool = True,
     role: str = "target",
+    device: Any = "cpu",
 ) -> tuple[Any, Any]:
-    """Load ``(model, tokenizer)`` for a spec (see :func:`resolve_model_path`), in eval mode.
+    """Load ``(model, tokenizer)`` for a spec (see :func:`resolve_model_path`), in eval mode, on
+    ``device`` (``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``; see :mod:`~constrained_spec.models.devices`).
+
+    ``dtype="auto"`` follows the device: bf16 (fp16 without bf16 support) on CUDA, the packed CPU
+    tags on the CPU; a packed tag asked for on CUDA, or CUDA where there is none, is a
+    :class:`~constrained_spec.errors.ConfigError` raised before anything is read.
 
     Short names in a packed dtype (``fp16w``/``int8w``, the CPU defaults) load from the packed
     cache (:func:`~constrained_spec.models.packed_cache.load_packed`); in another dtype, from their converted safetensors folder. A ``.gguf``
@@ -174,6 +186,10 @@ def resolve_model(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from constrained_spec.models.devices import dtype_for_device, resolve_device
+
+    device = resolve_device(device)
+    dtype = dtype_for_device(dtype, lookup_role(spec, role), device)  # concrete from here on
     src = lookup(str(spec))
     if src is not None and not os.path.exists(str(spec)) and concrete_dtype(dtype, src.role) in PACKED_TAGS:
         return load_packed(src.name, cache_dir, dtype, role, progress)
@@ -209,6 +225,11 @@ def resolve_model(
     except Exception as exc:
         raise ModelLoadError(f"could not load model {spec!r} from {r.path}: {exc}") from exc
     model.eval()
+    if device != "cpu":
+        try:
+            model.to(device)
+        except Exception as exc:  # out of GPU memory, a broken driver...
+            raise ModelLoadError(f"could not move model {spec!r} to {device}: {type(exc).__name__}: {str(exc).strip()[:300]}") from exc
     if r.dtype in PACKED_TAGS:
         from constrained_spec.models.packed_linear import pack_linears
 

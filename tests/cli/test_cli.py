@@ -214,7 +214,7 @@ def test_generate_json_and_generators_share_loaded_models(monkeypatch, tmp_path,
 
     loads: list[tuple[str, str, str]] = []
 
-    def counting_resolve(spec, cache_dir=None, dtype="auto", progress=True, role="target"):
+    def counting_resolve(spec, cache_dir=None, dtype="auto", progress=True, role="target", device="cpu"):
         loads.append((spec, str(dtype), role))
         return tiny_llama(50257, seed={"tiny-a": 1, "tiny-b": 2}[spec]), gpt2_tokenizer
 

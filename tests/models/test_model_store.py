@@ -240,7 +240,8 @@ def test_normalize_dtype() -> None:
     from constrained_spec.models.packed_linear import packing_available
 
     packs = packing_available() and not torch.cuda.is_available()
-    assert md.auto_dtype("target") == ("fp16w" if packs else "fp32")
+    on_gpu = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if torch.cuda.is_available() else None
+    assert md.auto_dtype("target") == (on_gpu or ("fp16w" if packs else "fp32"))  # device None: where "auto" loads
     assert md.auto_dtype("draft") == ("int8w" if packs and packing_available("int8") else md.auto_dtype("target"))
     assert md.normalize_dtype("int8") == "int8w"
     # fp16w / int8w are stored and loaded as the fp32 conversion, then packed
