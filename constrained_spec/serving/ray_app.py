@@ -50,6 +50,8 @@ RAY_EXTRA = "pip install 'constrained-spec[ray]'"
 CONSTRAINT_FIELDS = ("response_format", "tools", "tool_choice", "parallel_tool_calls", "structured_outputs", "guided_grammar", "guided_regex")
 REPLICA_HEADER = "x-constrained-spec-replica"
 CACHE_HEADER = "x-constrained-spec-constraint-cache"
+#: how many replicas the gateway tried (2 when the first died under the request)
+ATTEMPTS_HEADER = "x-constrained-spec-attempts"
 #: seconds past request_timeout the gateway waits for a replica before its own 504
 GATEWAY_TIMEOUT_MARGIN = 30.0
 
@@ -354,7 +356,7 @@ class ConstrainedSpecGateway:
         from starlette.responses import StreamingResponse
 
         body = await request.body()
-        path = request.url.path
+        path = _app_path(request.scope)
         key = constraint_key(body) if request.method == "POST" else ""
         headers = [(k, v) for k, v in request.headers.raw if k.lower() not in (b"host", b"content-length")]
         headers.append((b"content-length", str(len(body)).encode()))
@@ -376,8 +378,18 @@ class ConstrainedSpecGateway:
                 return _error(503, "the replica serving this request failed; retry (Serve is replacing it)", "replica_failed")
             except StopAsyncIteration:
                 return _error(502, "the replica closed the response without answering", "replica_failed")
-            return StreamingResponse(_relay(stream), status_code=start["status"], headers=_header_dict(start["headers"]))
+            headers_out = _header_dict(start["headers"])
+            headers_out[ATTEMPTS_HEADER] = str(attempt + 1)
+            return StreamingResponse(_relay(stream), status_code=start["status"], headers=headers_out)
         raise AssertionError("unreachable")
+
+
+def _app_path(scope: dict) -> str:
+    """The request's path below the application's route prefix (ASGI's ``path`` includes ``root_path``)."""
+    path, root = scope.get("path", "/"), scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root):]
+    return path or "/"
 
 
 def _header_dict(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
