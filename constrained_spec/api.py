@@ -373,6 +373,8 @@ class Generator:
 
             check_lark_grammar(spec.regex)  # lark must load what it is to judge
             grammar = compile_grammar("lark", spec.regex, self.vocab, self._encode, self.compiler.max_regex_chars)
+        elif self.grammar_engine == "lazy" and spec.grammar is not None:  # a recursive schema: unbounded nesting
+            grammar = compile_grammar("lark", spec.grammar, self.vocab, self._encode, self.compiler.max_regex_chars)
         elif self.grammar_engine == "lazy":
             grammar = compile_grammar("regex", spec.regex, self.vocab, self._encode, self.compiler.max_regex_chars)
         else:

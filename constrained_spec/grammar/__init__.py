@@ -53,6 +53,11 @@ class OutputSpec:
     ignored_formats: tuple[tuple[str, str], ...] = ()
     #: the SchemaOptions it was compiled with: the draft and ref_allow the value is validated by
     schema_options: Any = None
+    #: kinds json and pydantic, for a schema with recursive ``$ref``: a Lark grammar of its whole
+    #: language (nesting unbounded), which the lazy engine enforces instead of ``regex`` (``regex``
+    #: unrolls the recursion a bounded depth, for the automaton engine); the value is still
+    #: parsed as JSON and validated against the schema
+    grammar: str | None = None
 
 
 def _is_pydantic_model(obj: Any) -> bool:
@@ -88,11 +93,11 @@ def output_spec(output_type: Any, schema_options: Any = None) -> OutputSpec:
         schema = output_type.model_json_schema()
         compiled = schema_to_regex(schema, schema_options)
         return OutputSpec("pydantic", compiled.regex, schema, output_type, tuple(compiled.unenforced),
-                          tuple(compiled.ignored_formats), schema_options)
+                          tuple(compiled.ignored_formats), schema_options, compiled.lark)
     schema = load_schema(output_type)
     compiled = schema_to_regex(schema, schema_options)
     return OutputSpec("json", compiled.regex, schema, None, tuple(compiled.unenforced), tuple(compiled.ignored_formats),
-                      schema_options)
+                      schema_options, compiled.lark)
 
 
 def _with_start(cfg: CFG) -> str:

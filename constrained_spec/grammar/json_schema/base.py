@@ -39,6 +39,13 @@ class CompilerBase:
         )
         self._any_cache: dict = {}
         self.reducible = False  # whether a retry with tighter restrictions can shrink the regex
+        self.recursive = False  # whether a $ref target was met inside itself (the regex is unrolled)
+        # grammar mode (emit_lark): a conjunction met again while it is being compiled becomes a
+        # placeholder, and its regex (placeholders in it) the body of a rule
+        self.grammar_mode = False
+        self.rule_of: dict = {}  # conjunction key -> rule number
+        self.rule_bodies: dict[int, Optional[str]] = {}  # rule number -> its regex (None: empty)
+        self.open_keys: set = set()  # conjunctions being compiled now
         c = ecma.emit_set(ecma.ANY_RANGES)
         self.canon_char = c
         # generic (non-canonical spellings allowed) character of a JSON string; no

@@ -32,6 +32,7 @@ from constrained_spec.errors import CompileLimitError, EmptyLanguageError, Schem
 from constrained_spec.grammar.json_schema.combinators import Combinators
 from constrained_spec.grammar.json_schema.context import Ctx
 from constrained_spec.grammar.json_schema.emit_array import ArrayEmitter
+from constrained_spec.grammar.json_schema.emit_lark import build_lark, placeholder
 from constrained_spec.grammar.json_schema.emit_number import NumberEmitter
 from constrained_spec.grammar.json_schema.emit_object import ObjectEmitter
 from constrained_spec.grammar.json_schema.emit_string import StringEmitter
@@ -71,9 +72,38 @@ def schema_to_regex(
     if not isinstance(schema, (dict, bool)):
         raise SchemaError(f"a schema must be an object or a boolean, not {type(schema).__name__}")
     start = time.monotonic()
+    result, recursive = _schema_regex(schema, options, start)
+    if recursive and options.recursive_refs == "grammar":
+        lark = _schema_grammar(schema, options, start)
+        if lark is not None:
+            result = dataclasses.replace(result, lark=lark)
+    return result
+
+
+def _schema_grammar(schema: Union[dict, bool], options: SchemaOptions, start: float) -> Optional[str]:
+    """The Lark grammar of a recursive schema (rules for the conjunctions met inside themselves),
+    or None where it cannot be built exactly (:func:`~.emit_lark.build_lark`) or in time."""
+    budget = options.time_budget_s
+    if budget is not None:
+        budget -= time.monotonic() - start
+        if budget <= 0:
+            return None
+    comp = Compiler(schema, dataclasses.replace(options, time_budget_s=budget))
+    comp.grammar_mode = True
+    try:
+        root = comp.compile([(comp.doc.root_ctx(), True)])
+    except (CompileLimitError, UnsupportedKeywordError, EmptyLanguageError, RecursionError):
+        return None
+    if root is None or not comp.rule_bodies:
+        return None
+    return build_lark(root, comp.rule_bodies)
+
+
+def _schema_regex(schema: Union[dict, bool], options: SchemaOptions, start: float) -> tuple[SchemaRegex, bool]:
+    """The regex (recursion unrolled) and whether a $ref target was met inside itself."""
     comp = Compiler(schema, options)
     try:
-        return comp.run()
+        return comp.run(), comp.recursive
     except CompileLimitError as e:
         if getattr(e, "kind", "") != "size" or not comp.reducible:
             raise
@@ -99,8 +129,9 @@ def schema_to_regex(
         opts2 = dataclasses.replace(
             options, any_value_depth=ad, max_recursion_depth=rd, linear_objects=lin, time_budget_s=budget
         )
+        comp = Compiler(schema, opts2)
         try:
-            return Compiler(schema, opts2).run()
+            return comp.run(), comp.recursive
         except CompileLimitError as e:
             if getattr(e, "kind", "") != "size":
                 raise
@@ -179,10 +210,48 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
     def compile(self, items: list) -> Optional[str]:
         """Compile the conjunction of a list of (ctx, positive) pairs."""
         self.tick()
+        if self.grammar_mode:
+            return self.compile_as_rule(items)
+        return self.compile_items(items)
+
+    def compile_items(self, items: list) -> Optional[str]:
+        """The regex of the conjunction of (ctx, positive) pairs (in grammar mode, with
+        placeholders where a conjunction being compiled is met again)."""
         flat = Flat()
         for ctx, pos in items:
             self.absorb(flat, ctx, pos)
         return self.compile_flat(flat)
+
+    def conjunction_key(self, items: list) -> tuple:
+        """What identifies a conjunction: its subschemas (a bare ``$ref`` by its target) and signs."""
+        key = []
+        for ctx, pos in items:
+            s = ctx.schema
+            if isinstance(s, dict) and len(s) == 1 and isinstance(s.get("$ref"), str):
+                ctx = self.doc.resolve_ref(ctx, s["$ref"])
+            key.append((id(ctx.schema), ctx.ptr, type(ctx).__name__, pos))
+        return tuple(key)
+
+    def compile_as_rule(self, items: list) -> Optional[str]:
+        """Grammar mode: a placeholder for a conjunction met inside itself (its rule), else its regex."""
+        key = self.conjunction_key(items)
+        n = self.rule_of.get(key)
+        if n is not None and n in self.rule_bodies:
+            return placeholder(n)
+        if key in self.open_keys:
+            if n is None:
+                n = self.rule_of[key] = len(self.rule_of)
+            return placeholder(n)
+        self.open_keys.add(key)
+        try:
+            r = self.compile_items(items)
+        finally:
+            self.open_keys.discard(key)
+        n = self.rule_of.get(key)
+        if n is None:
+            return r
+        self.rule_bodies[n] = r
+        return placeholder(n)
 
     def compile_ctx(self, ctxs: list) -> Optional[str]:
         """The regex of the conjunction of the subschemas ctxs."""
@@ -252,6 +321,7 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             over = [k for k in set(flat.refs) if self.active[k] > self.opts.max_recursion_depth + 1]
             for k in set(flat.refs):
                 if self.active[k] > 1:
+                    self.recursive = True
                     self.max_seen_depth = max(self.max_seen_depth, min(self.active[k] - 1, self.opts.max_recursion_depth))
             if over:
                 self.max_seen_depth = max(self.max_seen_depth, self.opts.max_recursion_depth)

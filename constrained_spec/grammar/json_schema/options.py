@@ -70,6 +70,11 @@ class SchemaOptions:
     enforce (``"regex"``) raises :class:`UnsupportedKeywordError`.  ``"error"``: every format
     without a pattern raises.
 
+    ``recursive_refs``: ``"grammar"`` (default): a schema whose ``$ref`` targets recur inside
+    themselves also gets ``SchemaRegex.lark``, a Lark grammar with one rule per recursive
+    subschema, so nesting is unbounded (the regex stays, unrolled ``max_recursion_depth`` deep, for
+    engines without grammars); ``"unroll"``: the regex only.
+
     ``draft``: the JSON Schema draft of a schema without ``$schema`` (``"2020-12"`` when
     ``None``; also ``"2019-09"``, ``"7"``, ``"6"``, ``"4"``); a ``$schema`` in the schema wins.
     ``ref_allow``: local folders and ``http(s)://`` URL prefixes a ``$ref`` may retrieve from
@@ -92,6 +97,7 @@ class SchemaOptions:
     unknown_formats: str = "annotation"
     draft: Optional[str] = None
     ref_allow: tuple[str, ...] = ()
+    recursive_refs: str = "grammar"
 
     def __post_init__(self) -> None:
         from constrained_spec.grammar.schema_refs import normalize_draft
@@ -106,6 +112,8 @@ class SchemaOptions:
             raise ValueError("additional_properties must be 'declared' or 'spec'")
         if self.unknown_formats not in ("annotation", "error"):
             raise ValueError("unknown_formats must be 'annotation' or 'error'")
+        if self.recursive_refs not in ("grammar", "unroll"):
+            raise ValueError("recursive_refs must be 'grammar' or 'unroll'")
         if self.property_order not in ("schema", "any"):
             raise ValueError("property_order must be 'schema' or 'any'")
         if self.max_whitespace < 0 or self.max_recursion_depth < 0 or self.any_value_depth < 0:
@@ -122,6 +130,9 @@ class SchemaRegex:
     # (JSON pointer of the keyword, format name) of each ``format`` ignored as an annotation
     # (names JSON Schema does not define; validators ignore them too, so this is sound)
     ignored_formats: tuple[tuple[str, str], ...] = ()
+    #: for a recursive schema: the Lark grammar of its whole language (recursion unbounded; None
+    #: where the schema does not recur, or the grammar could not be built exactly)
+    lark: Optional[str] = None
 
 
 def whitespace_regex(options: SchemaOptions) -> str:

@@ -1,0 +1,457 @@
+"""Recursive schemas as a Lark grammar: one rule per recursive conjunction, the compiler's regexes as
+terminals, so recursive ``$ref`` needs no unrolling.
+
+In grammar mode the compiler (:meth:`~.compiler.Compiler.compile`) writes a *placeholder* where a
+conjunction it is still compiling is met again, and keeps that conjunction's regex (with
+placeholders in it) as the body of a rule. :func:`build_lark` turns those texts into a Lark
+grammar: every maximal placeholder-free part of a regex becomes one terminal (its regex as the
+compiler wrote it), placeholders become rule references, and the alternations, sequences and
+repetitions around them become rule structure. The grammar's language is the regexes' language
+with each placeholder standing for its rule, i.e. the unrolled regex's language at every depth.
+
+It is kept only when that language is also what llguidance enforces: rules that derive no text are
+pruned, and :func:`~.lexeme_check.greedy_safe` must find no place where greedy lexing would lose a
+string. Otherwise :func:`build_lark` answers None and the caller keeps the bounded regex.
+
+A placeholder is ``(\\x00<n>\\x00)``: JSON text never holds a raw NUL, so no regex the compiler
+writes for a JSON value matches one, and any other character set holding NUL means a placeholder
+was merged into a class (then :func:`build_lark` answers None).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from constrained_spec.grammar import ecma_regex as ecma
+from constrained_spec.grammar.json_schema.lexeme_check import greedy_safe, to_node
+
+__all__ = ["placeholder", "build_lark"]
+
+_NUL = ("set", ((0, 0),))
+_EPS: tuple = ("seq", [])
+
+
+def placeholder(n: int) -> str:
+    """The regex text that stands for rule n."""
+    return "(\x00%d\x00)" % n
+
+
+def _digit(node: Any) -> Optional[str]:
+    if node[0] == "set" and len(node[1]) == 1 and node[1][0][0] == node[1][0][1] and 48 <= node[1][0][0] <= 57:
+        return chr(node[1][0][0])
+    return None
+
+
+def _has_nul(node: Any) -> bool:
+    kind = node[0]
+    if kind == "set":
+        return ecma.contains(node[1], 0)
+    if kind in ("seq", "alt"):
+        return any(_has_nul(x) for x in node[1])
+    if kind == "rep":
+        return _has_nul(node[1])
+    return False
+
+
+_OUTSIDE_META = set("\\.+*?()|[]{}^$#&-~/")
+_CLASS_META = set("\\[]^-&~/")
+_ALL = ((0, 0xD7FF), (0xE000, 0x10FFFF))
+
+
+def _char(cp: int, in_class: bool) -> str:
+    if cp < 0x20 or cp == 0x7F:
+        return "\\x%02x" % cp
+    ch = chr(cp)
+    if ch in (_CLASS_META if in_class else _OUTSIDE_META):
+        return "\\" + ch
+    return ch
+
+
+def _class(ranges: tuple) -> str:
+    parts = []
+    for a, b in ranges:
+        if a == b:
+            parts.append(_char(a, True))
+        elif b == a + 1:
+            parts.append(_char(a, True) + _char(b, True))
+        else:
+            parts.append(_char(a, True) + "-" + _char(b, True))
+    return "".join(parts)
+
+
+def _regex_text(node: Any) -> Optional[str]:
+    """Plain regex text (Rust ``regex`` syntax, as llguidance reads it) of a regex node; None: the
+    empty language."""
+    kind = node[0]
+    if kind == "set":
+        rs = tuple(node[1])
+        if not rs:
+            return None
+        if len(rs) == 1 and rs[0][0] == rs[0][1]:
+            return _char(rs[0][0], False)
+        pos = "[" + _class(rs) + "]"
+        neg = "[^" + _class(ecma.subtract(_ALL, rs)) + "]"
+        return neg if len(neg) < len(pos) else pos
+    if kind == "seq":
+        out = []
+        for x in node[1]:
+            t = _regex_text(x)
+            if t is None:
+                return None
+            out.append(t)
+        return "".join(out)
+    if kind == "alt":
+        texts = [t for t in (_regex_text(x) for x in node[1]) if t is not None]
+        if not texts:
+            return None
+        nonempty = list(dict.fromkeys(t for t in texts if t))
+        if not nonempty:
+            return ""
+        body = "(" + "|".join(nonempty) + ")"
+        return body + "?" if len(nonempty) < len(texts) else body
+    if kind == "rep":
+        lo, hi = node[2], node[3]
+        t = _regex_text(node[1])
+        if t is None:
+            return "" if lo == 0 else None
+        if hi == 0 or t == "":
+            return ""
+        g = t if node[1][0] == "set" else "(" + t + ")"
+        if (lo, hi) == (0, None):
+            return g + "*"
+        if (lo, hi) == (1, None):
+            return g + "+"
+        if (lo, hi) == (0, 1):
+            return g + "?"
+        if hi is None:
+            return g + "{%d,}" % lo
+        if lo == hi:
+            return g + "{%d}" % lo
+        return g + "{%d,%d}" % (lo, hi)
+    raise _Mangled(kind)
+
+
+class _Mangled(Exception):
+    """A placeholder did not survive as written (the grammar cannot be built)."""
+
+
+class _Builder:
+    """Regex nodes with placeholders -> grammar expressions over named terminals."""
+
+    def __init__(self) -> None:
+        self.terminals: dict[str, str] = {}  # regex text -> terminal name
+        self.nodes: dict[str, tuple] = {}  # terminal name -> normalised node
+
+    def term(self, items: list) -> Optional[tuple]:
+        node = ("seq", items) if len(items) != 1 else items[0]
+        if node[0] == "seq" and not node[1]:
+            return _EPS
+        text = _regex_text(node)
+        if text is None:
+            return None
+        if text == "":
+            return _EPS
+        name = self.terminals.get(text)
+        if name is None:
+            name = self.terminals[text] = "T%d" % len(self.terminals)
+            norm = to_node(node)
+            if norm is None:
+                return None
+            self.nodes[name] = norm
+        return ("T", name)
+
+    def conv(self, node: Any) -> Optional[tuple]:
+        """The grammar expression of a regex node (None: the empty language)."""
+        if not _has_nul(node):
+            return self.term([node])
+        kind = node[0]
+        if kind == "seq":
+            return self._seq(list(node[1]))
+        if kind == "alt":
+            branches = [self.conv(b) for b in node[1]]
+            kept = [b for b in branches if b is not None]
+            return ("alt", kept) if kept else None
+        if kind == "rep":
+            body = self.conv(node[1])
+            if body is None:
+                return _EPS if node[2] == 0 else None
+            return ("rep", body, node[2], node[3])
+        raise _Mangled(kind)
+
+    def _flat(self, node: Any) -> list:
+        out: list = []
+        for it in node[1]:
+            out.extend(self._flat(it) if it[0] == "seq" else [it])
+        return out
+
+    def _seq(self, nested: list) -> Optional[tuple]:
+        items: list = []
+        for it in nested:  # a group inside a sequence is spliced into it: longer terminals
+            if it[0] == "seq":
+                items.extend(self._flat(it))
+            else:
+                items.append(it)
+        parts: list = []
+        plain: list = []
+
+        def flush() -> bool:
+            if plain:
+                t = self.term(list(plain))
+                plain.clear()
+                if t is None:
+                    return False
+                parts.append(t)
+            return True
+
+        i = 0
+        while i < len(items):
+            it = items[i]
+            if it == _NUL:
+                j = i + 1
+                digits = ""
+                while j < len(items) and _digit(items[j]) is not None:
+                    digits += _digit(items[j])  # type: ignore[operator]
+                    j += 1
+                if not digits or j >= len(items) or items[j] != _NUL:
+                    raise _Mangled("placeholder")
+                if not flush():
+                    return None
+                parts.append(("R", "r%s" % digits))
+                i = j + 1
+                continue
+            if _has_nul(it):
+                if not flush():
+                    return None
+                sub = self.conv(it)
+                if sub is None:
+                    return None
+                parts.append(sub)
+            else:
+                plain.append(it)
+            i += 1
+        if not flush():
+            return None
+        return ("seq", parts)
+
+
+# -- grammar analysis ---------------------------------------------------------------------------
+
+
+def _productive(e: tuple, ok: set) -> bool:
+    kind = e[0]
+    if kind == "T":
+        return True
+    if kind == "R":
+        return e[1] in ok
+    if kind == "seq":
+        return all(_productive(x, ok) for x in e[1])
+    if kind == "alt":
+        return any(_productive(x, ok) for x in e[1])
+    return e[2] == 0 or _productive(e[1], ok)
+
+
+def _prune(e: tuple, ok: set) -> tuple:
+    """e without the alternatives that derive no text (e itself must be productive)."""
+    kind = e[0]
+    if kind == "seq":
+        return ("seq", [_prune(x, ok) for x in e[1]])
+    if kind == "alt":
+        return ("alt", [_prune(x, ok) for x in e[1] if _productive(x, ok)])
+    if kind == "rep":
+        return ("rep", _prune(e[1], ok), e[2], e[3]) if _productive(e[1], ok) else _EPS
+    return e
+
+
+def _refs(e: tuple, out: set) -> set:
+    if e[0] == "R":
+        out.add(e[1])
+    elif e[0] in ("seq", "alt"):
+        for x in e[1]:
+            _refs(x, out)
+    elif e[0] == "rep":
+        _refs(e[1], out)
+    return out
+
+
+class _Flow:
+    """FIRST sets, nullability, the terminals that may follow each terminal, and the sets of
+    terminals that may start at one point."""
+
+    def __init__(self, root: tuple, rules: dict[str, tuple]) -> None:
+        self.rules = rules
+        self.first_r: dict[str, frozenset] = {r: frozenset() for r in rules}
+        self.null_r: dict[str, bool] = {r: False for r in rules}
+        changed = True
+        while changed:
+            changed = False
+            for r, body in rules.items():
+                f, n = self.first(body), self.nullable(body)
+                if f != self.first_r[r] or n != self.null_r[r]:
+                    self.first_r[r], self.null_r[r] = f, n
+                    changed = True
+        self.follow_r: dict[str, frozenset] = {r: frozenset() for r in rules}
+        self.follows: dict[str, set] = {}
+        self.colive: set = set()
+        while True:
+            before = dict(self.follow_r)
+            self.walk(root, frozenset())
+            for r, body in rules.items():
+                self.walk(body, self.follow_r[r])
+            if before == self.follow_r:
+                break
+
+    def nullable(self, e: tuple) -> bool:
+        kind = e[0]
+        if kind == "T":
+            return False
+        if kind == "R":
+            return self.null_r[e[1]]
+        if kind == "seq":
+            return all(self.nullable(x) for x in e[1])
+        if kind == "alt":
+            return any(self.nullable(x) for x in e[1])
+        return e[2] == 0 or self.nullable(e[1])
+
+    def first(self, e: tuple) -> frozenset:
+        kind = e[0]
+        if kind == "T":
+            return frozenset([e[1]])
+        if kind == "R":
+            return self.first_r[e[1]]
+        if kind == "seq":
+            acc: frozenset = frozenset()
+            for x in e[1]:
+                acc |= self.first(x)
+                if not self.nullable(x):
+                    break
+            return acc
+        if kind == "alt":
+            return frozenset().union(*(self.first(x) for x in e[1]))
+        return self.first(e[1])
+
+    def walk(self, e: tuple, follow: frozenset) -> None:
+        start = self.first(e) | (follow if self.nullable(e) else frozenset())
+        if len(start) > 0:
+            self.colive.add(start)
+        kind = e[0]
+        if kind == "T":
+            self.follows.setdefault(e[1], set()).update(follow)
+        elif kind == "R":
+            self.follow_r[e[1]] = self.follow_r[e[1]] | follow
+        elif kind == "seq":
+            items = e[1]
+            after = follow
+            for x in reversed(items):
+                self.walk(x, after)
+                after = self.first(x) | (after if self.nullable(x) else frozenset())
+        elif kind == "alt":
+            for x in e[1]:
+                self.walk(x, follow)
+        else:
+            again = e[3] is None or e[3] > 1
+            self.walk(e[1], (self.first(e[1]) | follow) if again else follow)
+
+
+# -- text ---------------------------------------------------------------------------------------
+
+
+def _lark_regex(text: str) -> str:
+    """A regex as a Lark ``/.../`` literal: ``/`` and control characters escaped."""
+    out = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            out.append(text[i : i + 2])
+            i += 2
+            continue
+        if c == "/":
+            out.append("\\/")
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append("\\x%02x" % ord(c))
+        else:
+            out.append(c)
+        i += 1
+    return "/" + "".join(out) + "/"
+
+
+def _render(e: tuple) -> str:
+    kind = e[0]
+    if kind == "T":
+        return e[1]
+    if kind == "R":
+        return e[1]
+    if kind == "seq":
+        parts = [_render(x) for x in e[1] if x != _EPS]
+        parts = [p for p in parts if p]
+        if not parts:
+            return ""
+        return parts[0] if len(parts) == 1 else "(" + " ".join(parts) + ")"
+    if kind == "alt":
+        parts = [_render(x) for x in e[1]]
+        nonempty = list(dict.fromkeys(p for p in parts if p))
+        if not nonempty:
+            return ""
+        body = "(" + " | ".join(nonempty) + ")"
+        return body + "?" if len(nonempty) < len(parts) else body
+    body, lo, hi = _render(e[1]), e[2], e[3]
+    if not body:
+        return ""
+    g = "(" + body + ")"
+    if (lo, hi) == (0, None):
+        return g + "*"
+    if (lo, hi) == (1, None):
+        return g + "+"
+    if (lo, hi) == (0, 1):
+        return g + "?"
+    if hi is None:
+        return "(" + g + "{%d} " % lo + g + "*)"
+    if lo == hi:
+        return g + "{%d}" % lo
+    return g + "{%d,%d}" % (lo, hi)
+
+
+def build_lark(root: str, rules: dict[int, str]) -> Optional[str]:
+    """The Lark grammar of ``root`` (a regex with placeholders) and the rule bodies ``rules``
+    (rule number -> regex with placeholders); None where it cannot be built or llguidance's
+    greedy lexer could lose strings of it."""
+    b = _Builder()
+    try:
+        root_e = b.conv(ecma.parse(root))
+        bodies = {"r%d" % n: b.conv(ecma.parse(text)) for n, text in rules.items()}
+    except (_Mangled, ecma.PatternError, ValueError, RecursionError):
+        return None
+    if root_e is None:
+        return None
+    defined = {r: e for r, e in bodies.items() if e is not None}
+    ok: set = set()
+    while True:
+        grown = {r for r, e in defined.items() if _productive(e, ok)}
+        if grown == ok:
+            break
+        ok = grown
+    if not _productive(root_e, ok):
+        return None
+    root_e = _prune(root_e, ok)
+    kept: dict[str, tuple] = {}
+    todo = sorted(_refs(root_e, set()))
+    while todo:
+        r = todo.pop()
+        if r in kept:
+            continue
+        kept[r] = _prune(defined[r], ok)
+        todo.extend(sorted(_refs(kept[r], set()) - set(kept)))
+    if not kept:
+        return None  # nothing recursive is left: the regex says it all
+    flow = _Flow(root_e, kept)
+    used = set(flow.follows)
+    terminals = {name: node for name, node in b.nodes.items() if name in used}
+    follows = {name: frozenset(f) for name, f in flow.follows.items()}
+    if not greedy_safe(terminals, list(flow.colive), follows):
+        return None
+    lines = ["start: " + _render(root_e)]
+    lines += [f"{r}: {_render(kept[r])}" for r in sorted(kept, key=lambda s: int(s[1:]))]
+    lines += [f"{name}: {_lark_regex(text)}" for text, name in b.terminals.items() if name in used]
+    if any(not line.split(":", 1)[1].strip() for line in lines):
+        return None
+    return "\n".join(lines) + "\n"

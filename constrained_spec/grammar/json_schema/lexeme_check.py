@@ -1,0 +1,244 @@
+"""Whether a grammar's terminals can be lexed greedily without losing strings.
+
+llguidance's lexer is greedy: while the lexeme being read can still be extended by the next byte
+it is extended, and a lexeme that could end here is not ended. So where two lexemes may start at
+the same point (or one is followed by another) and one's complete text is a proper prefix of
+what the other can still read, the grammar's language as llguidance enforces it can be smaller
+than its language as a context-free grammar (``start: A r | C`` with ``A: /a/``, ``C: /a1b/``,
+``r: /[0-9]+/`` refuses ``a1``). :func:`greedy_safe` decides, conservatively, that this cannot
+happen: for every set of lexemes that may start at one point and every lexeme T1 in it, no
+complete text w of T1 leaves a lexeme T2 of the set (T1 itself included) able to read on with a
+character that could also start a lexeme following T1. Any doubt (a work budget spent, a
+nullable lexeme) answers False, and the caller keeps its bounded regex.
+
+Regexes are the node tuples of :mod:`constrained_spec.grammar.ecma_regex`; languages are
+explored with Brzozowski derivatives over normalised, hashable nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from constrained_spec.grammar import ecma_regex as ecma
+
+__all__ = ["Lexeme", "to_node", "greedy_safe", "first_chars"]
+
+#: the empty-string node
+EPS: tuple = ("seq", ())
+#: most derivative steps one :func:`greedy_safe` call may take before it answers False
+WORK_BUDGET = 200_000
+
+Lexeme = Any  # a normalised node (see :func:`to_node`)
+
+
+def to_node(node: Any) -> Optional[tuple]:
+    """An ``ecma_regex`` node as a normalised, hashable node (None: the empty language)."""
+    kind = node[0]
+    if kind == "set":
+        return ("set", tuple(node[1])) if node[1] else None
+    if kind == "seq":
+        return _seq([to_node(x) for x in node[1]])
+    if kind == "alt":
+        return _alt([to_node(x) for x in node[1]])
+    if kind == "rep":
+        body = to_node(node[1])
+        return _rep(body, node[2], node[3])
+    raise ecma.PatternError(f"unsupported regex node {kind!r}")
+
+
+def _seq(items: list) -> Optional[tuple]:
+    out: list = []
+    for it in items:
+        if it is None:
+            return None
+        if it[0] == "seq":
+            out.extend(it[1])
+        else:
+            out.append(it)
+    if len(out) == 1:
+        return out[0]
+    return ("seq", tuple(out))
+
+
+def _alt(branches: list) -> Optional[tuple]:
+    seen: dict = {}
+    for b in branches:
+        if b is None:
+            continue
+        for x in (b[1] if b[0] == "alt" else (b,)):
+            seen.setdefault(repr(x), x)
+    if not seen:
+        return None
+    if len(seen) == 1:
+        return next(iter(seen.values()))
+    return ("alt", tuple(seen[k] for k in sorted(seen)))
+
+
+def _rep(body: Optional[tuple], lo: int, hi: Optional[int]) -> Optional[tuple]:
+    if hi == 0 or body == EPS:
+        return EPS
+    if body is None:
+        return EPS if lo == 0 else None
+    if lo == 1 and hi == 1:
+        return body
+    return ("rep", body, lo, hi)
+
+
+class _Lang:
+    """Derivatives, nullability and front character sets, memoised, under a work budget."""
+
+    def __init__(self, budget: int = WORK_BUDGET) -> None:
+        self.budget = budget
+        self._null: dict = {}
+        self._deriv: dict = {}
+        self._front: dict = {}
+
+    def nullable(self, n: tuple) -> bool:
+        hit = self._null.get(n)
+        if hit is None:
+            kind = n[0]
+            if kind == "set":
+                hit = False
+            elif kind == "seq":
+                hit = all(self.nullable(x) for x in n[1])
+            elif kind == "alt":
+                hit = any(self.nullable(x) for x in n[1])
+            else:
+                hit = n[2] == 0 or self.nullable(n[1])
+            self._null[n] = hit
+        return hit
+
+    def front(self, n: tuple) -> tuple:
+        """The character sets a first character of n is drawn from (a tuple of range tuples)."""
+        hit = self._front.get(n)
+        if hit is None:
+            kind = n[0]
+            acc: list = []
+            if kind == "set":
+                acc.append(n[1])
+            elif kind == "seq":
+                for x in n[1]:
+                    acc.extend(self.front(x))
+                    if not self.nullable(x):
+                        break
+            elif kind == "alt":
+                for x in n[1]:
+                    acc.extend(self.front(x))
+            else:
+                acc.extend(self.front(n[1]))
+            hit = tuple(dict.fromkeys(acc))
+            self._front[n] = hit
+        return hit
+
+    def deriv(self, n: tuple, c: int) -> Optional[tuple]:
+        key = (n, c)
+        if key in self._deriv:
+            return self._deriv[key]
+        self.budget -= 1
+        if self.budget < 0:
+            raise _OverBudget
+        kind = n[0]
+        out: Optional[tuple]
+        if kind == "set":
+            out = EPS if ecma.contains(n[1], c) else None
+        elif kind == "seq":
+            items = n[1]
+            if not items:
+                out = None
+            else:
+                head = self.deriv(items[0], c)
+                rest = _seq(list(items[1:]))
+                alts = [None if head is None else _seq([head, rest])]
+                if self.nullable(items[0]):
+                    alts.append(self.deriv(rest, c) if rest is not None else None)
+                out = _alt(alts)
+        elif kind == "alt":
+            out = _alt([self.deriv(x, c) for x in n[1]])
+        else:
+            body, lo, hi = n[1], n[2], n[3]
+            head = self.deriv(body, c)
+            out = None if head is None else _seq([head, _rep(body, max(lo - 1, 0), None if hi is None else hi - 1)])
+        self._deriv[key] = out
+        return out
+
+
+class _OverBudget(Exception):
+    pass
+
+
+def _cells(sets: list) -> list[int]:
+    """One representative code point per cell of the partition the range sets induce, for the
+    cells inside their union."""
+    bounds: set = set()
+    for rs in sets:
+        for a, b in rs:
+            bounds.add(a)
+            bounds.add(b + 1)
+    edges = sorted(bounds)
+    reps = []
+    for a in edges[:-1]:
+        if any(ecma.contains(rs, a) for rs in sets):
+            reps.append(a)
+    return reps
+
+
+def first_chars(lang: _Lang, n: tuple) -> tuple:
+    """The union of n's front sets, as one range tuple."""
+    return ecma.union(*lang.front(n)) if lang.front(n) else ()
+
+
+def _conflict(lang: _Lang, t1: tuple, t2: tuple, follow: tuple) -> bool:
+    """Whether some complete text w of t1 leaves t2 (after reading w) able to read a character of
+    ``follow`` (the characters a lexeme after t1 may start with)."""
+    if not follow:
+        return False
+    seen = {(t1, t2)}
+    todo = [(t1, t2)]
+    while todo:
+        a, b = todo.pop()
+        if lang.nullable(a) and ecma.intersect(first_chars(lang, b), follow):
+            return True
+        fa, fb = lang.front(a), lang.front(b)
+        if not fa or not fb:
+            continue
+        both = ecma.intersect(ecma.union(*fa), ecma.union(*fb))
+        if not both:
+            continue
+        for c in _cells(list(fa) + list(fb)):
+            if not ecma.contains(both, c):
+                continue
+            da, db = lang.deriv(a, c), lang.deriv(b, c)
+            if da is None or db is None:
+                continue
+            if (da, db) not in seen:
+                seen.add((da, db))
+                todo.append((da, db))
+    return False
+
+
+def greedy_safe(terminals: dict[str, tuple], colive: list[frozenset], follows: dict[str, frozenset]) -> bool:
+    """Whether greedy lexing loses no string of the grammar (conservative: False when unsure).
+
+    ``terminals``: name -> normalised node; ``colive``: sets of terminal names that may start at
+    one point; ``follows``: name -> the terminal names that may come right after it.
+    """
+    lang = _Lang()
+    try:
+        if any(lang.nullable(n) for n in terminals.values()):
+            return False
+        follow_chars: dict[str, tuple] = {}
+        for name in terminals:
+            sets = [first_chars(lang, terminals[f]) for f in follows.get(name, ())]
+            follow_chars[name] = ecma.union(*sets) if sets else ()
+        checked: set = set()
+        for group in colive:
+            for n1 in group:
+                for n2 in group:
+                    if (n1, n2) in checked:
+                        continue
+                    checked.add((n1, n2))
+                    if _conflict(lang, terminals[n1], terminals[n2], follow_chars[n1]):
+                        return False
+    except (_OverBudget, RecursionError):
+        return False
+    return True
