@@ -95,6 +95,8 @@ class ReplicaOptions:
     dtype: str = "auto"
     draft_dtype: str | None = None
     cache_dir: str | None = None
+    #: auto: CUDA when the replica sees a GPU (Ray shows it the ones num_gpus_per_replica reserved), else the CPU
+    device: str = "auto"
     num_draft_tokens: int | None = None
     max_new_tokens: int = 512
     compile_timeout: float = 60.0
@@ -263,7 +265,8 @@ def _load_generator(options: ReplicaOptions) -> Any:
     from constrained_spec.api import Generator
     from constrained_spec.config import DecodeConfig, ModelConfig
 
-    models = ModelConfig(model=options.model, draft=options.draft, dtype=options.dtype, draft_dtype=options.draft_dtype, cache_dir=options.cache_dir)
+    models = ModelConfig(model=options.model, draft=options.draft, dtype=options.dtype, draft_dtype=options.draft_dtype, cache_dir=options.cache_dir,
+                         device=options.device)
     decode = DecodeConfig() if options.num_draft_tokens is None else DecodeConfig(num_draft_tokens=options.num_draft_tokens)
     return Generator.from_config(models, decode, max_new_tokens=options.max_new_tokens, compile_timeout=options.compile_timeout, progress=False)
 

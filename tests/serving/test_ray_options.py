@@ -124,3 +124,21 @@ def test_drive_asgi_runs_the_app_in_process():
 
     asyncio.run(scenario())
     assert len(seen) == 1 and seen[0] < 900  # stopped long before its 1000 chunks
+
+
+def test_shipped_serve_config_is_valid_and_builds():
+    """deploy/ray-serve.yaml parses as Serve's deploy schema and its args build the application
+    (needs ray, no cluster: building binds the deployments, it starts nothing)."""
+    pytest.importorskip("ray.serve", reason="ray is not installed: pip install 'constrained-spec[ray]'")
+    yaml = pytest.importorskip("yaml")
+    from pathlib import Path
+
+    from ray.serve.schema import ServeDeploySchema
+
+    text = (Path(__file__).resolve().parents[2] / "deploy" / "ray-serve.yaml").read_text()
+    config = ServeDeploySchema.model_validate(yaml.safe_load(text)) if hasattr(ServeDeploySchema, "model_validate") else ServeDeploySchema.parse_obj(yaml.safe_load(text))
+    (application,) = config.applications
+    assert application.import_path == "constrained_spec.serving.ray_app:app_builder"
+    app = app_builder(application.args)
+    assert type(app).__name__ == "Application"
+    assert RayServeOptions(**application.args["deploy"]).replica_deployment_options()["autoscaling_config"]["max_replicas"] == 4
