@@ -1,0 +1,293 @@
+"""Recursive ``$ref``: the schema compiles to a Lark grammar whose nesting is unbounded.
+
+Oracles: ``json.loads`` + ``jsonschema`` (plus the compiler's documented restrictions, checked
+independently here: compact canonical text, properties in declared order), and ``re.fullmatch`` of
+the old unrolled regex for the depths it covers. The matcher is walked byte by byte through the
+lazy engine, exactly as the Generator compiles the schema (the grammar where there is one).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import jsonschema
+import pytest
+
+from constrained_spec.grammar import ecma_regex as ecma
+from constrained_spec.grammar import output_spec
+from constrained_spec.grammar.json_schema import SchemaOptions, schema_to_regex
+from constrained_spec.grammar.json_schema.lexeme_check import greedy_safe, to_node
+from constrained_spec.grammar.lazy import compile_grammar
+from constrained_spec.grammar.vocab import TokenVocabulary
+
+UNROLL = SchemaOptions().max_recursion_depth
+
+TREE = {
+    "type": "object",
+    "properties": {"value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#"}}},
+    "required": ["value"],
+    "additionalProperties": False,
+}
+LIST = {
+    "$defs": {
+        "node": {
+            "type": "object",
+            "properties": {"v": {"type": "string", "maxLength": 3}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}},
+            "required": ["v", "next"],
+            "additionalProperties": False,
+        }
+    },
+    "$ref": "#/$defs/node",
+}
+COMMENTS = {
+    "$defs": {
+        "comment": {
+            "type": "object",
+            "properties": {
+                "author": {"enum": ["ann", "bob"]},
+                "score": {"type": "integer", "minimum": 0, "maximum": 9},
+                "replies": {"type": "array", "items": {"$ref": "#/$defs/comment"}, "maxItems": 2},
+            },
+            "required": ["author", "replies"],
+            "additionalProperties": False,
+        }
+    },
+    "type": "array",
+    "items": {"$ref": "#/$defs/comment"},
+}
+
+
+def _suite_schema(description: str) -> dict:
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "shared" / "data" / "json-schema-test-suite" / "draft2020-12" / "ref.json"
+    if not path.exists():
+        pytest.skip("JSON Schema Test Suite not found")
+    return next(g["schema"] for g in json.loads(path.read_text()) if g["description"] == description)
+
+
+# -- the matcher, walked byte by byte -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def byte_vocab() -> TokenVocabulary:
+    return TokenVocabulary(tokens={i: bytes([i]) for i in range(256)}, eos_token_ids=(256,), size=257)
+
+
+def compiled_matcher(schema, vocab):
+    """The lazy grammar the Generator compiles for ``schema``: the Lark grammar where there is one."""
+    spec = output_spec(schema)
+    if spec.grammar is not None:
+        return compile_grammar("lark", spec.grammar, vocab), spec
+    return compile_grammar("regex", spec.regex, vocab), spec
+
+
+def accepts(grammar, text: str) -> bool:
+    m = grammar.matcher()
+    for b in text.encode("utf-8"):
+        if not m.accepts_prefix_bytes(bytes([b])):
+            return False
+        m.advance(b)
+    return m.is_accepting()
+
+
+# -- the oracle -----------------------------------------------------------------------------------
+
+
+def dumps(v) -> str:
+    return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+
+def _ordered(v, order: list[str]) -> bool:
+    if isinstance(v, dict):
+        idx = [order.index(k) if k in order else -1 for k in v]
+        return idx == sorted(idx) and all(_ordered(x, order) for x in v.values())
+    if isinstance(v, list):
+        return all(_ordered(x, order) for x in v)
+    return True
+
+
+def oracle(schema, order: list[str], text: str) -> bool:
+    """Valid JSON, valid against the schema (jsonschema), written as the compiler writes values:
+    compact canonical text, properties in declared order."""
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return False
+    if dumps(v) != text or not _ordered(v, order):
+        return False
+    return jsonschema.Draft202012Validator(schema).is_valid(v)
+
+
+def depth(v) -> int:
+    if isinstance(v, dict):
+        return 1 + max((depth(x) for x in v.values()), default=0)
+    if isinstance(v, list):
+        return 1 + max((depth(x) for x in v), default=0)
+    return 0
+
+
+# -- generators of valid values, nesting exactly d levels of the recursive object ----------------
+
+
+def tree(rng, d: int):
+    node = {"value": rng.randint(-20, 20)}
+    if d > 1:
+        kids = [tree(rng, d - 1)] + [tree(rng, rng.randint(1, d - 1)) for _ in range(rng.randint(0, 1))]
+        rng.shuffle(kids)
+        node["children"] = kids
+    elif rng.random() < 0.5:
+        node["children"] = []
+    return node
+
+
+def linked(rng, d: int):
+    v = "".join(rng.choice("ab{:,") for _ in range(rng.randint(0, 3)))
+    return {"v": v, "next": linked(rng, d - 1) if d > 1 else None}
+
+
+def comment(rng, d: int):
+    c = {"author": rng.choice(["ann", "bob"])}
+    if rng.random() < 0.5:
+        c["score"] = rng.randint(0, 9)
+    c["replies"] = [comment(rng, d - 1)] + ([comment(rng, rng.randint(1, d - 1))] if rng.random() < 0.4 else []) if d > 1 else []
+    return c
+
+
+def comments(rng, d: int):
+    return [comment(rng, d)]
+
+
+def root_pointer(rng, d: int):
+    v = {"foo": root_pointer(rng, d - 1)} if d > 1 else {}
+    if d == 1 and rng.random() < 0.5:
+        v = {"foo": rng.choice([False, True])}  # the innermost 'foo' may be a boolean schema hit
+    return v
+
+
+CASES = {
+    "tree": (TREE, tree, ["value", "children"]),
+    "linked_list": (LIST, linked, ["v", "next"]),
+    "nested_comments": (COMMENTS, comments, ["author", "score", "replies"]),
+}
+
+
+def mutations(rng, text: str, n: int) -> list[str]:
+    alphabet = '{}[]":,0123456789-abnlutrfsevxo '
+    out = []
+    for _ in range(n):
+        s = list(text)
+        for _ in range(rng.randint(1, 2)):
+            i = rng.randrange(len(s) + 1)
+            op = rng.random()
+            if op < 0.35 and i < len(s):
+                del s[i]
+            elif op < 0.7:
+                s.insert(i, rng.choice(alphabet))
+            elif i < len(s):
+                s[i] = rng.choice(alphabet)
+        out.append("".join(s))
+    return out
+
+
+def _check_language(schema, make, order, byte_vocab, seed: int = 0) -> dict:
+    grammar, spec = compiled_matcher(schema, byte_vocab)
+    assert spec.grammar is not None, "a recursive schema must compile to a grammar"
+    regex = re.compile(spec.regex)
+    rng = random.Random(seed)
+    valid = [dumps(make(rng, d)) for d in range(1, 9) for _ in range(6)]
+    texts = valid + [m for t in valid for m in mutations(rng, t, 8)]
+    counts = {"valid": 0, "invalid": 0, "deeper": 0}
+    for text in dict.fromkeys(texts):
+        want = oracle(schema, order, text)
+        got = accepts(grammar, text)
+        assert got == want, f"grammar {'accepts' if got else 'refuses'} {text!r}; oracle says {want}"
+        counts["valid" if want else "invalid"] += 1
+        try:
+            d = depth(json.loads(text))
+        except ValueError:
+            d = 0
+        old = regex.fullmatch(text) is not None
+        if old != got:  # the old regex may only differ by refusing what is nested too deep for it
+            assert not old and d > UNROLL, f"grammar and unrolled regex disagree on {text!r} (depth {d})"
+            counts["deeper"] += 1
+    return counts
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_language_equals_jsonschema_at_every_depth(name, byte_vocab):
+    schema, make, order = CASES[name]
+    counts = _check_language(schema, make, order, byte_vocab)
+    assert counts["valid"] >= 40 and counts["invalid"] >= 100 and counts["deeper"] >= 10, counts
+
+
+def test_language_of_a_test_suite_schema_with_a_recursive_ref(byte_vocab):
+    schema = _suite_schema("root pointer ref")
+    counts = _check_language(schema, root_pointer, ["foo"], byte_vocab, seed=3)
+    assert counts["valid"] >= 8 and counts["deeper"] >= 3, counts
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_depth_12_value_refused_by_the_unrolled_regex_is_accepted(name, byte_vocab):
+    schema, make, _ = CASES[name]
+    text = dumps(make(random.Random(12), 12))
+    assert jsonschema.Draft202012Validator(schema).is_valid(json.loads(text))
+    old = schema_to_regex(schema, SchemaOptions(recursive_refs="unroll"))
+    assert old.lark is None
+    assert re.fullmatch(old.regex, text) is None  # negative control: the bounded language refuses it
+    grammar, _ = compiled_matcher(schema, byte_vocab)
+    assert accepts(grammar, text)
+
+
+def test_non_recursive_schemas_keep_one_regex():
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"$ref": "#/$defs/x"}}},
+              "$defs": {"x": {"type": "integer"}}}
+    assert schema_to_regex(schema).lark is None
+    assert output_spec(schema).grammar is None
+
+
+def test_greedy_lexing_check_refuses_a_grammar_llguidance_would_shrink(byte_vocab):
+    # negative control of the lexing check: llguidance's greedy lexer reads '{"a":1' as the longer
+    # lexeme C and never ends A, so the CFG's string is refused; greedy_safe must see that
+    grammar = 'start: A r | C\nr: /1/ | /\\{\\}/\nA: /\\{"a":/\nC: /\\{"a":1,"b":2\\}/\n'
+    g = compile_grammar("lark", grammar, byte_vocab)
+    assert not accepts(g, '{"a":1') and accepts(g, '{"a":{}') and accepts(g, '{"a":1,"b":2}')
+    nodes = {n: to_node(ecma.parse(p)) for n, p in {"A": '\\{"a":', "C": '\\{"a":1,"b":2\\}', "R1": "1", "R2": "\\{\\}"}.items()}
+    colive = [frozenset({"A", "C"}), frozenset({"R1", "R2"})]
+    follows = {"A": frozenset({"R1", "R2"})}
+    assert not greedy_safe(nodes, colive, follows)
+    assert greedy_safe(nodes, [frozenset({"A"}), frozenset({"R1", "R2"})], follows)
+
+
+def test_shared_prefix_schema_stays_exact(byte_vocab):
+    # alternatives that share a key prefix with different lexeme boundaries: whatever the compiler
+    # chooses (grammar or the unrolled regex), the language must agree with the oracle
+    schema = {"anyOf": [
+        {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"], "additionalProperties": False},
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+         "required": ["a", "b"], "additionalProperties": False},
+        {"type": "integer"}]}
+    grammar, _ = compiled_matcher(schema, byte_vocab)
+    for text in ['1', '{"a":1}', '{"a":1,"b":2}', '{"a":{"a":1,"b":2}}', '{"a":{"a":{"a":3}}}', '{"a":1,"b":{"a":1}}']:
+        assert accepts(grammar, text) == oracle(schema, ["a", "b"], text), text
+
+
+def test_generate_json_end_to_end_validates(tiny_generator):
+    from constrained_spec.errors import TokenBudgetExceeded
+
+    gen = tiny_generator(max_new_tokens=160)
+    compiled = gen.compile(LIST)
+    assert compiled.spec.grammar is not None and compiled.grammar.kind == "lark"
+    depths = []
+    for seed in range(4):
+        try:
+            value = gen.generate_json(LIST, "A linked list:", seed=seed, temperature=1.0)
+        except TokenBudgetExceeded:
+            continue
+        jsonschema.validate(value, LIST)
+        depths.append(depth(value))
+    assert len(depths) >= 3, depths
+    # deeper than the unrolled regex allows (UNROLL levels of recursion below the root)
+    assert max(depths) > UNROLL + 1, depths
