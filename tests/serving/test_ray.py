@@ -192,17 +192,19 @@ def test_killed_replica_is_replaced_and_nothing_hangs(served):
     log.info("under the kill: %d requests, %d retried on the other replica, %d clear 503s", len(results), retried, failed)
     assert retried + failed >= 1, "the kill hit no request in flight: the test did not test the failure path"
 
-    deadline = time.time() + 90
-    while running_replicas() < 2 and time.time() < deadline:
+    deadline, live = time.time() + 90, {}
+    while time.time() < deadline:  # Serve's status may still count the dead one: ask the replicas themselves
+        live = replica_actor_names(served)
+        if len(live) == 2 and victim not in live:
+            break
         time.sleep(1.0)
-    assert running_replicas() == 2, "Serve replaced the killed replica"
-    log.info("two replicas running again %.1f s after the kill", time.time() - killed_at)
+    assert len(live) == 2 and victim not in live, f"Serve did not replace the killed replica within 90 s: {live}"
+    assert running_replicas() == 2
+    log.info("two live replicas (%s) answering again %.1f s after the kill", ", ".join(sorted(live)), time.time() - killed_at)
 
     c = client(served)
     after = [ask(c, 300 + i % 3, seed=i) for i in range(8)]
-    assert all(a[0] == 200 and a[1] != victim for a in after), after
+    assert all(a[0] == 200 and a[1] in live for a in after), after
     for i, a in enumerate(after):
         if a[4] is not None:
             jsonschema.validate(a[4], schema(300 + i % 3))
-    new_names = replica_actor_names(served)
-    assert victim not in new_names and len(new_names) == 2, new_names
