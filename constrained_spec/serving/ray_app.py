@@ -375,7 +375,7 @@ class ConstrainedSpecGateway:
                 stream.cancel()
                 return _error(504, f"no replica answered within {self.timeout:.0f} s", "timeout")
             except (ray_errors.RayActorError, ray_errors.ActorUnavailableError, DeploymentUnavailableError) as exc:
-                log.warning("replica failed under a request (attempt %d of %d): %s", attempt + 1, self.retries + 1, type(exc).__name__)
+                logging.getLogger("ray.serve").warning("replica failed under a request (attempt %d of %d): %s", attempt + 1, self.retries + 1, type(exc).__name__)
                 if attempt < self.retries:
                     continue
                 return _error(503, "the replica serving this request failed; retry (Serve is replacing it)", "replica_failed")
