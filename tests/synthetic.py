@@ -84,3 +84,41 @@ def make_decoder(target, draft, matcher, policy, *, num_draft_tokens: int = 4, m
     return decoder_class(target, draft, matcher, policy, config, max_new_tokens=max_new_tokens, proposers=proposers,
                          verifier=verifier, generator=generator, draft_length=draft_length,
                          hooks=DecodeHooks(on_tokens=on_tokens), **extra)
+
+
+class BatchedPrefixModel:
+    """A :class:`~constrained_spec.models.batched.RowBackend` of :class:`PrefixModel` logits over
+    ``slots`` token lists: each call's logits come from its slot's tokens up to its start, so a row
+    fed at a wrong position gets another prefix's logits (and a distribution test fails)."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, model: PrefixModel, slots: int = 4, max_length: int = 64) -> None:
+        self.model = model
+        self.vocab_size = model.vocab_size
+        self.slots, self.max_length = slots, max_length
+        self.tokens: list[list[int]] = [[] for _ in range(slots)]
+        self.rows_per_forward: list[int] = []
+        self.can_restrict_head = False
+        self.head_prefix = 0
+
+    def forward(self, calls):
+        assert len({c.slot for c in calls}) == len(calls)
+        self.rows_per_forward.append(len(calls))
+        out = []
+        for c in calls:
+            seq = self.tokens[c.slot]
+            assert c.start <= len(seq), f"slot {c.slot} fed at {c.start} but holds only {len(seq)} tokens"
+            del seq[c.start:]
+            rows = []
+            for t in c.tokens:
+                seq.append(t)
+                rows.append(self.model.logits(seq))
+            out.append(torch.stack(rows) if c.head == "all" else None)
+        return out
+
+    def read_prefix(self, slot, length):
+        return [(torch.tensor(self.tokens[slot][:length]), torch.empty(0))]
+
+    def write_prefix(self, slot, saved, length):
+        self.tokens[slot] = saved[0][0][:length].tolist()
