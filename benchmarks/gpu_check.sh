@@ -94,7 +94,7 @@ step 2 kernels 240 "CONSTRAINED_SPEC_TEST_DEVICE=cuda '$PYTHON' -m pytest -p no:
  && '$PYTHON' benchmarks/kernel_bench.py --require-triton --batches 1,8,64 --ks 1,4,8 --vocab 151936 --json '$OUT/kernel_table.json'"
 
 # 3: end to end on the default pair, on the GPU
-step 3 e2e 420 "'$PYTHON' benchmarks/bench.py --device cuda --workload default --ks 5 --proposer-k 5 \
+step 3 e2e 420 "'$PYTHON' benchmarks/bench.py --device cuda --workload default --prompts 8 --ks 5 --proposer-k 5 \
  --modes target,k5+grammar+lookup,peer --temperature 0.7 --peer-python '$PEER_PYTHON' --out '$OUT/e2e' --no-progress \
  && '$PYTHON' benchmarks/gpu_check_report.py e2e '$OUT/e2e'"
 
@@ -105,7 +105,7 @@ step 4 distribution 300 "CONSTRAINED_SPEC_TEST_DEVICE=cuda '$PYTHON' -m pytest -
 # 5: batched throughput at 1, 8 and 32 rows (the batch API of the batching issue)
 step 5 batched 300 "'$PYTHON' -m benchmarks.bench --help | grep -q -- --concurrency \
  || { echo 'step 5 (batched): benchmarks/bench.py has no --concurrency option: the batch API is not there' >&2; exit 3; }; \
- for n in 1 8 32; do '$PYTHON' -m benchmarks.bench --device cuda --workload default --ks 5 --proposer-k 5 \
+ for n in 1 8 32; do '$PYTHON' -m benchmarks.bench --device cuda --workload default --prompts 8 --ks 5 --proposer-k 5 \
  --modes k5+grammar+lookup --no-peer --no-sampled --concurrency \$n --out '$OUT/batched-'\$n --no-progress || exit 1; done"
 
 if [[ "$DRY_RUN" == 1 ]]; then
