@@ -29,6 +29,7 @@ from constrained_spec.serving.limits import (
     check_max_tokens,
     check_schema_size,
 )
+from constrained_spec.serving.metrics import install_metrics
 from constrained_spec.serving.protocol import (
     ChatCompletionRequest,
     budget_usage,
@@ -88,10 +89,11 @@ def create_app(
 ) -> Any:
     """The FastAPI app serving ``generator`` (see :mod:`constrained_spec.serving`).
 
-    ``max_queue``: requests allowed to wait behind the running one (more get 429).
+    ``max_queue``: requests allowed to wait beyond the running ones (more get 429); as many run at
+    once as ``generator.batch`` has slots (continuous batching), else one.
     ``request_timeout``: seconds a request may take, compiling and waiting included (504 after).
     ``max_tokens_limit``: the largest ``max_tokens`` accepted (default: no limit).
-    ``api_key``: the bearer token every route but ``/health`` needs (None: no key).
+    ``api_key``: the bearer token every route but ``/health`` needs, ``/metrics`` included (None: no key).
     ``max_body_bytes`` / ``max_schema_chars`` / ``max_grammar_chars``: the request body, schema
     and grammar caps (None: none).
     ``compile_threads``: threads that compile constraints, off the generation worker.
@@ -115,6 +117,7 @@ def create_app(
     app.state.queue = queue
     app.state.model_name = name
     app.add_middleware(Guard, api_key=api_key, max_body_bytes=max_body_bytes)
+    install_metrics(app, scheduler)  # GET /metrics; outermost middleware: counts 401/413 too
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> Any:
@@ -143,7 +146,8 @@ def create_app(
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok", "model": name, "queue": {"pending": queue.pending, "waiting": queue.waiting, "max_queue": queue.max_queue}}
+        return {"status": "ok", "model": name, "queue": {"pending": queue.pending, "running": queue.running, "waiting": queue.waiting,
+                                                                   "max_queue": queue.max_queue}}
 
     @app.get("/v1/models")
     async def models() -> dict:

@@ -1,11 +1,13 @@
-"""One generation at a time: the bounded wait queue, compiles off the worker, timeouts and
-cancellation (a timed-out request, or one whose client went away).
+"""Generations on a pool of workers: the bounded wait queue, compiles off the workers, timeouts
+and cancellation (a timed-out request, or one whose client went away).
 
-The Generator holds one KV cache, so generations run one by one on a single worker thread;
-requests wait behind the running one in a queue of ``max_queue``. Constraints compile on their
-own threads, so a slow compile holds no other request. A timed-out request that has not started
-is dropped; one already decoding stops after its current decode step (the ``on_tokens`` hook
-raises :class:`Cancelled`).
+A Generator without a batch holds one KV cache, so its generations run one by one on a single
+worker thread. With continuous batching (``generator.batch``, ``max_batch_size > 1``) there are as
+many workers as batch slots: that many ``generator.run`` calls run at once and decode together as
+rows of one batch. Requests beyond the running ones wait in a queue of ``max_queue``. Constraints
+compile on their own threads, so a slow compile holds no other request. A timed-out request that
+has not started is dropped; one already decoding stops after its current decode step (the
+``on_tokens`` hook raises :class:`Cancelled`), which frees its batch row.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable, Coroutine, Protocol
 
-__all__ = ["Cancelled", "GenerationQueue", "QueueFull", "QueueTimeout", "Scheduler", "watch_disconnect"]
+from constrained_spec.errors import TokenBudgetExceeded
+
+__all__ = ["Cancelled", "GenerationObserver", "GenerationQueue", "QueueFull", "QueueTimeout", "Scheduler", "batch_slots", "outcome_of",
+           "watch_disconnect"]
 
 
 class QueueFull(Exception):
@@ -36,43 +41,52 @@ class Cancelled(Exception):
 
 
 class GenerationQueue:
-    """Runs jobs one at a time on a worker thread, with a bounded wait queue and a timeout.
+    """Runs up to ``workers`` jobs at once on worker threads, with a bounded wait queue and a timeout.
 
-    ``max_queue`` requests may wait behind the running one; more are refused with
+    ``max_queue`` requests may wait beyond the ``workers`` running ones; more are refused with
     :class:`QueueFull`. ``timeout`` (seconds, None for none) covers waiting plus running; a job
     that times out before it starts is skipped; for a running one ``cancel`` is set (a job
     that checks it, as the server's ``on_tokens`` hook does, stops early) and its result is
     discarded.
     """
 
-    def __init__(self, max_queue: int = 16, timeout: float | None = 600.0) -> None:
+    def __init__(self, max_queue: int = 16, timeout: float | None = 600.0, workers: int = 1) -> None:
         if max_queue < 0:
             raise ValueError("max_queue must be >= 0")
+        if workers < 1:
+            raise ValueError("workers must be >= 1")
         self.max_queue = max_queue
         self.timeout = timeout
-        self.pending = 0  # running + waiting (including timed-out jobs still occupying the worker)
+        self.workers = workers
+        self.pending = 0  # running + waiting (including timed-out jobs not yet dropped or still stopping)
+        self.running = 0  # jobs on a worker now
         self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="constrained-spec-gen")
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="constrained-spec-gen")
 
     @property
     def waiting(self) -> int:
-        return max(self.pending - 1, 0)
+        """Jobs admitted that no worker has started yet."""
+        with self._lock:
+            return max(self.pending - self.running, 0)
 
     async def run(self, fn: Callable[[], Any], cancel: threading.Event | None = None, timeout: float | None = None) -> Any:
-        """Run ``fn`` on the worker; ``timeout`` (default: the queue's) in seconds from now."""
+        """Run ``fn`` on a worker; ``timeout`` (default: the queue's) in seconds from now."""
         with self._lock:
-            if self.pending > self.max_queue:
+            if self.pending >= self.workers + self.max_queue:
                 raise QueueFull(self.max_queue)
             self.pending += 1
         abandoned = cancel if cancel is not None else threading.Event()
 
         def job() -> Any:
+            with self._lock:
+                self.running += 1
             try:
                 if abandoned.is_set():
                     return None
                 return fn()
             finally:
                 with self._lock:
+                    self.running -= 1
                     self.pending -= 1
 
         future = asyncio.get_running_loop().run_in_executor(self._executor, job)
@@ -87,16 +101,51 @@ class GenerationQueue:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+def batch_slots(generator: Any) -> int:
+    """Generations ``generator`` can run at once: its batch slots (continuous batching), else 1."""
+    batch = getattr(generator, "batch", None)
+    return max(int(getattr(batch, "slots", 1)), 1) if batch is not None else 1
+
+
+class GenerationObserver(Protocol):
+    """What the scheduler reports (the server's metrics): compile times, tokens as they are
+    committed, and how each generation ended."""
+
+    def compiled(self, seconds: float) -> None: ...
+
+    def tokens(self, count: int) -> None: ...
+
+    def finished(self, outcome: str, result: Any) -> None: ...
+
+
+def outcome_of(exc: BaseException | None) -> str:
+    """How a generation ended: ``stop`` (a result), ``length`` (its token budget ran out),
+    ``cancelled``, ``timeout``, ``rejected`` (queue full) or ``error``."""
+    if exc is None:
+        return "stop"
+    kinds: tuple[tuple[type[BaseException], str], ...] = (
+        (TokenBudgetExceeded, "length"), (Cancelled, "cancelled"), (asyncio.CancelledError, "cancelled"), (QueueTimeout, "timeout"),
+        (QueueFull, "rejected"))
+    for kind, name in kinds:
+        if isinstance(exc, kind):
+            return name
+    return "error"
+
+
 class Scheduler:
-    """The generator behind one :class:`GenerationQueue`, with a pool of compile threads.
+    """The generator behind one :class:`GenerationQueue` (one worker per batch slot), with a pool
+    of compile threads.
 
     ``request_timeout``: seconds a request may take, compiling and waiting included.
+    ``observer``: told about compiles, tokens and finished generations (None: nobody).
     """
 
-    def __init__(self, generator: Any, *, max_queue: int, request_timeout: float | None, compile_threads: int = 2) -> None:
+    def __init__(self, generator: Any, *, max_queue: int, request_timeout: float | None, compile_threads: int = 2,
+                 observer: GenerationObserver | None = None) -> None:
         self.generator = generator
         self.request_timeout = request_timeout
-        self.queue = GenerationQueue(max_queue=max_queue, timeout=request_timeout)
+        self.observer = observer
+        self.queue = GenerationQueue(max_queue=max_queue, timeout=request_timeout, workers=batch_slots(generator))
         self._compile_pool = ThreadPoolExecutor(max_workers=max(compile_threads, 1), thread_name_prefix="constrained-spec-compile")
         self._tasks: set[asyncio.Future] = set()  # background generations (streams): kept referenced until done
 
@@ -110,13 +159,22 @@ class Scheduler:
         return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
     async def compile(self, output_type: Any, deadline: float | None) -> Any:
-        """``output_type`` compiled on a compile thread (off the worker): its OutputSpec, which
+        """``output_type`` compiled on a compile thread (off the workers): its OutputSpec, which
         ``generator.run`` finds in the compile cache; the output type itself where the generator
         cannot compile ahead. :class:`QueueTimeout` past ``deadline``."""
         compile_ = getattr(self.generator, "compile", None)
         if not callable(compile_):
             return output_type
-        future = asyncio.get_running_loop().run_in_executor(self._compile_pool, compile_, output_type)
+        observer = self.observer
+
+        def timed() -> Any:
+            t0 = time.perf_counter()
+            compiled = compile_(output_type)
+            if observer is not None:
+                observer.compiled(time.perf_counter() - t0)
+            return compiled
+
+        future = asyncio.get_running_loop().run_in_executor(self._compile_pool, timed)
         future.add_done_callback(lambda f: f.cancelled() or f.exception())  # an abandoned compile's error is not "never retrieved"
         try:
             compiled = await asyncio.wait_for(asyncio.shield(future), self.remaining(deadline))
@@ -126,21 +184,31 @@ class Scheduler:
 
     async def generate(self, prompt: Any, output_type: Any, options: dict[str, Any], cancel: threading.Event,
                        timeout: float | None, on_tokens: Callable[[list[int]], None] | None = None) -> Any:
-        """``generator.run(prompt, output_type, **options)`` on the worker, once the queue reaches it.
+        """``generator.run(prompt, output_type, **options)`` on a worker, once the queue reaches it.
 
         Each step's tokens go to ``on_tokens`` (on the worker thread); once ``cancel`` is set the
         generation stops at its next step and this raises :class:`Cancelled`.
         """
+        observer = self.observer
 
         def hook(ids: list[int]) -> None:
             if cancel.is_set():
                 raise Cancelled()
+            if observer is not None:
+                observer.tokens(len(ids))
             if on_tokens is not None:
                 on_tokens(ids)
 
-        result = await self.queue.run(lambda: self.generator.run(prompt, output_type, on_tokens=hook, **options), cancel, timeout)
-        if result is None and cancel.is_set():
-            raise Cancelled()
+        try:
+            result = await self.queue.run(lambda: self.generator.run(prompt, output_type, on_tokens=hook, **options), cancel, timeout)
+            if result is None and cancel.is_set():
+                raise Cancelled()
+        except BaseException as exc:
+            if observer is not None:
+                observer.finished(outcome_of(exc), None)
+            raise
+        if observer is not None:
+            observer.finished("stop", result)
         return result
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
