@@ -57,9 +57,9 @@ def run_ray(args: argparse.Namespace, app_options: dict[str, Any]) -> int:
     serve.start(http_options={"host": args.host, "port": args.port})
     log.info("deploying %s replica(s); each loads the models before it takes requests", deploy.replicas if deploy.min_replicas is None
              else f"{deploy.min_replicas}-{deploy.max_replicas}")
-    serve.run(build_app(replica, deploy), name=deploy.app_name, route_prefix=deploy.route_prefix)
-    log.info("serving on http://%s:%d/v1 (Ctrl-C stops)", args.host, args.port)
-    try:
+    try:  # an interrupt while the replicas load deletes the application too
+        serve.run(build_app(replica, deploy), name=deploy.app_name, route_prefix=deploy.route_prefix)
+        log.info("serving on http://%s:%d/v1 (Ctrl-C stops)", args.host, args.port)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
