@@ -14,15 +14,16 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import jsonschema
 import pytest
 
 pytestmark = pytest.mark.ray
-ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'constrained-spec[ray]'")
-serve = pytest.importorskip("ray.serve", reason="ray[serve] is not installed: pip install 'constrained-spec[ray]'")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
+ray: Any = None  # imported by the `served` fixture: collecting this module in the default run (where it is deselected) costs no Ray import
+serve: Any = None
 
 from constrained_spec.serving.ray_app import ATTEMPTS_HEADER, CACHE_HEADER, REPLICA_HEADER, RayServeOptions, ReplicaOptions, build_app  # noqa: E402
 
@@ -46,6 +47,9 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def served(model_dirs, tmp_path_factory):
     """A local Ray (2 logical CPUs), Serve on a free port, the application with two replicas."""
+    global ray, serve
+    ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'constrained-spec[ray]'")
+    serve = pytest.importorskip("ray.serve", reason="ray[serve] is not installed: pip install 'constrained-spec[ray]'")
     ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
