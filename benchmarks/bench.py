@@ -1143,12 +1143,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-window", type=int, default=0,
                    help="the draft model sees only the last N prompt tokens (0: the whole prompt; DecodeConfig.draft_window)")
     p.add_argument("--no-chart", action="store_true", help="skip chart.png (matplotlib)")
+    p.add_argument("--concurrency", default=None, metavar="C,C",
+                   help="concurrent clients instead: one-at-a-time vs continuous batching at these client counts "
+                        "(benchmarks/concurrency.py; its own options follow: --prompts, --max-new-tokens, --threads, --out)")
     return p
 
 
 def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: Sequence[Any] | None = None) -> int:
     """``python benchmarks/bench.py ARGS``; ``generator``/``workload`` may be injected (tests)."""
-    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    raw = list(argv) if argv is not None else sys.argv[1:]
+    if any(a == "--concurrency" or a.startswith("--concurrency=") for a in raw):  # the concurrent-clients mode
+        from benchmarks.concurrency import main as concurrency_main
+
+        rest = [a for a in raw if not (a == "--concurrency" or a.startswith("--concurrency="))]
+        value = next((a.split("=", 1)[1] for a in raw if a.startswith("--concurrency=")), None)
+        if value is None:
+            i = raw.index("--concurrency")
+            value = raw[i + 1] if i + 1 < len(raw) else "1,8"
+            rest = raw[:i] + raw[i + 2 :]
+        return concurrency_main(["--clients", value, *rest])
+    args = build_parser().parse_args(raw)
     if args.resummarize:
         results = resummarize(args.resummarize, args.workload if args.workload != "both" else None)
         print(markdown_table(results))
