@@ -26,7 +26,7 @@ __all__ = ["Lexeme", "to_node", "greedy_safe", "first_chars"]
 #: the empty-string node
 EPS: tuple = ("seq", ())
 #: most derivative steps one :func:`greedy_safe` call may take before it answers False
-WORK_BUDGET = 200_000
+WORK_BUDGET = 20_000
 
 Lexeme = Any  # a normalised node (see :func:`to_node`)
 
@@ -61,17 +61,16 @@ def _seq(items: list) -> Optional[tuple]:
 
 
 def _alt(branches: list) -> Optional[tuple]:
-    seen: dict = {}
+    seen: set = set()
     for b in branches:
         if b is None:
             continue
-        for x in (b[1] if b[0] == "alt" else (b,)):
-            seen.setdefault(repr(x), x)
+        seen.update(b[1] if b[0] == "alt" else (b,))
     if not seen:
         return None
     if len(seen) == 1:
-        return next(iter(seen.values()))
-    return ("alt", tuple(seen[k] for k in sorted(seen)))
+        return next(iter(seen))
+    return ("alt", frozenset(seen))  # a frozenset caches its hash: cheap to compare and look up
 
 
 def _rep(body: Optional[tuple], lo: int, hi: Optional[int]) -> Optional[tuple]:
@@ -92,6 +91,12 @@ class _Lang:
         self._null: dict = {}
         self._deriv: dict = {}
         self._front: dict = {}
+
+    def spend(self) -> None:
+        """Count one step against the budget (:class:`_OverBudget` once it is spent)."""
+        self.budget -= 1
+        if self.budget < 0:
+            raise _OverBudget
 
     def nullable(self, n: tuple) -> bool:
         hit = self._null.get(n)
@@ -134,9 +139,7 @@ class _Lang:
         key = (n, c)
         if key in self._deriv:
             return self._deriv[key]
-        self.budget -= 1
-        if self.budget < 0:
-            raise _OverBudget
+        self.spend()
         kind = n[0]
         out: Optional[tuple]
         if kind == "set":
@@ -207,6 +210,7 @@ def _conflict(lang: _Lang, t1: tuple, t2: tuple, follow: tuple) -> bool:
         for c in _cells(list(fa) + list(fb)):
             if not ecma.contains(both, c):
                 continue
+            lang.spend()
             da, db = lang.deriv(a, c), lang.deriv(b, c)
             if da is None or db is None:
                 continue
