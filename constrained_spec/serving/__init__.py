@@ -28,7 +28,8 @@
   ``finish_reason: "length"`` and the partial text (partial tool-call arguments), as OpenAI's;
   such text is not a complete value of the constraint.
 
-* ``GET /v1/models``, ``GET /v1/models/{id}`` and ``GET /health``.
+* ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health`` and ``GET /metrics`` (Prometheus'
+  text format, behind the API key like every route but ``/health``: :mod:`.metrics`).
 
 Errors use OpenAI's ``{"error": {"message", "type", "param", "code"}}`` body (:mod:`.errors`),
 request validation and unknown routes included: the project's errors map one to one to codes
@@ -38,16 +39,17 @@ model 404, a full queue 429, a request that outlives ``request_timeout`` 504; an
 plain ``ValueError`` included) is a 500 that names no internals, logged with its traceback.
 Invalid output is never returned.
 
-Limits (:mod:`.limits`): the API key, the body cap (413) and the schema and grammar caps (400). One generation
-runs at a time (:mod:`.scheduler`): requests wait in a bounded queue behind the running one;
-constraints compile off the generation worker; a timed-out or abandoned request stops after its
-current decode step.
+Limits (:mod:`.limits`): the API key, the body cap (413) and the schema and grammar caps (400). As
+many generations run at once as the generator has batch slots (``max_batch_size``: they decode
+together as rows of one batch), else one (:mod:`.scheduler`): more requests wait in a bounded
+queue; constraints compile off the generation workers; a timed-out or abandoned request stops
+after its current decode step and frees its row.
 
 ``constrained-spec serve`` (:mod:`constrained_spec.cli.serve`) runs the server with uvicorn.
 
 Modules: :mod:`.protocol` (request model, request checks, response shapes), :mod:`.completion`
 (what a request generates, the reply message), :mod:`.errors`, :mod:`.limits`,
-:mod:`.scheduler`, :mod:`.streaming` and :mod:`.app` (``create_app``).
+:mod:`.scheduler`, :mod:`.streaming`, :mod:`.metrics` and :mod:`.app` (``create_app``).
 """
 
 from __future__ import annotations

@@ -138,6 +138,7 @@ class _StateCollector:
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        from prometheus_client.utils import floatToGoString
 
         m, queue = self.metrics, self.metrics.scheduler.queue
         yield GaugeMetricFamily(PREFIX + "requests_running", "Generations running now.", value=queue.running)
@@ -151,10 +152,7 @@ class _StateCollector:
             return
         stats = batch.metrics.snapshot()
         hist: dict[int, int] = stats["rows_per_forward"]
-        buckets, seen = [], 0
-        for bound in row_buckets(batch.slots):
-            seen = sum(n for rows, n in hist.items() if rows <= bound)
-            buckets.append((str(bound), seen))
+        buckets = [(floatToGoString(bound), sum(n for rows, n in hist.items() if rows <= bound)) for bound in row_buckets(batch.slots)]
         buckets.append(("+Inf", sum(hist.values())))
         yield HistogramMetricFamily(PREFIX + "batch_rows_per_forward", "Rows per batched model forward.", buckets=buckets,
                                     sum_value=sum(rows * n for rows, n in hist.items()))
