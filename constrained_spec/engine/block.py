@@ -43,7 +43,7 @@ class DraftBlock:
         """
         n = len(self.tokens)
         flags = [row is None for row in self.q_rows]
-        point_mass = torch.tensor([flags], dtype=torch.bool, device=device) if any(flags) else None
+        point_mass = torch.tensor([flags], dtype=torch.bool).to(device, non_blocking=True) if any(flags) else None
         if all(flags):
             return torch.zeros(1, 1, vocab_size, device=device).expand(1, n, vocab_size), point_mass
         zero = torch.zeros(vocab_size, device=device)

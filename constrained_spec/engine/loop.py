@@ -93,6 +93,9 @@ class SpeculativeDecoder:
         self.k = config.num_draft_tokens if (self.model is not None or self.free) else 0
         self.max_new_tokens = max_new_tokens
         self.verifier = verifier
+        # the fused verifier would read top-k / top-p off the device to choose its path (a host sync
+        # per step); the policy says it here, once
+        self.verify_options = {"filters": policy.top_k > 0 or policy.top_p < 1.0} if getattr(verifier, "takes_filters", False) else {}
         self.draft_length = draft_length
         #: the draft length by load (batched decoding): k -> the cap to use this step
         self.draft_cap = draft_cap
@@ -102,8 +105,8 @@ class SpeculativeDecoder:
 
     # -- helpers ---------------------------------------------------------------------------
     def _uniform(self, n: int, device: torch.device) -> torch.Tensor:
-        """n uniforms from the request's generator (CPU), on ``device``."""
-        return torch.rand(n, generator=self.gen).to(device)
+        """n uniforms from the request's generator (CPU), on ``device`` (copied without a host sync)."""
+        return torch.rand(n, generator=self.gen).to(device, non_blocking=True)
 
     @property
     def generated(self) -> list[int]:
@@ -282,13 +285,14 @@ class SpeculativeDecoder:
         result = self.verifier(
             logits.unsqueeze(0),
             q,
-            torch.tensor([drafted], dtype=torch.long, device=device).reshape(1, k),
+            torch.tensor([drafted], dtype=torch.long).reshape(1, k).to(device, non_blocking=True),
             masks.unsqueeze(0),
             self.params.temperature,
             self.params.top_k,
             self.params.top_p,
             self._uniform(k + 1, device).unsqueeze(0),
             point_mass=point_mass,
+            **self.verify_options,
         )
         self.stats.sampling_seconds += time.perf_counter() - t1
         return result
@@ -297,7 +301,8 @@ class SpeculativeDecoder:
         """Commit the kept prefix and the next token; crop both caches and roll the matcher back
         to the accepted prefix."""
         drafted = block.tokens
-        n = int(result.accepted[0])
+        # the step's one host sync: the accepted length and the next token, in one transfer
+        n, next_token = torch.cat((result.accepted[:1], result.next_token[:1].to(result.accepted))).tolist()
         kept = block.sources[:n]
         self.stats.grammar_accepted += kept.count("grammar")
         self.stats.lookup_accepted += kept.count("lookup")
@@ -313,7 +318,7 @@ class SpeculativeDecoder:
             self._record(token)
         if n == len(drafted) and drafted and self.matcher.is_eos(drafted[-1]):
             return  # the kept block ended in EOS: no bonus token
-        self._commit(int(result.next_token[0]))
+        self._commit(next_token)
 
     def _book_heads(self) -> None:
         if self.model is not None:

@@ -281,6 +281,10 @@ class DraftModelProposer:
         self.model = model
         self.device = torch.device(model.device)
         self.params = params  # on the model's device
+        # read once here, not per token (each read is a host sync on a GPU)
+        self.greedy = bool((params.temperature == 0).all())
+        self.mixed = not self.greedy and bool((params.temperature == 0).any())
+        self.filters = bool(((params.top_k > 0) | (params.top_p < 1.0)).any())
         self.uniform = uniform  # n -> uniforms on the model's device
         self.max_rows = restricted_head_max_rows
         self.heads = restricted_head(model) if restrict_head else None  # checked once
@@ -310,12 +314,11 @@ class DraftModelProposer:
         logits = self._logits(pending, ctx.matcher)
         allowed = self.allowed_mask(ctx.matcher).to(self.device, non_blocking=True).unsqueeze(0)
         p = self.params
-        q = effective_probs(logits, allowed, p.temperature, p.top_k, p.top_p)[0]
-        token = int(draw(q, self.uniform(1))[0])
-        confidence = None
-        if self.want_confidence:
-            if float(p.temperature[0]) > 0:
-                confidence = float(q[token])
-            else:
-                confidence = float(torch.softmax(logits.float().masked_fill(~allowed, float("-inf")), -1)[0, token])
-        return [Proposal(token, q, confidence)]
+        q = effective_probs(logits, allowed, p.temperature, p.top_k, p.top_p,
+                            all_greedy=None if self.mixed else self.greedy, filters=self.filters)[0]
+        drawn = draw(q, self.uniform(1))[0]
+        if not self.want_confidence:
+            return [Proposal(int(drawn), q, None)]
+        row = q if not self.greedy else torch.softmax(logits.float().masked_fill(~allowed, float("-inf")), -1)[0]
+        token, confidence = torch.stack((drawn.double(), row[drawn].double())).tolist()  # one transfer to the host
+        return [Proposal(int(token), q, confidence)]

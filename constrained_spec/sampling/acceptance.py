@@ -50,8 +50,9 @@ def acceptance_probs(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, poi
 
 def dense_draft_probs(draft_probs: torch.Tensor, draft_tokens: torch.Tensor, point_mass: torch.Tensor | None) -> torch.Tensor:
     """``draft_probs`` [B, k, V] with the point-mass rows written out as one-hot rows (a copy where
-    any is flagged): for implementations that take dense q only."""
-    if point_mass is None or not bool(point_mass.any()):
+    any is flagged): for implementations that take dense q only. Off the CPU the flags are not
+    read (that would be a host sync): the rows are written whatever they say."""
+    if point_mass is None or (point_mass.device.type == "cpu" and not bool(point_mass.any())):
         return draft_probs
     one_hot = torch.zeros(draft_probs.shape, dtype=draft_probs.dtype, device=draft_probs.device)
     one_hot.scatter_(-1, draft_tokens.unsqueeze(-1), 1.0)

@@ -93,24 +93,31 @@ def effective_probs(
     temperature: torch.Tensor,
     top_k: torch.Tensor,
     top_p: torch.Tensor,
+    *,
+    all_greedy: bool | None = None,
+    filters: bool | None = None,
 ) -> torch.Tensor:
     """The policy's distribution over the vocabulary.
 
     logits [B, ..., V] (any float dtype), allowed bool [B, ..., V], parameters [B].
     Returns float32 probabilities [B, ..., V] that sum to 1 over allowed tokens (a row with no
     allowed token at all returns zeros; callers treat that as an empty language).
+
+    ``all_greedy`` (every row greedy: True, none: False) and ``filters`` (some row uses top-k or
+    top-p): what a caller knows on the host; None reads them from the tensors, a host sync each
+    when they live on a GPU. A wrong hint gives a wrong distribution: pass only what the policy says.
     """
     logits = logits.float().masked_fill(~allowed, NEG_INF)
     temp = _bcast(temperature.float(), logits)
     greedy = temp == 0
-    any_greedy = bool(greedy.any())
-    if any_greedy and bool(greedy.all()):  # fast path: no softmax needed for point masses
+    any_greedy = bool(greedy.any()) if all_greedy is None else all_greedy
+    if any_greedy and (all_greedy or bool(greedy.all())):  # fast path: no softmax needed for point masses
         point = torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
         return point * allowed.any(-1, keepdim=True)
     scaled = logits / torch.where(greedy, torch.ones_like(temp), temp) if any_greedy else logits / temp
     probs = torch.softmax(scaled, dim=-1).nan_to_num_(nan=0.0)  # a row with nothing allowed -> zeros
 
-    if bool(((top_k > 0) | (top_p < 1.0)).any()):
+    if bool(((top_k > 0) | (top_p < 1.0)).any()) if filters is None else filters:
         k = _bcast(top_k, logits)
         p_cut = _bcast(top_p.double(), logits)
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)

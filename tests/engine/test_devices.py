@@ -107,3 +107,69 @@ def test_target_on_gpu_and_draft_on_cpu_give_the_cpu_sample(temperature):
         return dec.generated
 
     assert sample("cuda") == sample("cpu")
+
+
+@pytest.mark.parametrize("policy,filters", [(SamplingPolicy(temperature=1.0), False), (SamplingPolicy(temperature=0.7, top_k=3), True),
+                                            (SamplingPolicy(temperature=1.0, top_p=0.9), True), (SamplingPolicy(temperature=0.0), False)])
+def test_the_loop_tells_a_fused_verifier_whether_rows_filter(policy, filters):
+    """A verifier that declares ``takes_filters`` is told on the host whether top-k / top-p is on (so
+    it never reads the policy tensors off the GPU); one that does not is called without it."""
+    from constrained_spec.sampling import verify
+
+    told = []
+
+    def fused(*args, point_mass=None, filters=None):
+        told.append(filters)
+        return verify(*args, point_mass=point_mass)
+
+    fused.takes_filters = True
+    plain_calls = []
+
+    def plain(*args, point_mass=None):
+        plain_calls.append(1)
+        return verify(*args, point_mass=point_mass)
+
+    for verifier in (fused, plain):
+        make_decoder(PrefixModel(10, 1), PrefixModel(10, 2), automaton(), policy, num_draft_tokens=3,
+                     max_new_tokens=LENGTH + 1, verifier=verifier, debug_checks=True).run([0, 1])
+    assert told and set(told) == {filters} and plain_calls
+
+
+class AsyncDeviceModel(DeviceModel):
+    """Logits copied to the device without waiting (as a real model's would already be there)."""
+
+    def extend(self, tokens: list[int]) -> torch.Tensor:
+        return PrefixModel.extend(self, tokens).to(self.device, non_blocking=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_host_syncs_per_step_on_cuda(temperature):
+    """With both models on the GPU and the fused verifier, the loop waits for the device once per
+    verify step (accepted length + next token, one transfer) and, per draft-model token, only for
+    the drawn token (the draw's no-mass check and the token's transfer, back to back)."""
+    import warnings
+
+    from constrained_spec.sampling.kernels import get_verifier
+
+    dec = make_decoder(AsyncDeviceModel(10, 1, "cuda"), AsyncDeviceModel(10, 2, "cuda"), automaton(), SamplingPolicy(temperature=temperature),
+                       num_draft_tokens=3, max_new_tokens=LENGTH + 1, generator=torch.Generator().manual_seed(5),
+                       verifier=get_verifier("auto"), draft_confidence=0.0)
+    dec.run([0, 1])  # compile and warm up first
+    dec = make_decoder(AsyncDeviceModel(10, 1, "cuda"), AsyncDeviceModel(10, 2, "cuda"), automaton(), SamplingPolicy(temperature=temperature),
+                       num_draft_tokens=3, max_new_tokens=LENGTH + 1, generator=torch.Generator().manual_seed(5),
+                       verifier=get_verifier("auto"), draft_confidence=0.0)
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            dec.run([0, 1])
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    syncs = sum("synchroniz" in str(w.message) for w in caught)
+    verify_steps = dec.stats.target_forwards
+    allowed = verify_steps + 2 * dec.stats.draft_forwards + 3  # + the proposer's once-per-request policy reads
+    assert dec.stats.draft_forwards > 0
+    assert syncs <= allowed, f"{syncs} host syncs for {verify_steps} verify steps and {dec.stats.draft_forwards} draft tokens"

@@ -4,11 +4,16 @@ A small vocabulary, prefix-dependent synthetic models, a small grammar; every al
 is enumerated with its exact probability under the target's constrained policy (mask, temperature,
 top-k, top-p, renormalise). Speculative samples must match it (chi-square, p > 0.001), and a
 deliberately wrong verifier must be rejected by the same test (negative controls).
+
+``CONSTRAINED_SPEC_TEST_DEVICE=cuda`` (benchmarks/gpu_check.sh) runs the same tests with both models'
+logits on that GPU and the verifier ``auto`` picks there (the fused Triton kernel); without CUDA that
+setting fails at collection rather than falling back.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import Counter
 
@@ -24,14 +29,47 @@ from constrained_spec.sampling.distribution import SamplingPolicy, draw, effecti
 
 PROMPT = [0, 1]
 REGEX = r"(a|b)c?[abc]{0,2}"  # finite language, several tokenizations per string
-SAMPLES = 20_000
+#: runs per sampled distribution; CONSTRAINED_SPEC_DIST_SAMPLES overrides it (the GPU check uses 10,000:
+#: each run costs kernel launches there; the negative controls still fail at p ~1e-263 with 6,000)
+SAMPLES = int(os.environ.get("CONSTRAINED_SPEC_DIST_SAMPLES", "20000"))
 ALPHA = 1e-3
+TEST_DEVICE = os.environ.get("CONSTRAINED_SPEC_TEST_DEVICE", "cpu")
+#: verify calls by the device type of the target's logits (the device variant checks it used its device)
+VERIFY_CALLS: Counter = Counter()
+
+
+def _device_verifier():
+    """The verifier under test: the reference on the CPU; on a GPU what ``auto`` picks, which must be Triton."""
+    if TEST_DEVICE == "cpu":
+        return verify
+    from constrained_spec.sampling.kernels import get_verifier, resolve_backend
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"CONSTRAINED_SPEC_TEST_DEVICE={TEST_DEVICE} but torch sees no CUDA device")
+    if resolve_backend("auto") != "triton":
+        raise RuntimeError("on CUDA the auto verify backend must be the fused Triton kernel")
+    return get_verifier("auto")
+
+
+_VERIFY = _device_verifier()
+
+
+def device_verify(target_logits, *args, point_mass=None, **options):
+    VERIFY_CALLS[target_logits.device.type] += 1
+    return _VERIFY(target_logits, *args, point_mass=point_mass, **options)
+
+
+device_verify.takes_filters = getattr(_VERIFY, "takes_filters", False)
 
 
 class MemoModel(PrefixModel):
     """PrefixModel with memoised logits (pure function of the prefix) to keep 20k runs fast."""
 
     _memo: dict = {}
+    device = torch.device(TEST_DEVICE)
+
+    def extend(self, tokens):
+        return super().extend(tokens).to(self.device, non_blocking=True)
 
     def logits(self, prefix):
         key = (self.seed, tuple(prefix))
@@ -74,7 +112,7 @@ def exact_distribution(pattern: str, policy: SamplingPolicy, prompt: list[int] =
     return out
 
 
-def sample(automaton, policy: SamplingPolicy, k: int, n: int, verifier=verify, draft_scale: float = 2.0,
+def sample(automaton, policy: SamplingPolicy, k: int, n: int, verifier=device_verify, draft_scale: float = 2.0,
            prompt: list[int] = PROMPT, **options) -> Counter:
     target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=draft_scale)
     gen = torch.Generator().manual_seed(1234 + k)
@@ -93,7 +131,7 @@ def stats_over_seeds(automaton, policy: SamplingPolicy, k: int, prompt: list[int
     target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22, scale=2.0)
     totals: Counter = Counter()
     for seed in range(seeds):
-        dec = make_decoder(target, draft, automaton, policy, num_draft_tokens=k, max_new_tokens=16,
+        dec = make_decoder(target, draft, automaton, policy, num_draft_tokens=k, max_new_tokens=16, verifier=device_verify,
                                  generator=torch.Generator().manual_seed(seed), **options)
         dec.run(prompt)
         totals.update({f: v for f, v in dec.stats.as_dict().items() if isinstance(v, (int, float))})
@@ -128,7 +166,7 @@ def verify_resample_from_p(target_logits, draft_probs, draft_tokens, bitmask, te
     p = effective_probs(target_logits, unpack_bitmask(bitmask, vocab), temperature, top_k, top_p)
     acc = acceptance_probs(p[:, :k], draft_probs, draft_tokens) if k else p.new_zeros(1, 0)
     n = first_rejection(acc, uniforms[:, :k])
-    rows = torch.arange(p.shape[0])
+    rows = torch.arange(p.shape[0], device=p.device)
     return VerifyResult(accepted=n, next_token=draw(p[rows, n], uniforms[:, k]), accept_prob=acc)
 
 
@@ -144,7 +182,7 @@ def verify_unmasked_acceptance(target_logits, draft_probs, draft_tokens, bitmask
     p = effective_probs(target_logits, unpack_bitmask(bitmask, vocab), temperature, top_k, top_p)
     acc = acceptance_probs(p_unmasked[:, :k], draft_probs, draft_tokens) if k else p.new_zeros(1, 0)
     n = first_rejection(acc, uniforms[:, :k])
-    rows = torch.arange(p.shape[0])
+    rows = torch.arange(p.shape[0], device=p.device)
     q_pad = torch.cat([draft_probs, draft_probs.new_zeros(1, 1, vocab)], dim=1)
     token = draw(residual(p[rows, n], q_pad[rows, n]), uniforms[:, k])
     return VerifyResult(accepted=n, next_token=token, accept_prob=acc)
@@ -159,6 +197,14 @@ SLOW_CASES = [
     pytest.param(SamplingPolicy(temperature=t, top_k=tk, top_p=tp), k, id=f"T{t}-topk{tk}-topp{tp}-k{k}")
     for t in (1.0, 0.7) for tk, tp in ((0, 1.0), (3, 1.0), (0, 0.8)) for k in (1, 3, 5)
 ]
+
+
+def test_verify_runs_on_the_test_device(automaton):
+    """The tests here verify on ``CONSTRAINED_SPEC_TEST_DEVICE`` (the CPU unless set), nowhere else."""
+    VERIFY_CALLS.clear()
+    sample(automaton, SamplingPolicy(temperature=1.0), 3, 20)
+    want = torch.device(TEST_DEVICE).type
+    assert VERIFY_CALLS[want] > 0 and set(VERIFY_CALLS) == {want}, dict(VERIFY_CALLS)
 
 
 @pytest.mark.parametrize("policy,k", CASES)
@@ -226,7 +272,7 @@ def test_unmasked_draft_is_still_exact_but_wastes_drafts(automaton):
     for _ in range(SAMPLES // 4):
         # a draft token the grammar forbids ends its block and is always rejected (p = 0)
         dec = make_decoder(target, draft, automaton, policy, num_draft_tokens=3, max_new_tokens=16, generator=gen,
-                           allowed_mask=everything)
+                           allowed_mask=everything, verifier=device_verify)
         dec.run(PROMPT)
         counts[tuple(dec.generated)] += 1
         drafted += dec.stats.drafted_tokens
@@ -234,7 +280,7 @@ def test_unmasked_draft_is_still_exact_but_wastes_drafts(automaton):
     assert chi2_pvalue(counts, exact) > ALPHA
     m_drafted = m_kept = 0
     for _ in range(2000):
-        dec = make_decoder(target, draft, automaton, policy, num_draft_tokens=3, max_new_tokens=16, generator=gen)
+        dec = make_decoder(target, draft, automaton, policy, num_draft_tokens=3, max_new_tokens=16, generator=gen, verifier=device_verify)
         dec.run(PROMPT)
         m_drafted += dec.stats.drafted_tokens
         m_kept += dec.stats.accepted_tokens

@@ -30,6 +30,9 @@ from constrained_spec.sampling.kernels.torch_verify import boundary_reason, comp
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HAS_TRITON = importlib.util.find_spec("triton") is not None
+#: ``CONSTRAINED_SPEC_TEST_DEVICE=cuda`` (benchmarks/gpu_check.sh): the Triton cases run compiled on
+#: that GPU, in this process, instead of in the interpreter
+TEST_DEVICE = os.environ.get("CONSTRAINED_SPEC_TEST_DEVICE", "cpu")
 
 B, K, V = 3, 4, 300
 
@@ -290,12 +293,32 @@ def run_triton_workers(cases: list[dict], tmp_path: Path) -> dict:
     return merged
 
 
-@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+def run_triton_on_device(cases: list[dict], device: str) -> dict:
+    """Run the compiled Triton path on ``cases`` on ``device`` (a GPU); the outputs, on the CPU, in order."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        pytest.fail("TRITON_INTERPRET is set: the device run must execute the compiled kernels")
+    if not torch.cuda.is_available():
+        pytest.fail(f"CONSTRAINED_SPEC_TEST_DEVICE={device} but torch sees no CUDA device")
+    assert resolve_backend("auto") == "triton", "auto must pick the fused kernel on CUDA"
+    verify = get_verifier("triton")
+    out: dict = {"accepted": [], "next_token": [], "accept_prob": []}
+    t0 = time.time()
+    for case in cases:
+        res = verify(*[case[n].to(device) for n in ARG_NAMES], **case["launch"])
+        assert res.accepted.device.type == "cuda"
+        out["accepted"].append(res.accepted.cpu())
+        out["next_token"].append(res.next_token.cpu())
+        out["accept_prob"].append(res.accept_prob.cpu())
+    out["seconds"] = time.time() - t0
+    return out
+
+
+@pytest.mark.skipif(not HAS_TRITON and TEST_DEVICE == "cpu", reason="triton is not installed")
 def test_triton_matches_torch_reference(tmp_path: Path) -> None:
     cases = make_cases()
 
     start = time.time()
-    out = run_triton_workers(cases, tmp_path)
+    out = run_triton_workers(cases, tmp_path) if TEST_DEVICE == "cpu" else run_triton_on_device(cases, TEST_DEVICE)
 
     rows = exact_rows = 0
     tolerated: list[str] = []
@@ -316,8 +339,9 @@ def test_triton_matches_torch_reference(tmp_path: Path) -> None:
 
     summary = (
         f"{len(cases)} cases, {rows} rows: {exact_rows} identical, {len(tolerated)} tolerated boundary "
-        f"cases, {len(mismatches)} mismatches; interpreter {out['seconds']:.1f}s summed over {WORKERS} "
-        f"workers, {time.time() - start:.1f}s wall"
+        f"cases, {len(mismatches)} mismatches; "
+        + (f"interpreter {out['seconds']:.1f}s summed over {WORKERS} workers" if TEST_DEVICE == "cpu" else f"compiled on {TEST_DEVICE} {out['seconds']:.1f}s")
+        + f", {time.time() - start:.1f}s wall"
     )
     print(summary, *tolerated, sep="\n")
     assert not mismatches, summary + "\n" + "\n".join(mismatches)

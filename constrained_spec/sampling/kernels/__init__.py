@@ -72,3 +72,8 @@ def _auto_verify(target_logits, *args, point_mass=None, **kwargs):
 
         return triton_verify.verify(target_logits, *args, point_mass, **kwargs)
     return torch_verify.verify(target_logits, *args, point_mass)
+
+
+#: the verifiers that take ``filters=`` (whether any row uses top-k / top-p): a caller that knows it
+#: on the host passes it, so the fused kernel does not read it off the device (a host sync)
+_auto_verify.takes_filters = True  # type: ignore[attr-defined]

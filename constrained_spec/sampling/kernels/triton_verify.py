@@ -499,3 +499,6 @@ def verify(
     )
     accept_prob = acc[:, :k] if k else acc[:, :0]
     return VerifyResult(accepted=accepted, next_token=next_token, accept_prob=accept_prob)
+
+
+verify.takes_filters = True  # type: ignore[attr-defined]  # see kernels._auto_verify
