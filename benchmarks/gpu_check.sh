@@ -17,7 +17,7 @@
 #                   k5+grammar+lookup) and the outlines peer, greedy and T=0.7, the 8 bench prompts;
 #                   tok/s, ratios, valid, greedy identity (e2e/e2e_summary.md)
 #   4 distribution  the exhaustive distribution tests with the CUDA (Triton) verify, negative control included
-#   5 batched       batched throughput at 1, 8 and 32 concurrent rows (needs the bench's --concurrency)
+#   5 batched       batched throughput at 1, 8 and 32 concurrent clients (bench.py --concurrency)
 #
 # It fails loudly: the first failing step stops the run with a non-zero exit and its name; nothing
 # is skipped. Every log, table and JSON lands in the one results folder (steps.tsv: step, status,
@@ -104,13 +104,14 @@ step 4 distribution 300 "CONSTRAINED_SPEC_TEST_DEVICE=cuda CONSTRAINED_SPEC_DIST
  tests/engine/test_distribution.py -k 'runs_on_the_test_device or T1-k3 or negative_controls or (point_mass and T1)' \
  --junitxml '$OUT/distribution-tests.xml'"
 
-# 5: batched throughput at 1, 8 and 32 rows (the batch API of the batching issue)
-step 5 batched 300 "'$PYTHON' -m benchmarks.bench --help | grep -q -- --concurrency \
+# 5: batched throughput at 1, 8 and 32 concurrent clients (benchmarks/concurrency.py through bench.py
+# --concurrency: one-at-a-time against continuous batching; its Generators load on device auto, which
+# step 1 has shown is CUDA here)
+step 5 batched 360 "'$PYTHON' -m benchmarks.bench --help | grep -q -- --concurrency \
  || { echo 'step 5 (batched): benchmarks/bench.py has no --concurrency option: the batch API is not there' >&2; exit 3; }; \
- for n in 1 8 32; do '$PYTHON' -m benchmarks.bench --device cuda --workload default --prompts 8 --ks 5 --proposer-k 5 \
- --modes k5+grammar+lookup --no-peer --no-sampled --concurrency \$n --out '$OUT/batched-'\$n --no-progress || exit 1; done"
+ '$PYTHON' -m benchmarks.bench --concurrency 1,8,32 --prompts 32 --out '$OUT/batched'"
 
 if [[ "$DRY_RUN" == 1 ]]; then
   exit 0
 fi
-echo "GPU CHECK PASSED: every step ran; results in $OUT (steps.tsv, env.json, kernel_table.json, e2e/e2e_summary.md, batched-*/)"
+echo "GPU CHECK PASSED: every step ran; results in $OUT (steps.tsv, env.json, kernel_table.json, e2e/e2e_summary.md, batched/)"
