@@ -484,6 +484,7 @@ class Generator:
                 result = _decode(decoder, ids)
         else:  # a row of the batch: the same loop over views of the batched models (no lock)
             slot = batch.acquire()
+            options["verifier"] = batch.verifier(self.verifier)  # every row's verify runs as one batched call
             try:
                 decoder = SpeculativeDecoder(batch.rows("target", slot), batch.rows("draft", slot) if use_draft and self.draft else None,
                                              compiled.matcher(), policy, config, draft_cap=batch.draft_cap, **options)

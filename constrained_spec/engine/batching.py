@@ -22,28 +22,36 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
 from constrained_spec.engine.prefix_cache import PrefixCache
 from constrained_spec.errors import ConfigError
 from constrained_spec.models.batched import HeadKind, RowBackend, RowCall
+from constrained_spec.sampling import VerifyResult
 
 __all__ = ["BatchCoordinator", "BatchMetrics", "RowModel"]
 
 
+#: the job kind of a row's verify (its block's acceptance math), batched with the other rows'
+VERIFY = "verify"
+
+
 @dataclass
 class _Job:
-    """A row waiting on a model: a forward call, or a prompt to prefill (in chunks)."""
+    """A row waiting: on a model (a forward call, or a prompt to prefill in chunks), or on the
+    verify math (``model == VERIFY``: ``verify_args`` is the row's call of the verifier)."""
 
     model: str
-    call: RowCall
+    call: RowCall | None
     prefill: bool = False
     done_tokens: int = 0  # prefill: prompt tokens in the slot so far
     done: bool = False
-    result: torch.Tensor | None = None
+    result: Any = None
     error: BaseException | None = None
+    verify_args: tuple[Any, ...] = ()
+    verify_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -53,13 +61,14 @@ class BatchMetrics:
 
     rounds: int = 0
     rows_per_forward: dict[int, int] = field(default_factory=dict)
+    rows_per_verify: dict[int, int] = field(default_factory=dict)
     forward_seconds: float = 0.0
     prefill_seconds: float = 0.0
     prefill_tokens: int = 0
     reused_tokens: int = 0
 
     def snapshot(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "rows_per_forward": dict(self.rows_per_forward),
+        return {"rounds": self.rounds, "rows_per_forward": dict(self.rows_per_forward), "rows_per_verify": dict(self.rows_per_verify),
                 "forward_seconds": self.forward_seconds, "prefill_seconds": self.prefill_seconds,
                 "prefill_tokens": self.prefill_tokens, "reused_tokens": self.reused_tokens}
 
@@ -91,6 +100,7 @@ class BatchCoordinator:
         self._active = 0  # rows holding a slot
         self._pending: list[_Job] = []  # at most one per active row
         self._running = False
+        self._verifier: Callable[..., VerifyResult] | None = None
 
     # -- rows ------------------------------------------------------------------------------
     @property
@@ -121,7 +131,7 @@ class BatchCoordinator:
         return RowModel(self, model, slot)
 
     # -- jobs ------------------------------------------------------------------------------
-    def submit(self, job: _Job) -> torch.Tensor | None:
+    def submit(self, job: _Job) -> Any:
         """Wait until ``job`` has run (as part of a round, maybe run by this thread); its result."""
         with self._cond:
             self._pending.append(job)
@@ -149,7 +159,7 @@ class BatchCoordinator:
         budget = self.prefill_chunk if calls else self.idle_prefill_chunk
         prefills = []
         for job in self._pending:
-            if job.prefill and budget > 0:
+            if job.prefill and job.call is not None and budget > 0:
                 prefills.append(job)
                 budget -= len(job.call.tokens) - job.done_tokens
         return calls + prefills
@@ -161,6 +171,9 @@ class BatchCoordinator:
             mine = [j for j in calls if j.model == name]
             if mine:
                 self._forward(name, mine)
+        verifies = [j for j in calls if j.model == VERIFY]
+        if verifies:
+            self._verify(verifies)
         budget = self.prefill_chunk if calls else self.idle_prefill_chunk
         for job in (j for j in jobs if j.prefill):
             if budget <= 0:
@@ -170,7 +183,7 @@ class BatchCoordinator:
     def _forward(self, name: str, jobs: list[_Job]) -> None:
         t0 = time.perf_counter()
         try:
-            results = self.models[name].forward([j.call for j in jobs])
+            results = self.models[name].forward([j.call for j in jobs if j.call is not None])
         except BaseException as exc:  # noqa: BLE001 - every waiting row gets the error
             for j in jobs:
                 j.error, j.done = exc, True
@@ -182,9 +195,38 @@ class BatchCoordinator:
         for j, r in zip(jobs, results):
             j.result, j.done = r, True
 
+    def _verify(self, jobs: list[_Job]) -> None:
+        """Every waiting row's verify as one call of the [B, k+1, V] function (rows padded to the
+        longest block: see :func:`pad_verify_rows`)."""
+        verifier = self._verifier
+        try:
+            assert verifier is not None
+            args, options, ks = pad_verify_rows([j.verify_args for j in jobs], [j.verify_options for j in jobs])
+            if not getattr(verifier, "takes_filters", False):
+                options.pop("filters", None)
+            result = verifier(*args, **options)
+        except BaseException as exc:  # noqa: BLE001
+            for j in jobs:
+                j.error, j.done = exc, True
+            return
+        hist = self.metrics.rows_per_verify
+        hist[len(jobs)] = hist.get(len(jobs), 0) + 1
+        for b, (j, k) in enumerate(zip(jobs, ks)):
+            j.result = VerifyResult(accepted=result.accepted[b : b + 1], next_token=result.next_token[b : b + 1],
+                                    accept_prob=result.accept_prob[b : b + 1, :k])
+            j.done = True
+
+    def verifier(self, verifier: Callable[..., VerifyResult]) -> RowVerifier:
+        """The verifier a row's loop calls: its verify waits for the other rows' and runs with them
+        through ``verifier`` (one verifier per coordinator: the first one given)."""
+        if self._verifier is None:
+            self._verifier = verifier
+        return RowVerifier(self)
+
     def _prefill_chunk(self, job: _Job, budget: int) -> int:
         """Advance a prefill by up to ``budget`` tokens (after the prefix cache's share); tokens computed."""
         model, call = self.models[job.model], job.call
+        assert call is not None
         tokens, t0 = call.tokens, time.perf_counter()
         cache = self.prefixes.get(job.model)
         try:
@@ -221,6 +263,72 @@ class BatchCoordinator:
         """Slots held by rows now."""
         free = set(self._free)
         return (s for s in range(self.slots) if s not in free)
+
+
+def pad_verify_rows(calls: list[tuple[Any, ...]], options: list[dict[str, Any]]) -> tuple[tuple[Any, ...], dict[str, Any], list[int]]:
+    """The verifier arguments of B rows (each a one-row call with its own k) as one call.
+
+    Row b's block of k_b drafted tokens is padded to the longest, K: its padded drafted tokens get
+    the uniform 1.0, which no acceptance probability exceeds, so the row stops at k_b at the
+    latest; its q rows there are zero (not point masses), so the residual at position k_b is the
+    row's own p_k_b and the draw there is exactly the bonus draw of the row alone, made with the
+    row's last uniform, which goes to column K (the column the draw reads). Padded logits are zero
+    and padded masks repeat the row's last mask; neither is read for a kept or drawn token.
+    Returns (args, options, ks).
+    """
+    ks = [int(c[2].shape[1]) for c in calls]
+    big_k = max(ks)
+    first = calls[0]
+    vocab = first[0].shape[-1]
+    device = first[0].device
+    rows = len(calls)
+    logits = first[0].new_zeros(rows, big_k + 1, vocab)
+    q = torch.zeros(rows, big_k, vocab, dtype=torch.float32, device=device)
+    tokens = torch.zeros(rows, big_k, dtype=torch.long, device=device)
+    masks = first[3].new_zeros(rows, big_k + 1, first[3].shape[-1])
+    uniforms = torch.ones(rows, big_k + 1, dtype=first[7].dtype, device=device)
+    flags = torch.zeros(rows, big_k, dtype=torch.bool, device=device)
+    any_flags = False
+    for b, (call, k) in enumerate(zip(calls, ks)):
+        lg, qp, tk, mk, _, _, _, un = call[:8]
+        logits[b, : k + 1] = lg[0]
+        if k:
+            q[b, :k] = qp[0, :k].float()
+            tokens[b, :k] = tk[0]
+            uniforms[b, :k] = un[0, :k]
+        uniforms[b, big_k] = un[0, k]
+        masks[b, : k + 1] = mk[0]
+        masks[b, k + 1 :] = mk[0, k]
+        point_mass = call[8] if len(call) > 8 else None
+        if point_mass is not None and k:
+            flags[b, :k] = point_mass[0]
+            any_flags = True
+    temperature = torch.cat([c[4] for c in calls])
+    top_k = torch.cat([c[5] for c in calls])
+    top_p = torch.cat([c[6] for c in calls])
+    merged: dict[str, Any] = {"point_mass": flags if any_flags else None}
+    if any("filters" in o for o in options):
+        merged["filters"] = any(o.get("filters", True) for o in options)
+    return (logits, q, tokens, masks, temperature, top_k, top_p, uniforms), merged, ks
+
+
+class RowVerifier:
+    """One row's verifier: hands its one-row call to the coordinator, which runs it with the
+    other rows' (:meth:`BatchCoordinator._verify`)."""
+
+    def __init__(self, coordinator: BatchCoordinator) -> None:
+        self.coordinator = coordinator
+
+    @property
+    def takes_filters(self) -> bool:
+        """Whether the batched verifier takes ``filters=`` (the loop then passes it)."""
+        return bool(getattr(self.coordinator._verifier, "takes_filters", False))
+
+    def __call__(self, target_logits: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor, bitmask: torch.Tensor,
+                 temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, uniforms: torch.Tensor,
+                 point_mass: torch.Tensor | None = None, **options: Any) -> VerifyResult:
+        args = (target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms, point_mass)
+        return self.coordinator.submit(_Job(VERIFY, None, verify_args=args, verify_options=dict(options)))
 
 
 class RowModel:

@@ -53,9 +53,11 @@ def _sample_rows(rows: list[dict], samples: int) -> tuple[list[Counter], BatchCo
             for _ in range(samples):
                 slot = coordinator.acquire()
                 try:
+                    # correct rows verify through the batched call; the wrong verifier runs on its own row
+                    verifier = row.get("verifier") or coordinator.verifier(verify)
                     dec = make_decoder(coordinator.rows("target", slot), coordinator.rows("draft", slot), automaton, row["policy"],
                                        num_draft_tokens=row["k"], max_new_tokens=16, generator=gen,
-                                       verifier=row.get("verifier", verify), debug_checks=True)
+                                       verifier=verifier, debug_checks=True)
                     dec.run(PROMPT)
                     counts[i][tuple(dec.generated)] += 1
                 finally:
@@ -86,6 +88,77 @@ def test_rows_of_one_batch_each_match_their_own_exact_distribution():
     assert pvalues[3] < ALPHA, f"the wrong verifier's row passed: p={pvalues[3]}"
     shared = [n for n in coordinator.models["target"].rows_per_forward if n > 1]
     assert len(shared) > SAMPLES // 2, "the rows hardly ever shared a target forward"
+    verifies = coordinator.metrics.rows_per_verify
+    assert sum(c for n, c in verifies.items() if n > 1) > SAMPLES // 2, verifies
+
+
+def _verify_rows(seed: int, ks: list[int], vocab: int = 40):
+    """One-row verifier calls with random logits, q, masks, policies and uniforms, one per k."""
+    from constrained_spec.sampling.distribution import effective_probs
+
+    g = torch.Generator().manual_seed(seed)
+    calls = []
+    for i, k in enumerate(ks):
+        logits = torch.randn(1, k + 1, vocab, generator=g) * 3
+        allowed = torch.rand(1, k + 1, vocab, generator=g) < 0.6
+        allowed[..., 0] = True
+        words = (vocab + 31) // 32
+        bits = torch.zeros(1, k + 1, words, dtype=torch.int64)
+        for v in range(vocab):
+            bits[..., v // 32] |= allowed[..., v].long() << (v % 32)
+        mask = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32)
+        policy = SamplingPolicy(temperature=[1.0, 0.7, 0.0][i % 3], top_k=[0, 5, 0][i % 3], top_p=[1.0, 1.0, 0.9][i % 3]).as_tensors(1)
+        q = effective_probs(torch.randn(1, max(k, 1), vocab, generator=g) * 3, allowed[:, : max(k, 1)], policy.temperature, policy.top_k, policy.top_p)[:, :k]
+        tokens = torch.multinomial(q[0], 1, generator=g).T if k else torch.zeros(1, 0, dtype=torch.long)
+        flags = torch.rand(1, k, generator=g) < 0.3
+        uniforms = torch.rand(1, k + 1, generator=g)
+        calls.append((logits, q, tokens, mask, policy.temperature, policy.top_k, policy.top_p, uniforms, flags))
+    return calls
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_padded_batched_verify_equals_each_rows_own_verify(seed):
+    from constrained_spec.engine.batching import pad_verify_rows
+
+    ks = [0, 1, 3, 5, 2, 5, 4][: 3 + seed % 5]
+    calls = _verify_rows(seed, ks)
+    args, options, got_ks = pad_verify_rows(calls, [{} for _ in calls])
+    batched = verify(*args, **options)
+    assert got_ks == ks
+    for b, call in enumerate(calls):
+        alone = verify(*call[:8], point_mass=call[8])
+        assert int(batched.accepted[b]) == int(alone.accepted[0])
+        assert int(batched.next_token[b]) == int(alone.next_token[0])
+        torch.testing.assert_close(batched.accept_prob[b, : ks[b]], alone.accept_prob[0])
+
+
+@pytest.mark.parametrize("wrong", ["pads-as-point-masses", "draw-uniform-left-in-place"])
+def test_careless_padding_changes_rows(wrong):
+    """Negative controls: padded positions flagged as point masses can be kept (p of the pad token
+    is often > 0), and a row's draw uniform left at its own column k_b is not the one the draw
+    reads; either changes some rows' results, so the equality test above can fail."""
+    from constrained_spec.engine.batching import pad_verify_rows
+
+    differs = 0
+    for seed in range(20):
+        ks = [0, 1, 5]
+        calls = _verify_rows(100 + seed, ks)
+        args, options, _ = pad_verify_rows(calls, [{} for _ in calls])
+        args = list(args)
+        if wrong == "pads-as-point-masses":
+            flags = torch.ones(len(ks), max(ks), dtype=torch.bool)
+            for b, (call, k) in enumerate(zip(calls, ks)):
+                flags[b, :k] = call[8][0]
+            options = {**options, "point_mass": flags}
+        else:
+            for b, (call, k) in enumerate(zip(calls, ks)):
+                args[7][b, k] = call[7][0, k]
+                args[7][b, max(ks)] = 0.999 if k < max(ks) else call[7][0, k]
+        batched = verify(*args, **options)
+        for b, call in enumerate(calls):
+            alone = verify(*call[:8], point_mass=call[8])
+            differs += (int(batched.accepted[b]), int(batched.next_token[b])) != (int(alone.accepted[0]), int(alone.next_token[0]))
+    assert differs > 0
 
 
 def test_negative_control_alone_differs_from_a_correct_row_with_the_same_settings():
