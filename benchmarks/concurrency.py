@@ -120,7 +120,9 @@ def prefix_check(gen: Any, max_new_tokens: int) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.concurrency", description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", default="1,8", help="comma list of concurrent client counts (default 1,8)")
-    p.add_argument("--prompts", type=int, default=8, help="benchmark prompts sent in each setting (default 8)")
+    p.add_argument("--prompts", type=int, default=8,
+                   help="requests sent in each setting (default 8: the benchmark prompts; more repeat them in order)")
+    p.add_argument("--device", default="auto", help="where the models load (auto: CUDA when present)")
     p.add_argument("--max-new-tokens", type=int, default=320)
     p.add_argument("--model", default=None)
     p.add_argument("--draft", default=None)
@@ -137,13 +139,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     clients = [int(c) for c in args.clients.split(",") if c.strip()]
-    items = load_workload(args.prompts)
+    base = load_workload(None)
+    items = [base[i % len(base)] for i in range(args.prompts)]
     model, draft = args.model or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
     t0 = time.perf_counter()
-    serial = Generator(model, draft, progress=False, max_new_tokens=args.max_new_tokens)
+    serial = Generator(model, draft, progress=False, max_new_tokens=args.max_new_tokens, device=args.device)
     load_s = time.perf_counter() - t0
     rss_loaded = rss_mb()
-    batched = Generator(model, draft, progress=False, max_new_tokens=args.max_new_tokens, max_batch_size=max(max(clients), 2))
+    batched = Generator(model, draft, progress=False, max_new_tokens=args.max_new_tokens, max_batch_size=max(max(clients), 2),
+                        device=args.device)
     assert batched.batch is not None
     cache_mb = sum(m.cache_bytes for m in batched.batch.models.values()) / 2**20
     for gen in (serial, batched):  # warm-up: first-call costs (thread pools, kernels) out of the figures
@@ -170,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             same = {r["id"]: r["token_ids"] for r in s["records"]}
             row["greedy_identical"] = sum(same.get(r["id"]) == r["token_ids"] for r in b["records"])
         results["settings"].append(row)
-    fresh = Generator(model, draft, progress=False, max_new_tokens=args.max_new_tokens, max_batch_size=2)
+    fresh = Generator(model, draft, progress=False, max_new_tokens=args.max_new_tokens, max_batch_size=2, device=args.device)
     results["prefix_cache"] = prefix_check(fresh, 64)
     results["peak_rss_mb"] = rss_mb()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")

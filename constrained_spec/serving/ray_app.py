@@ -100,6 +100,10 @@ class ReplicaOptions:
     num_draft_tokens: int | None = None
     max_new_tokens: int = 512
     compile_timeout: float = 60.0
+    #: continuous batching inside the replica (Generator's max_batch_size, batch_max_tokens, prefix_cache_mb)
+    max_batch_size: int = 1
+    batch_max_tokens: int = 4096
+    prefix_cache_mb: int = 1024
     #: keyword arguments of create_app (model_name, max_queue, request_timeout, api_key, ...)
     app_options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -268,7 +272,9 @@ def _load_generator(options: ReplicaOptions) -> Any:
     models = ModelConfig(model=options.model, draft=options.draft, dtype=options.dtype, draft_dtype=options.draft_dtype, cache_dir=options.cache_dir,
                          device=options.device)
     decode = DecodeConfig() if options.num_draft_tokens is None else DecodeConfig(num_draft_tokens=options.num_draft_tokens)
-    return Generator.from_config(models, decode, max_new_tokens=options.max_new_tokens, compile_timeout=options.compile_timeout, progress=False)
+    return Generator.from_config(models, decode, max_new_tokens=options.max_new_tokens, compile_timeout=options.compile_timeout, progress=False,
+                                 max_batch_size=options.max_batch_size, batch_max_tokens=options.batch_max_tokens,
+                                 prefix_cache_mb=options.prefix_cache_mb)
 
 
 async def drive_asgi(app: Any, method: str, path: str, query: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> AsyncIterator[Any]:
