@@ -216,6 +216,13 @@ class Generator:
     output), preallocated; ``prefix_cache_mb`` per model keeps prefilled prompts for requests that
     start the same way; ``prefill_chunk`` prompt tokens join per batch step while others decode.
 
+    ``prefill_dtype`` ("same", default; "bf16"; "fp32"): prompts are prefilled by a second copy of
+    the linear weights in that dtype (:mod:`~constrained_spec.models.prefill_twin`; its bytes are
+    :attr:`prefill_twin_bytes`), decoding keeps the loaded weights. For the draft this changes only
+    speed; for the target it changes its numerics, the same way in target-only and speculative
+    decoding. ``draft_prefill_dtype`` (default: as ``prefill_dtype``) for the draft alone;
+    ``prefill_split`` > 0 prefills in forwards of that many tokens. One-at-a-time decoding only.
+
     ``decode``: a :class:`~constrained_spec.config.DecodeConfig` (how to draft and verify); any of
     its fields may also be given by keyword (``num_draft_tokens=3``, ``proposers=("grammar",)``,
     ``adaptive=True``...), which replace the config's. :meth:`from_config` builds one from a
@@ -245,6 +252,9 @@ class Generator:
         batch_max_tokens: int = 4096,
         prefix_cache_mb: int = 1024,
         prefill_chunk: int = 128,
+        prefill_dtype: str = "same",
+        draft_prefill_dtype: str | None = None,
+        prefill_split: int = 0,
         **decode_options: Any,
     ) -> None:
         from constrained_spec.sampling.kernels import get_verifier
@@ -263,6 +273,7 @@ class Generator:
             self.draft, draft_tokenizer = _load(draft, None if isinstance(draft, str) else tokenizer, "draft", cache_dir,
                                                dtype if draft_dtype is None else draft_dtype, progress, self._loaded, device)
         check_same_vocabulary(self.tokenizer, draft_tokenizer, self.target, self.draft)
+        self.prefill_twin_bytes = self._attach_prefill(prefill_dtype, draft_prefill_dtype, prefill_split, max_batch_size)
         heads = restricted_head(self.draft) if self.draft is not None else None
         size = self.decode.draft_head_tokens
         if size and heads is not None and size <= heads.vocab_size // 2:
@@ -293,11 +304,25 @@ class Generator:
         elif max_batch_size < 1:
             raise ConfigError("max_batch_size must be >= 1")
 
+    def _attach_prefill(self, dtype: str, draft_dtype: str | None, split: int, max_batch_size: int) -> int:
+        """Prefill twins (``prefill_dtype``: "same", "bf16" or "fp32", the draft's following the
+        target's unless ``draft_prefill_dtype`` is given) and the prefill split; the twins' bytes."""
+        from constrained_spec.models.prefill_twin import attach_prefill
+
+        draft_dtype = dtype if draft_dtype is None else draft_dtype
+        if max_batch_size > 1 and (dtype != "same" or draft_dtype != "same" or split):
+            raise ConfigError("prefill_dtype / prefill_split apply to one-at-a-time decoding, not max_batch_size > 1")
+        used = attach_prefill(self.target, dtype, split)
+        if self.draft is not None:
+            used += attach_prefill(self.draft, draft_dtype, split)
+        return used
+
     @classmethod
     def from_config(cls, models: ModelConfig, decode: DecodeConfig | None = None, **options: Any) -> "Generator":
         """A Generator for ``models`` (spec strings) and ``decode``; ``options`` as for the constructor."""
         return cls(models.model, models.draft, decode=decode, cache_dir=models.cache_dir, dtype=models.dtype,
-                   draft_dtype=models.draft_dtype, device=models.device, **options)
+                   draft_dtype=models.draft_dtype, device=models.device, prefill_dtype=models.prefill_dtype,
+                   draft_prefill_dtype=models.draft_prefill_dtype, **options)
 
     @property
     def num_draft_tokens(self) -> int:

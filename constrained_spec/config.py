@@ -35,6 +35,10 @@ DRAFT_HEAD_TOKENS = 48_000
 RESTRICTED_HEAD_MAX_ROWS = 3000
 #: prompt lookup's shortest n-gram: 3 was measured more precise than 2 on the bench workload
 LOOKUP_MIN_NGRAM = 3
+#: prefill weights (``ModelConfig.prefill_dtype``): "same" (the decode weights; the default until a
+#: measurement says otherwise) or a second copy of the linear weights in bf16 / fp32 used only for
+#: prefill (``models.prefill_twin``); kept here too so the config imports no torch
+PREFILL_DTYPES = ("same", "bf16", "fp32")
 #: the verify kernels: torch (the reference) or triton (CUDA); auto picks triton for CUDA logits
 VERIFY_BACKENDS = ("auto", "torch", "triton")
 
@@ -102,7 +106,8 @@ class ModelConfig:
     """Which models, how loaded. ``model``/``draft``: a short offline name, a local folder, a
     ``.gguf`` file or a Hugging Face hub id (``draft=None``: the target alone); ``dtype`` for both,
     ``draft_dtype`` (if given) for the draft; ``cache_dir``: models and compiled grammars;
-    ``device``: ``auto`` (CUDA when torch sees a GPU, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
+    ``device``: ``auto`` (CUDA when torch sees a GPU, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``;
+    ``prefill_dtype`` / ``draft_prefill_dtype``: see :data:`PREFILL_DTYPES` and ``Generator``."""
 
     model: str = DEFAULT_TARGET
     draft: str | None = DEFAULT_DRAFT
@@ -110,10 +115,17 @@ class ModelConfig:
     draft_dtype: str | None = None
     cache_dir: str | None = None
     device: str = "auto"
+    prefill_dtype: str = "same"
+    draft_prefill_dtype: str | None = None
 
     def __post_init__(self) -> None:
         from constrained_spec.models.devices import is_cuda, normalize_device  # light: no torch import
         from constrained_spec.models.dtypes import DTYPE_CHOICES, PACKED_TAGS, normalize_dtype
+
+        for name in ("prefill_dtype", "draft_prefill_dtype"):
+            value = getattr(self, name)
+            _check((value is None and name == "draft_prefill_dtype") or value in PREFILL_DTYPES,
+                   f"unknown {name} {value!r}; choose from {', '.join(PREFILL_DTYPES)}")
 
         for name in ("dtype", "draft_dtype"):
             value = getattr(self, name)

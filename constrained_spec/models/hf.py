@@ -27,6 +27,8 @@ class HFModel:
         self._cache: Any = None
         self._length = 0
         self._prefix_head: Any = None  # see set_head_prefix
+        self._prefill_twin: Any = None  # see set_prefill
+        self.prefill_split = 0  # see set_prefill
 
     @property
     def length(self) -> int:
@@ -54,11 +56,32 @@ class HFModel:
     def extend(self, tokens: list[int]) -> torch.Tensor:
         return self._run(self.model, tokens).logits[0, :, : self.vocab_size].float()
 
+    def set_prefill(self, twin: Any = None, split: int = 0) -> None:
+        """How :meth:`prefill` runs: through ``twin`` (the base model with its linear weights in
+        another dtype, :func:`~constrained_spec.models.prefill_twin.prefill_twin`; None: this
+        model itself) and in forwards of ``split`` tokens (0: one forward)."""
+        if split < 0:
+            raise ValueError(f"prefill split must be >= 0, got {split}")
+        self._prefill_twin = twin
+        self.prefill_split = split
+
     @torch.inference_mode()
     def prefill(self, tokens: list[int]) -> None:
         """Append ``tokens`` (a prompt) without keeping their logits: the output head runs for the
-        last position only (``logits_to_keep=1``), so a long prompt never holds [T, V] logits."""
-        self._run(self.model, tokens, logits_to_keep=1)
+        last position only (``logits_to_keep=1``), so a long prompt never holds [T, V] logits.
+
+        With a prefill twin (:meth:`set_prefill`) the twin's base model writes the keys and values
+        into this model's cache (no output head at all); with a split, in forwards of that many
+        tokens."""
+        if not tokens:
+            raise ValueError("prefill() needs at least one token")
+        step = self.prefill_split or len(tokens)
+        for i in range(0, len(tokens), max(step, 1)):
+            chunk = tokens[i : i + step]
+            if self._prefill_twin is None:
+                self._run(self.model, chunk, logits_to_keep=1)
+            else:
+                self._run(self._prefill_twin, chunk)
 
     #: model types whose output head is a plain linear map of the final hidden state
     RESTRICTABLE = {"llama", "qwen2", "qwen3", "mistral", "phi3", "smollm3"}

@@ -129,6 +129,11 @@ class _PackedLinear(torch.nn.Module):
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def dense_weight(self) -> torch.Tensor:
+        """The weight fbgemm holds, as an fp32 tensor [out, in] (fp16 values, or int8 times the row
+        scales): what a copy of this layer in another dtype starts from (``models.prefill_twin``)."""
+        raise NotImplementedError
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         y = self._matmul(x.reshape(-1, shape[-1]).float())
@@ -158,6 +163,10 @@ class PackedFp16Linear(_PackedLinear):
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.quantized.linear_dynamic_fp16(x, self._packed)
+
+    def dense_weight(self) -> torch.Tensor:
+        w, _ = torch.ops.quantized.linear_unpack_fp16(self._packed)
+        return w.float()
 
 
 class PackedInt8Linear(_PackedLinear):
@@ -198,6 +207,10 @@ class PackedInt8Linear(_PackedLinear):
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         # reduce_range: 7-bit activations, so AVX2's 16-bit pair sums cannot saturate
         return torch.ops.quantized.linear_dynamic(x, self._packed, True)
+
+    def dense_weight(self) -> torch.Tensor:
+        q, _ = torch.ops.quantized.linear_unpack(self._packed)
+        return q.dequantize().float()
 
 
 #: the packed linear class for each ``weights`` kind
