@@ -1142,6 +1142,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="lazy (llguidance, the default) or automaton (the eager byte DFA): Generator(grammar_engine=...)")
     p.add_argument("--draft-window", type=int, default=0,
                    help="the draft model sees only the last N prompt tokens (0: the whole prompt; DecodeConfig.draft_window)")
+    p.add_argument("--prefill-dtype", default="same", choices=("same", "bf16", "fp32"),
+                   help="prefill through a second copy of the linear weights in this dtype (Generator(prefill_dtype=...); same: the decode weights)")
+    p.add_argument("--draft-prefill-dtype", default=None, choices=("same", "bf16", "fp32"),
+                   help="the draft's prefill dtype (default: as --prefill-dtype)")
+    p.add_argument("--prefill-split", type=int, default=0,
+                   help="prefill in forwards of this many tokens (0: one forward; Generator(prefill_split=...))")
     p.add_argument("--no-chart", action="store_true", help="skip chart.png (matplotlib)")
     p.add_argument("--concurrency", default=None, metavar="C,C",
                    help="concurrent clients instead: one-at-a-time vs continuous batching at these client counts "
@@ -1199,8 +1205,12 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
         generator = Generator(args.model, draft, cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, device=args.device,
                               progress=progress,
                               max_new_tokens=args.max_new_tokens, num_draft_tokens=max(ks), schema_hint_style=args.schema_hint,
-                              draft_window=args.draft_window, grammar_engine=args.grammar_engine)
+                              draft_window=args.draft_window, grammar_engine=args.grammar_engine,
+                              prefill_dtype=args.prefill_dtype, draft_prefill_dtype=args.draft_prefill_dtype,
+                              prefill_split=args.prefill_split)
         config.extra["load_s"] = time.perf_counter() - t0
+        config.extra["prefill"] = {"dtype": args.prefill_dtype, "draft_dtype": args.draft_prefill_dtype,
+                                   "split": args.prefill_split, "twin_bytes": generator.prefill_twin_bytes}
     config.extra["grammar_engine"] = getattr(generator, "grammar_engine", None)
     config.extra["schema_hint"] = generator.schema_hint_style
     config.extra["draft_window"] = generator.decode.draft_window
