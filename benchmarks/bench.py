@@ -1145,7 +1145,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefill-dtype", default="same", choices=("same", "bf16", "fp32"),
                    help="prefill through a second copy of the linear weights in this dtype (Generator(prefill_dtype=...); same: the decode weights)")
     p.add_argument("--draft-prefill-dtype", default=None, choices=("same", "bf16", "fp32"),
-                   help="the draft's prefill dtype (default: as --prefill-dtype)")
+                   help="the draft's prefill dtype (default: same)")
     p.add_argument("--prefill-split", type=int, default=0,
                    help="prefill in forwards of this many tokens (0: one forward; Generator(prefill_split=...))")
     p.add_argument("--no-chart", action="store_true", help="skip chart.png (matplotlib)")

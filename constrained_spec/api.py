@@ -220,8 +220,10 @@ class Generator:
     the linear weights in that dtype (:mod:`~constrained_spec.models.prefill_twin`; its bytes are
     :attr:`prefill_twin_bytes`), decoding keeps the loaded weights. For the draft this changes only
     speed; for the target it changes its numerics, the same way in target-only and speculative
-    decoding. ``draft_prefill_dtype`` (default: as ``prefill_dtype``) for the draft alone;
-    ``prefill_split`` > 0 prefills in forwards of that many tokens. One-at-a-time decoding only.
+    decoding. ``draft_prefill_dtype`` (default "same") the same for the draft, where it changes
+    only speed (an int8w draft prefills faster in int8 than in bf16 here: 3.3 s against 4.8 s for
+    1,000 tokens); ``prefill_split`` > 0 prefills in forwards of that many tokens. One-at-a-time
+    decoding only.
 
     ``decode``: a :class:`~constrained_spec.config.DecodeConfig` (how to draft and verify); any of
     its fields may also be given by keyword (``num_draft_tokens=3``, ``proposers=("grammar",)``,
@@ -305,11 +307,11 @@ class Generator:
             raise ConfigError("max_batch_size must be >= 1")
 
     def _attach_prefill(self, dtype: str, draft_dtype: str | None, split: int, max_batch_size: int) -> int:
-        """Prefill twins (``prefill_dtype``: "same", "bf16" or "fp32", the draft's following the
-        target's unless ``draft_prefill_dtype`` is given) and the prefill split; the twins' bytes."""
+        """Prefill twins (``prefill_dtype`` for the target, ``draft_prefill_dtype`` for the draft:
+        "same", "bf16" or "fp32"; None is "same") and the prefill split; the twins' bytes."""
         from constrained_spec.models.prefill_twin import attach_prefill
 
-        draft_dtype = dtype if draft_dtype is None else draft_dtype
+        draft_dtype = "same" if draft_dtype is None else draft_dtype
         if max_batch_size > 1 and (dtype != "same" or draft_dtype != "same" or split):
             raise ConfigError("prefill_dtype / prefill_split apply to one-at-a-time decoding, not max_batch_size > 1")
         used = attach_prefill(self.target, dtype, split)

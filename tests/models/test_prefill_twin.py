@@ -118,7 +118,8 @@ def test_bad_options_are_config_errors(tiny_generator):
 
 @pytest.fixture(scope="module")
 def lever_generator(tiny_generator):
-    return tiny_generator(num_draft_tokens=3, max_new_tokens=300, debug_checks=True, prefill_dtype="bf16", prefill_split=5)
+    return tiny_generator(num_draft_tokens=3, max_new_tokens=300, debug_checks=True, prefill_dtype="bf16", draft_prefill_dtype="bf16",
+                          prefill_split=5)
 
 
 def test_greedy_speculative_equals_target_only_with_bf16_prefill(lever_generator):
