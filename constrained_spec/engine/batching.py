@@ -199,6 +199,19 @@ class BatchCoordinator:
         """Every waiting row's verify as one call of the [B, k+1, V] function (rows padded to the
         longest block: see :func:`pad_verify_rows`)."""
         verifier = self._verifier
+        if len(jobs) == 1:  # one row: its own call, unpadded
+            job = jobs[0]
+            try:
+                assert verifier is not None
+                options = dict(job.verify_options)
+                if not getattr(verifier, "takes_filters", False):
+                    options.pop("filters", None)
+                job.result = verifier(*job.verify_args[:8], point_mass=job.verify_args[8], **options)
+            except BaseException as exc:  # noqa: BLE001
+                job.error = exc
+            job.done = True
+            self.metrics.rows_per_verify[1] = self.metrics.rows_per_verify.get(1, 0) + 1
+            return
         try:
             assert verifier is not None
             args, options, ks = pad_verify_rows([j.verify_args for j in jobs], [j.verify_options for j in jobs])

@@ -33,6 +33,7 @@ class RaggedKVCache:
         self._rows: torch.Tensor | None = None  # slot of each batch row in the current forward
         self._positions: torch.Tensor | None = None  # [B, W] position of each new token
         self._span = 0  # keys attention reads: the longest row's end
+        self._block: slice | None = None  # the rows as one slice of slots, where they are consecutive
 
     @property
     def nbytes(self) -> int:
@@ -45,14 +46,9 @@ class RaggedKVCache:
         if span > self.capacity or int(positions.max()) >= self.capacity:
             raise ValueError(f"a forward reaching position {max(span, int(positions.max()) + 1)} exceeds the cache's {self.capacity}")
         self._rows, self._positions, self._span = rows, positions, span
-
-    def _contiguous(self) -> slice | None:
-        rows = self._rows
-        assert rows is not None
-        first = int(rows[0])
-        if bool((rows == torch.arange(first, first + rows.numel(), device=rows.device)).all()):
-            return slice(first, first + rows.numel())
-        return None
+        slots = rows.tolist()
+        consecutive = slots == list(range(slots[0], slots[0] + len(slots)))
+        self._block = slice(slots[0], slots[0] + len(slots)) if consecutive else None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,7 +60,7 @@ class RaggedKVCache:
         index = (rows[:, None], slice(None), positions)  # -> [B, W, H, D]
         keys[index] = key_states.transpose(1, 2).to(keys.dtype)
         values[index] = value_states.transpose(1, 2).to(values.dtype)
-        block = self._contiguous()
+        block = self._block
         if block is not None:  # a view, no copy
             return keys[block, :, : self._span], values[block, :, : self._span]
         return keys[rows, :, : self._span], values[rows, :, : self._span]

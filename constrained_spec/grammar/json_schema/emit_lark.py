@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.lexeme_check import greedy_safe, to_node
+from constrained_spec.grammar.json_schema.regex_text import quantifier
 
 __all__ = ["placeholder", "build_lark"]
 
@@ -117,17 +118,7 @@ def _regex_text(node: Any) -> Optional[str]:
         if hi == 0 or t == "":
             return ""
         g = t if node[1][0] == "set" else "(" + t + ")"
-        if (lo, hi) == (0, None):
-            return g + "*"
-        if (lo, hi) == (1, None):
-            return g + "+"
-        if (lo, hi) == (0, 1):
-            return g + "?"
-        if hi is None:
-            return g + "{%d,}" % lo
-        if lo == hi:
-            return g + "{%d}" % lo
-        return g + "{%d,%d}" % (lo, hi)
+        return g + quantifier(lo, hi)
     raise _Mangled(kind)
 
 
@@ -398,17 +389,9 @@ def _render(e: tuple) -> str:
     if not body:
         return ""
     g = "(" + body + ")"
-    if (lo, hi) == (0, None):
-        return g + "*"
-    if (lo, hi) == (1, None):
-        return g + "+"
-    if (lo, hi) == (0, 1):
-        return g + "?"
-    if hi is None:
+    if hi is None and lo > 1:  # Lark has no {lo,}: lo copies, then any number
         return "(" + g + "{%d} " % lo + g + "*)"
-    if lo == hi:
-        return g + "{%d}" % lo
-    return g + "{%d,%d}" % (lo, hi)
+    return g + quantifier(lo, hi)
 
 
 def build_lark(root: str, rules: dict[int, str]) -> Optional[str]:

@@ -40,22 +40,28 @@ def cat(*parts: str) -> str:
     return "".join(out)
 
 
+def quantifier(lo: int, hi: Optional[int]) -> str:
+    """The shortest regex quantifier for lo to hi repeats (hi None: unbounded): ``*``, ``+``,
+    ``?``, ``{lo,}``, ``{lo}`` or ``{lo,hi}`` (regex and Lark write them alike)."""
+    if (lo, hi) == (0, None):
+        return "*"
+    if (lo, hi) == (1, None):
+        return "+"
+    if (lo, hi) == (0, 1):
+        return "?"
+    if hi is None:
+        return "{%d,}" % lo
+    if lo == hi:
+        return "{%d}" % lo
+    return "{%d,%d}" % (lo, hi)
+
+
 def rep(e: str, lo: int, hi: Optional[int]) -> str:
     """e repeated lo to hi times (hi None: unbounded), in the shortest quantifier form."""
     if hi is not None and hi <= 0:
         return ""
     g = group(e)
-    if (lo, hi) == (0, None):
-        return g + "*"
-    if (lo, hi) == (1, None):
-        return g + "+"
-    if (lo, hi) == (0, 1):
-        return g + "?"
-    if hi is None:
-        return g + "{%d,}" % lo
-    if lo == hi:
-        return g if lo == 1 else g + "{%d}" % lo
-    return g + "{%d,%d}" % (lo, hi)
+    return g if (lo, hi) == (1, 1) else g + quantifier(lo, hi)
 
 
 def strip_opt(r: str) -> str:
