@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import torch
 
 from constrained_spec.errors import ConfigError
+from constrained_spec.models import ragged_attention
 from constrained_spec.models.hf import HFModel
 from constrained_spec.models.ragged_cache import RaggedKVCache
 
@@ -93,6 +94,8 @@ class BatchedHFModel:
         self.cache = RaggedKVCache(config.num_hidden_layers, slots, getattr(config, "num_key_value_heads", heads),
                                    max_length + PAD_MARGIN, head_dim, dtype, self.device)
         self._eager = getattr(config, "_attn_implementation", "sdpa") == "eager"
+        #: rows run packed (no padding: see models.ragged_attention) where the model uses sdpa attention
+        self.packed = getattr(config, "_attn_implementation", None) == "sdpa" and ragged_attention.install()
 
     @property
     def cache_bytes(self) -> int:
@@ -126,6 +129,12 @@ class BatchedHFModel:
                 raise ValueError("a row call needs at least one token")
             if c.start < 0 or c.start + len(c.tokens) > self.max_length:
                 raise ValueError(f"slot {c.slot}: positions {c.start}..{c.start + len(c.tokens)} exceed {self.max_length}")
+        base = self.hf.model.base_model
+        twin = getattr(self.hf, "_prefill_twin", None)  # the model's prefill weights (HFModel.set_prefill), if any
+        if twin is not None and all(c.head == "none" for c in calls):
+            base = twin  # a prompt: the same weights as a one-at-a-time prefill, so rows decode alike
+        if self.packed:
+            return self._forward_packed(calls, base)
         width = max(len(c.tokens) for c in calls)
         device = self.device
         ids = torch.zeros((len(calls), width), dtype=torch.long)
@@ -137,17 +146,31 @@ class BatchedHFModel:
         rows = torch.tensor([c.slot for c in calls], dtype=torch.long, device=device)
         self.cache.prepare(rows, positions, span)
         dtype = self.cache.keys[0].dtype
-        base = self.hf.model.base_model
         hidden = base(input_ids=ids.to(device), attention_mask=self._mask(starts, width, span, dtype),
                       position_ids=positions, cache=self.cache, use_cache=True).last_hidden_state  # [B, W, H]
-        return self._heads(calls, hidden)
+        return self._heads(calls, [hidden[b, : len(c.tokens)] for b, c in enumerate(calls)])
 
-    def _heads(self, calls: list[RowCall], hidden: torch.Tensor) -> list[torch.Tensor | None]:
-        """Each call's logits from its rows of ``hidden``; every ``"all"`` row in one head matmul."""
+    def _forward_packed(self, calls: list[RowCall], base: Any) -> list[torch.Tensor | None]:
+        """The rows as one unpadded sequence: position ids per token, attention per row."""
+        device = self.device
+        ids = torch.tensor([t for c in calls for t in c.tokens], dtype=torch.long, device=device)[None]
+        positions = torch.tensor([c.start + i for c in calls for i in range(len(c.tokens))], dtype=torch.long, device=device)
+        slots = torch.tensor([c.slot for c in calls for _ in c.tokens], dtype=torch.long, device=device)
+        self.cache.prepare_packed(slots, positions)
+        rows = ragged_attention.PackedRows.build(self.cache.keys, self.cache.values, [c.slot for c in calls],
+                                                 [c.start for c in calls], [len(c.tokens) for c in calls])
+        placeholder = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device)  # a 4D mask transformers passes through unread
+        with ragged_attention.packed_rows(rows):
+            hidden = base(input_ids=ids, attention_mask=placeholder, position_ids=positions[None], cache=self.cache,
+                          use_cache=True).last_hidden_state[0]  # [N, H]
+        return self._heads(calls, [hidden[o : o + w] for o, w in zip(rows.offsets, rows.widths)])
+
+    def _heads(self, calls: list[RowCall], hidden: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        """Each call's logits from its hidden states [len(tokens), H]; every ``"all"`` row in one head matmul."""
         out: list[torch.Tensor | None] = [None] * len(calls)
         full = [b for b, c in enumerate(calls) if c.head == "all"]
         if full:
-            states = torch.cat([hidden[b, : len(calls[b].tokens)] for b in full])
+            states = torch.cat([hidden[b] for b in full])
             logits = self.hf.model.get_output_embeddings()(states)[:, : self.vocab_size].float()
             offset = 0
             for b in full:
@@ -156,7 +179,7 @@ class BatchedHFModel:
                 offset += n
         head = self.hf.model.get_output_embeddings()
         for b, c in enumerate(calls):
-            last = hidden[b, len(c.tokens) - 1]
+            last = hidden[b][-1]
             if c.head == "restricted":
                 assert c.allowed_ids is not None
                 ids = c.allowed_ids.to(self.device)

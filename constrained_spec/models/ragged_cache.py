@@ -34,6 +34,7 @@ class RaggedKVCache:
         self._positions: torch.Tensor | None = None  # [B, W] position of each new token
         self._span = 0  # keys attention reads: the longest row's end
         self._block: slice | None = None  # the rows as one slice of slots, where they are consecutive
+        self._packed = False  # the next forward is packed: one sequence of every row's tokens
 
     @property
     def nbytes(self) -> int:
@@ -45,18 +46,31 @@ class RaggedKVCache:
         ``positions[b]``; attention reads positions ``[0, span)`` of each row."""
         if span > self.capacity or int(positions.max()) >= self.capacity:
             raise ValueError(f"a forward reaching position {max(span, int(positions.max()) + 1)} exceeds the cache's {self.capacity}")
-        self._rows, self._positions, self._span = rows, positions, span
+        self._rows, self._positions, self._span, self._packed = rows, positions, span, False
         slots = rows.tolist()
         consecutive = slots == list(range(slots[0], slots[0] + len(slots)))
         self._block = slice(slots[0], slots[0] + len(slots)) if consecutive else None
 
+    def prepare_packed(self, slots: torch.Tensor, positions: torch.Tensor) -> None:
+        """Set up a packed forward: its token t (of one sequence [1, N]) belongs to slot
+        ``slots[t]`` at position ``positions[t]``; attention reads the cache itself
+        (:mod:`~constrained_spec.models.ragged_attention`)."""
+        if int(positions.max()) >= self.capacity:
+            raise ValueError(f"a forward reaching position {int(positions.max()) + 1} exceeds the cache's {self.capacity}")
+        self._rows, self._positions, self._packed = slots, positions, True
+        self._span = int(positions.max()) + 1
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Write this forward's keys/values [B, H, W, D] at the prepared positions; return the rows'
-        keys and values over ``[0, span)``."""
+        keys and values over ``[0, span)`` (packed: the new ones, which attention does not read)."""
         rows, positions = self._rows, self._positions
         assert rows is not None and positions is not None, "prepare() before a forward"
         keys, values = self.keys[layer_idx], self.values[layer_idx]
+        if self._packed:
+            keys[rows, :, positions] = key_states[0].transpose(0, 1).to(keys.dtype)
+            values[rows, :, positions] = value_states[0].transpose(0, 1).to(values.dtype)
+            return key_states, value_states
         index = (rows[:, None], slice(None), positions)  # -> [B, W, H, D]
         keys[index] = key_states.transpose(1, 2).to(keys.dtype)
         values[index] = value_states.transpose(1, 2).to(values.dtype)

@@ -169,10 +169,13 @@ def test_negative_control_alone_differs_from_a_correct_row_with_the_same_setting
 
 
 # -- cache alignment --------------------------------------------------------------------------
-def test_each_row_matches_a_fresh_forward_after_ragged_rejections():
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
+def test_each_row_matches_a_fresh_forward_after_ragged_rejections(packed):
     torch.manual_seed(0)
     hf = HFModel(tiny_llama(500, seed=3))
     batched = BatchedHFModel(HFModel(tiny_llama(500, seed=3)), slots=4, max_length=200)
+    assert batched.packed  # sdpa models run packed by default
+    batched.packed = packed
     rng = random.Random(7)
     committed: list[list[int]] = [[rng.randrange(500) for _ in range(rng.randrange(2, 30))] for _ in range(4)]
     for slot, seq in enumerate(committed):  # prompts, one slot at a time, in two chunks
@@ -200,6 +203,21 @@ def test_each_row_matches_a_fresh_forward_after_ragged_rejections():
     hf.reset()
     off = hf.extend(committed[0][:-1] + probe[0].tokens)[-1]
     assert not torch.allclose(got[0][-1], off, atol=1e-3)
+
+
+def test_sdpa_outside_packed_forwards_is_unchanged():
+    """Once the packed attention is installed, every other sdpa call is still plain sdpa: a model
+    gives the logits of the same model with eager attention (which never goes through it)."""
+    from constrained_spec.models import ragged_attention
+
+    assert ragged_attention.install() and ragged_attention.installed()
+    sdpa = tiny_llama(300, seed=6)
+    eager = tiny_llama(300, seed=6)
+    eager.config._attn_implementation = "eager"
+    a, b = HFModel(sdpa), HFModel(eager)
+    ids = list(range(5, 40))
+    torch.testing.assert_close(a.extend(ids[:30]), b.extend(ids[:30]), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(a.extend(ids[30:]), b.extend(ids[30:]), atol=1e-4, rtol=1e-4)  # q_len > 1 over a past
 
 
 def test_restricted_and_prefix_heads_match_the_full_head():
