@@ -156,7 +156,7 @@ class BatchCoordinator:
     def _take(self) -> list[_Job]:
         """The jobs of the next round: every forward call, and prefills up to the round's budget."""
         calls = [j for j in self._pending if not j.prefill]
-        budget = self.prefill_chunk if calls else self.idle_prefill_chunk
+        budget = self._prefill_budget(calls, self._pending)
         prefills = []
         for job in self._pending:
             if job.prefill and job.call is not None and budget > 0:
@@ -164,9 +164,18 @@ class BatchCoordinator:
                 budget -= len(job.call.tokens) - job.done_tokens
         return calls + prefills
 
+    def _prefill_budget(self, calls: list[_Job], jobs: list[_Job]) -> int:
+        """Prompt tokens this round: ``idle_prefill_chunk`` while as many rows wait for their prompt
+        as decode (filling the batch first: its rows then share their forwards; on a CPU a prompt
+        costs the same in any chunks), else ``prefill_chunk`` (a long prompt stalls decoding rows
+        one chunk at a time)."""
+        prefilling = sum(1 for j in jobs if j.prefill)  # a row has one job at a time: jobs count rows
+        return self.idle_prefill_chunk if prefilling >= len(calls) else self.prefill_chunk
+
     def _run_round(self, jobs: list[_Job]) -> None:
         self.metrics.rounds += 1
         calls = [j for j in jobs if not j.prefill]
+        budget = self._prefill_budget(calls, jobs)
         for name in self.models:
             mine = [j for j in calls if j.model == name]
             if mine:
@@ -174,7 +183,6 @@ class BatchCoordinator:
         verifies = [j for j in calls if j.model == VERIFY]
         if verifies:
             self._verify(verifies)
-        budget = self.prefill_chunk if calls else self.idle_prefill_chunk
         for job in (j for j in jobs if j.prefill):
             if budget <= 0:
                 break

@@ -316,3 +316,17 @@ def test_a_repeated_prompt_reuses_its_prefix_and_decodes_the_same(generators):
     second = batched.run(prompt, SCHEMA, max_new_tokens=60)
     assert batched.batch.metrics.reused_tokens - before >= 2 * 40  # target and draft both reused it
     assert first.token_ids == second.token_ids == single.run(prompt, SCHEMA, max_new_tokens=60).token_ids
+
+
+def test_prefill_budget_fills_the_batch_first():
+    from constrained_spec.engine.batching import _Job
+
+    coordinator = BatchCoordinator({"target": BatchedPrefixModel(MemoModel(10, seed=11), slots=4)}, 4, prefill_chunk=8,
+                                   idle_prefill_chunk=64, prefix_cache_bytes=0)
+
+    def job(slot, prefill):
+        return _Job("target", RowCall(slot, 0, [1, 2, 3]), prefill=prefill)
+
+    assert coordinator._prefill_budget([], [job(0, True)]) == 64  # nobody decodes
+    assert coordinator._prefill_budget([job(0, False)], [job(0, False), job(1, True), job(2, True)]) == 64  # mostly prompts
+    assert coordinator._prefill_budget([job(0, False), job(1, False)], [job(0, False), job(1, False), job(2, True)]) == 8
