@@ -1142,10 +1142,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="lazy (llguidance, the default) or automaton (the eager byte DFA): Generator(grammar_engine=...)")
     p.add_argument("--draft-window", type=int, default=0,
                    help="the draft model sees only the last N prompt tokens (0: the whole prompt; DecodeConfig.draft_window)")
-    p.add_argument("--prefill-dtype", default="same", choices=("same", "bf16", "fp32"),
-                   help="prefill through a second copy of the linear weights in this dtype (Generator(prefill_dtype=...); same: the decode weights)")
-    p.add_argument("--draft-prefill-dtype", default=None, choices=("same", "bf16", "fp32"),
-                   help="the draft's prefill dtype (default: same)")
     p.add_argument("--prefill-split", type=int, default=0,
                    help="prefill in forwards of this many tokens (0: one forward; Generator(prefill_split=...))")
     p.add_argument("--no-chart", action="store_true", help="skip chart.png (matplotlib)")

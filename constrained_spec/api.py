@@ -222,8 +222,9 @@ class Generator:
     speed; for the target it changes its numerics, the same way in target-only and speculative
     decoding. ``draft_prefill_dtype`` (default "same") the same for the draft, where it changes
     only speed (an int8w draft prefills faster in int8 than in bf16 here: 3.3 s against 4.8 s for
-    1,000 tokens); ``prefill_split`` > 0 prefills in forwards of that many tokens. One-at-a-time
-    decoding only.
+    1,000 tokens); ``prefill_split`` > 0 prefills in forwards of that many tokens (one-at-a-time
+    decoding; a batch prefills in chunks of ``prefill_chunk``). A batch prefills through the same
+    twins, so its rows decode as one-at-a-time decoding with the same options does.
 
     ``decode``: a :class:`~constrained_spec.config.DecodeConfig` (how to draft and verify); any of
     its fields may also be given by keyword (``num_draft_tokens=3``, ``proposers=("grammar",)``,
@@ -312,8 +313,8 @@ class Generator:
         from constrained_spec.models.prefill_twin import attach_prefill
 
         draft_dtype = "same" if draft_dtype is None else draft_dtype
-        if max_batch_size > 1 and (dtype != "same" or draft_dtype != "same" or split):
-            raise ConfigError("prefill_dtype / prefill_split apply to one-at-a-time decoding, not max_batch_size > 1")
+        if max_batch_size > 1 and split:
+            raise ConfigError("prefill_split applies to one-at-a-time decoding; a batch prefills in chunks of prefill_chunk")
         used = attach_prefill(self.target, dtype, split)
         if self.draft is not None:
             used += attach_prefill(self.draft, draft_dtype, split)

@@ -9,7 +9,7 @@ import argparse
 import math
 from typing import Callable
 
-from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, PROPOSERS, ModelConfig
+from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, PREFILL_DTYPES, PROPOSERS, ModelConfig
 
 # models.dtypes and models.devices are light: they import torch only inside their functions
 from constrained_spec.errors import ConfigError
@@ -64,7 +64,8 @@ def device_name(text: str) -> str:
 
 
 def add_model_arguments(p: argparse.ArgumentParser, allow_no_draft: bool = True) -> None:
-    """The model options every command shares: --model, --draft, --cache-dir, --dtype, --draft-dtype, --device."""
+    """The model options every command shares: --model, --draft, --cache-dir, --dtype, --draft-dtype, --device,
+    --prefill-dtype, --draft-prefill-dtype."""
     none = ", or 'none' for target-only decoding (no draft, no proposer)" if allow_no_draft else ""
     p.add_argument("--model", default=DEFAULT_TARGET, help=f"target: offline name, folder, .gguf or hub id (default {DEFAULT_TARGET})")
     p.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model{none} (default {DEFAULT_DRAFT})")
@@ -73,10 +74,15 @@ def add_model_arguments(p: argparse.ArgumentParser, allow_no_draft: bool = True)
     p.add_argument("--draft-dtype", default=None, choices=DTYPE_CHOICES, help="the draft's weights dtype (default: as --dtype)")
     p.add_argument("--device", default="auto", type=device_name,
                    help=f"where the models run: {DEVICE_HELP}; on CUDA auto dtype is bf16 (fp16w/int8w are CPU-only)")
+    p.add_argument("--prefill-dtype", default="same", choices=PREFILL_DTYPES,
+                   help="prefill prompts through a second copy of the target's linear weights in this dtype (bf16: about 2x "
+                        "faster prompts on CPUs with AVX512-BF16, 2.6 GB more memory for the default target; same: the decode weights)")
+    p.add_argument("--draft-prefill-dtype", default=None, choices=PREFILL_DTYPES, help="the same for the draft (default: same)")
 
 
 def model_config(args: argparse.Namespace) -> ModelConfig:
     """The :class:`ModelConfig` of the options :func:`add_model_arguments` added (``--draft none``: no draft)."""
     draft = None if str(args.draft).strip().lower() in {"none", ""} else args.draft
     return ModelConfig(model=args.model, draft=draft, dtype=args.dtype, draft_dtype=args.draft_dtype, cache_dir=args.cache_dir,
-                       device=getattr(args, "device", "auto"))
+                       device=getattr(args, "device", "auto"), prefill_dtype=getattr(args, "prefill_dtype", "same"),
+                       draft_prefill_dtype=getattr(args, "draft_prefill_dtype", None))

@@ -330,3 +330,21 @@ def test_prefill_budget_fills_the_batch_first():
     assert coordinator._prefill_budget([], [job(0, True)]) == 64  # nobody decodes
     assert coordinator._prefill_budget([job(0, False)], [job(0, False), job(1, True), job(2, True)]) == 64  # mostly prompts
     assert coordinator._prefill_budget([job(0, False), job(1, False)], [job(0, False), job(1, False), job(2, True)]) == 8
+
+
+def test_batched_rows_prefill_through_the_prefill_twin_like_single_runs(tiny_generator):
+    """With prefill_dtype set, batch rows prefill through the same twin as one-at-a-time decoding
+    (greedy outputs equal), and the twin really ran (its forward hook fired)."""
+    single = tiny_generator(prefill_dtype="bf16")
+    batched = tiny_generator(max_batch_size=3, prefill_dtype="bf16", prefix_cache_mb=0)
+    twin = batched.target._prefill_twin
+    assert twin is not None
+    calls = []
+    handle = twin.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        requests = [dict(prompt=f"Row {i} " + "x " * (10 * i), output_type=SCHEMA, max_new_tokens=40) for i in range(3)]
+        got = batched.run_batch(requests)
+    finally:
+        handle.remove()
+    assert calls
+    assert [g.token_ids for g in got] == [single.run(**r).token_ids for r in requests]

@@ -108,8 +108,8 @@ def test_bad_options_are_config_errors(tiny_generator):
         attach_prefill(HFModel(_model()), "int4")
     with pytest.raises(ConfigError):
         attach_prefill(HFModel(_model()), "bf16", split=-1)
-    with pytest.raises(ConfigError):
-        tiny_generator(draft=False, prefill_dtype="bf16", max_batch_size=2)
+    with pytest.raises(ConfigError, match="prefill_chunk"):  # a batch chunks prompts its own way
+        tiny_generator(draft=False, prefill_dtype="bf16", prefill_split=64, max_batch_size=2)
     from constrained_spec.config import ModelConfig
 
     with pytest.raises(ConfigError):
