@@ -89,7 +89,7 @@ step 1 env 120 "nvidia-smi && '$PYTHON' benchmarks/gpu_check_report.py env '$OUT
 
 # 2: kernel + device tests on the GPU, then the microseconds table
 step 2 kernels 240 "CONSTRAINED_SPEC_TEST_DEVICE=cuda '$PYTHON' -m pytest -p no:cacheprovider -q -rs \
- tests/sampling/test_kernels.py tests/sampling/test_host_hints.py tests/engine/test_devices.py tests/models/test_devices.py \
+ tests/sampling/test_kernels.py tests/sampling/test_host_hints.py tests/engine/test_devices.py tests/models/test_device_option.py \
  --junitxml '$OUT/kernel-tests.xml' \
  && '$PYTHON' benchmarks/kernel_bench.py --require-triton --batches 1,8,64 --ks 1,4,8 --vocab 151936 --json '$OUT/kernel_table.json'"
 
