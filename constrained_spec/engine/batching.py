@@ -22,10 +22,11 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 
+from constrained_spec.engine import draft_length
 from constrained_spec.engine.prefix_cache import PrefixCache
 from constrained_spec.errors import ConfigError
 from constrained_spec.models.batched import HeadKind, RowBackend, RowCall
@@ -138,7 +139,7 @@ class BatchCoordinator:
             while not job.done:
                 if not self._running and len(self._pending) >= self._active:
                     self._running = True
-                    batch = self._take()
+                    batch = list(self._pending)  # the round applies the prefill budget itself
                     self._cond.release()
                     try:
                         self._run_round(batch)
@@ -152,17 +153,6 @@ class BatchCoordinator:
         if job.error is not None:
             raise job.error
         return job.result
-
-    def _take(self) -> list[_Job]:
-        """The jobs of the next round: every forward call, and prefills up to the round's budget."""
-        calls = [j for j in self._pending if not j.prefill]
-        budget = self._prefill_budget(calls, self._pending)
-        prefills = []
-        for job in self._pending:
-            if job.prefill and job.call is not None and budget > 0:
-                prefills.append(job)
-                budget -= len(job.call.tokens) - job.done_tokens
-        return calls + prefills
 
     def _prefill_budget(self, calls: list[_Job], jobs: list[_Job]) -> int:
         """Prompt tokens this round: ``idle_prefill_chunk`` while as many rows wait for their prompt
@@ -205,33 +195,26 @@ class BatchCoordinator:
 
     def _verify(self, jobs: list[_Job]) -> None:
         """Every waiting row's verify as one call of the [B, k+1, V] function (rows padded to the
-        longest block: see :func:`pad_verify_rows`)."""
+        longest block: see :func:`pad_verify_rows`; a lone row's call goes as it is)."""
         verifier = self._verifier
-        if len(jobs) == 1:  # one row: its own call, unpadded
-            job = jobs[0]
-            try:
-                assert verifier is not None
-                options = dict(job.verify_options)
-                if not getattr(verifier, "takes_filters", False):
-                    options.pop("filters", None)
-                job.result = verifier(*job.verify_args[:8], point_mass=job.verify_args[8], **options)
-            except BaseException as exc:  # noqa: BLE001
-                job.error = exc
-            job.done = True
-            self.metrics.rows_per_verify[1] = self.metrics.rows_per_verify.get(1, 0) + 1
-            return
         try:
             assert verifier is not None
-            args, options, ks = pad_verify_rows([j.verify_args for j in jobs], [j.verify_options for j in jobs])
+            if len(jobs) == 1:
+                args, options, ks = jobs[0].verify_args[:8], {**jobs[0].verify_options, "point_mass": jobs[0].verify_args[8]}, None
+            else:
+                args, options, ks = pad_verify_rows([j.verify_args for j in jobs], [j.verify_options for j in jobs])
             if not getattr(verifier, "takes_filters", False):
                 options.pop("filters", None)
             result = verifier(*args, **options)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - every waiting row gets the error
             for j in jobs:
                 j.error, j.done = exc, True
             return
         hist = self.metrics.rows_per_verify
         hist[len(jobs)] = hist.get(len(jobs), 0) + 1
+        if ks is None:
+            jobs[0].result, jobs[0].done = result, True
+            return
         for b, (j, k) in enumerate(zip(jobs, ks)):
             j.result = VerifyResult(accepted=result.accepted[b : b + 1], next_token=result.next_token[b : b + 1],
                                     accept_prob=result.accept_prob[b : b + 1, :k])
@@ -276,14 +259,8 @@ class BatchCoordinator:
     def draft_cap(self, k_max: int) -> int:
         """The draft length a row uses now: ``k_max`` alone, fewer as more rows share each verify
         (see :func:`~constrained_spec.engine.draft_length.batch_draft_length`)."""
-        from constrained_spec.engine.draft_length import batch_draft_length
+        return draft_length.batch_draft_length(self._active, k_max)
 
-        return batch_draft_length(self._active, k_max)
-
-    def slots_in_use(self) -> Iterator[int]:
-        """Slots held by rows now."""
-        free = set(self._free)
-        return (s for s in range(self.slots) if s not in free)
 
 
 def pad_verify_rows(calls: list[tuple[Any, ...]], options: list[dict[str, Any]]) -> tuple[tuple[Any, ...], dict[str, Any], list[int]]:
