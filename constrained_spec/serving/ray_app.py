@@ -38,6 +38,7 @@ from typing import Any, AsyncIterator
 
 from constrained_spec.errors import ConfigError, ConstrainedSpecError
 from constrained_spec.serving.errors import SERVER, APIError
+from constrained_spec.serving.limits import MAX_BODY_BYTES, Guard
 
 __all__ = ["RAY_EXTRA", "RayServeOptions", "RayUnavailableError", "ReplicaOptions", "app_builder", "build_app", "constraint_key",
            "import_ray_serve"]
@@ -338,9 +339,11 @@ def _error(status: int, message: str, code: str) -> Any:
 class ConstrainedSpecGateway:
     """The HTTP ingress: forwards every request to a model replica, keyed by its constraint."""
 
-    def __init__(self, replicas: Any, retries: int = 1, request_timeout: float | None = None) -> None:
+    def __init__(self, replicas: Any, retries: int = 1, request_timeout: float | None = None,
+                 max_body_bytes: int | None = MAX_BODY_BYTES) -> None:
         self.replicas = replicas
         self.retries = retries
+        self.max_body_bytes = max_body_bytes
         self.timeout = None if request_timeout is None else request_timeout + GATEWAY_TIMEOUT_MARGIN
 
     def __serve_build_asgi_app__(self) -> Any:
@@ -356,7 +359,10 @@ class ConstrainedSpecGateway:
             return await self.forward(request)
 
         methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
-        return Starlette(routes=[Route("/ray/replica", replica, methods=["GET"]), Route("/{path:path}", forward, methods=methods)])
+        app = Starlette(routes=[Route("/ray/replica", replica, methods=["GET"]), Route("/{path:path}", forward, methods=methods)])
+        # the body is buffered here to key the request: the server's own cap (413) applies before that,
+        # so a huge body costs the gateway at most max_body_bytes (the replica checks the API key)
+        return Guard(app, api_key=None, max_body_bytes=self.max_body_bytes)
 
     async def forward(self, request: Any) -> Any:
         """Send ``request`` to a replica (retried once if the replica dies before answering)."""
@@ -426,7 +432,8 @@ def build_app(replica: ReplicaOptions, deploy: RayServeOptions | None = None) ->
     replicas = serve.deployment(replica_class(deploy.max_constraints_per_replica), name="ConstrainedSpecReplica", **deploy.replica_deployment_options())
     gateway = serve.deployment(serve.ingress()(ConstrainedSpecGateway), name="ConstrainedSpecGateway",
                                ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000)
-    return gateway.bind(replicas.bind(replica, deploy.max_constraints_per_replica), deploy.retries, replica.request_timeout())
+    return gateway.bind(replicas.bind(replica, deploy.max_constraints_per_replica), deploy.retries, replica.request_timeout(),
+                        replica.app_options.get("max_body_bytes", MAX_BODY_BYTES))
 
 
 def app_builder(args: dict[str, Any]) -> Any:

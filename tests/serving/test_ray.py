@@ -229,3 +229,14 @@ def test_killed_replica_is_replaced_and_nothing_hangs(served):
     for i, a in enumerate(after):
         if a[4] is not None:
             jsonschema.validate(a[4], schema(300 + i % 3))
+
+
+def test_a_huge_body_is_refused_by_the_gateway_before_it_is_buffered(served):
+    """The gateway reads bodies to key them: the server's body cap (413, OpenAI's error shape) comes first."""
+    body = b'{"model": "tiny", "messages": [{"role": "user", "content": "' + b"x" * (2 << 20) + b'"}]}'
+    r = httpx.post(served + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=TIMEOUT)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large", r.text[:300]
+    assert REPLICA_HEADER not in r.headers  # refused at the gateway: no replica saw it
+    chunked = httpx.post(served + "/v1/chat/completions", content=iter([body[i : i + 65536] for i in range(0, len(body), 65536)]),
+                         headers={"content-type": "application/json"}, timeout=TIMEOUT)
+    assert chunked.status_code == 413, chunked.text[:300]
