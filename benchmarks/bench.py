@@ -1136,7 +1136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads for every mode and the peer (default: torch's; on a shared machine 1 avoids oversubscription)")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--schema-hint", default="full", choices=["full", "compact"],
+    p.add_argument("--schema-hint", default="full", choices=["full", "compact", "types"],
                    help="how the prompt's schema hint writes the schema (default full)")
     p.add_argument("--grammar-engine", choices=("lazy", "automaton"), default="lazy",
                    help="lazy (llguidance, the default) or automaton (the eager byte DFA): Generator(grammar_engine=...)")

@@ -32,7 +32,7 @@ from constrained_spec.cli.args import (
     probability,
     proposer_list,
 )
-from constrained_spec.config import NUM_DRAFT_TOKENS, PROPOSERS, DecodeConfig
+from constrained_spec.config import NUM_DRAFT_TOKENS, PROPOSERS, SCHEMA_HINT_STYLES, DecodeConfig
 from constrained_spec.errors import (
     ConstrainedSpecError,
     GrammarError,
@@ -204,7 +204,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     decode = DecodeConfig(num_draft_tokens=args.num_draft_tokens, proposers=proposers, verify_backend=args.backend,
                           debug_checks=args.debug_checks)
     models = dataclasses.replace(model_config(args), draft=draft)
-    gen = Generator.from_config(models, decode, schema_options=schema_options(args), max_new_tokens=args.max_new_tokens)
+    gen = Generator.from_config(models, decode, schema_options=schema_options(args), max_new_tokens=args.max_new_tokens,
+                                schema_hint_style=args.schema_hint)
     with progress_after("building the token automaton", enabled=args.progress or None):
         gen.compile(spec)
     result = gen.run(args.prompt, spec, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -275,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON Schema draft of a schema without $schema (default 2020-12; a $schema in the schema wins)")
     g.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"], help="verify kernel")
     g.add_argument("--no-schema-in-prompt", action="store_true", help="do not append the schema to the prompt")
+    g.add_argument("--schema-hint", default="full", choices=SCHEMA_HINT_STYLES,
+                   help="how the prompt writes the schema: full (json.dumps, the default), compact (no spaces) or types "
+                        "(a short type sketch: keys, types, values, bounds, descriptions; about half the prompt tokens)")
     g.add_argument("--debug-checks", action="store_true", help="check cache/automaton invariants after every step")
     g.add_argument("--stats", action="store_true", help="print decoding stats to stderr")
     g.add_argument("--progress", action="store_true",

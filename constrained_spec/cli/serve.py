@@ -8,7 +8,7 @@ import os
 from typing import Sequence
 
 from constrained_spec.cli.args import add_model_arguments, model_config
-from constrained_spec.config import NUM_DRAFT_TOKENS, DecodeConfig
+from constrained_spec.config import NUM_DRAFT_TOKENS, SCHEMA_HINT_STYLES, DecodeConfig
 from constrained_spec.serving.limits import (
     API_KEY_ENV,
     DEFAULT_MAX_QUEUE,
@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens (prompt + output) one batch row holds; its KV cache is preallocated (default 4096)")
     p.add_argument("--prefix-cache-mb", type=int, default=1024,
                    help="MiB per model kept for prompt prefixes that later requests reuse (0: none; default 1024)")
+    p.add_argument("--schema-hint", default="full", choices=SCHEMA_HINT_STYLES,
+                   help="how prompts write a response_format schema: full (json.dumps, the default), compact or types (a short type sketch)")
     p.add_argument("--timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT, help="seconds per request, waiting included (504 after)")
     p.add_argument("--model-name", default=None, help="the model id reported by /v1/models and in responses")
     p.add_argument("--api-key", default=None,
@@ -75,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     generator = Generator.from_config(model_config(args), DecodeConfig(num_draft_tokens=args.num_draft_tokens),
                                       max_new_tokens=args.max_new_tokens, compile_timeout=args.compile_timeout,
                                       max_batch_size=args.max_batch_size, batch_max_tokens=args.batch_max_tokens,
-                                      prefix_cache_mb=args.prefix_cache_mb)
+                                      prefix_cache_mb=args.prefix_cache_mb, schema_hint_style=args.schema_hint)
     app = create_app(generator, model_name=args.model_name or args.model, max_queue=args.max_queue,
                      request_timeout=args.timeout, max_tokens_limit=args.max_tokens_limit, api_key=api_key,
                      max_body_bytes=args.max_body_bytes, max_schema_chars=args.max_schema_chars,
