@@ -66,7 +66,9 @@ class DecodeConfig:
     ``restricted_head_max_rows``; ``lookup_min_ngram``; ``verify_backend``; ``debug_checks``:
     check caches and grammar against the committed tokens after every step; ``draft_window``: the
     draft model sees only the last this-many prompt tokens (0: the whole prompt), so its prefill
-    costs little; exact all the same (the draft only changes q).
+    costs little; exact all the same (the draft only changes q); ``lookup_gate``: with a draft
+    model, propose a prompt-lookup plan only where its measured keep rate makes its block worth more
+    than the draft model's (``engine.lookup_gate``; False: always, as before).
     """
 
     num_draft_tokens: int = NUM_DRAFT_TOKENS
@@ -80,6 +82,7 @@ class DecodeConfig:
     verify_backend: str = "auto"
     debug_checks: bool = False
     draft_window: int = 0
+    lookup_gate: bool = True
 
     def __post_init__(self) -> None:
         _check(isinstance(self.num_draft_tokens, int) and 0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS,

@@ -27,6 +27,7 @@ import torch
 from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.block import DraftBlock, TimedMatcher
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
+from constrained_spec.engine.lookup_gate import LookupGate
 from constrained_spec.engine.proposers import DraftContext, DraftModelProposer, Proposal, Proposer
 from constrained_spec.engine.stats import DecodeHooks, DecodeResult, DecodeStats
 from constrained_spec.errors import ConfigError, ConstrainedSpecError, GrammarError, TokenBudgetExceeded
@@ -90,6 +91,8 @@ class SpeculativeDecoder:
                 self.draft, policy.as_tensors(1, draft_device), lambda n: self._uniform(n, draft_device),
                 restricted_head_max_rows=config.restricted_head_max_rows, restrict_head=config.restrict_head,
                 want_confidence=want_confidence, allowed_mask=allowed_mask)
+        #: lookup plans only where they beat the draft model's block (nothing to choose without one)
+        self.lookup_gate = LookupGate() if config.lookup_gate and self.model is not None else None
         self.k = config.num_draft_tokens if (self.model is not None or self.free) else 0
         self.max_new_tokens = max_new_tokens
         self.verifier = verifier
@@ -177,12 +180,21 @@ class SpeculativeDecoder:
         self.accept_and_rollback(block, result)
         return len(self.committed) - before
 
-    def _free_plan(self, ctx: DraftContext) -> tuple[list[Proposal], str]:
-        """The first non-empty plan of the free proposers, in order."""
+    def _free_plan(self, ctx: DraftContext, room: int) -> tuple[list[Proposal], str]:
+        """The first non-empty plan of the free proposers, in order; a lookup plan only where the
+        gate finds it worth more than the draft model's tokens for the ``room`` positions left."""
         for proposer in self.free:
             plan = proposer.propose(ctx)
-            if plan:
-                return plan, proposer.source
+            if not plan:
+                continue
+            gate = self.lookup_gate
+            if proposer.source == "lookup" and gate is not None:
+                if ctx.drafted == 0:
+                    gate.shadow = [p.token for p in plan]  # scored against what the verify commits
+                if not gate.worth_it(len(plan), room):
+                    self.stats.lookup_gated += 1
+                    continue
+            return plan, proposer.source
         return [], ""
 
     def propose(self, k: int) -> DraftBlock:
@@ -216,7 +228,7 @@ class SpeculativeDecoder:
                 source = "forced"
             else:
                 if not plan:
-                    plan, plan_source = self._free_plan(ctx)
+                    plan, plan_source = self._free_plan(ctx, k - len(block.tokens))
                 if plan and matcher.count_allowed([plan[0].token]) == 1:
                     source = plan_source
                 elif self.model is not None and not stop:
@@ -316,7 +328,10 @@ class SpeculativeDecoder:
         self.stats.accepted_tokens += n
         for token in drafted[:n]:
             self._record(token)
-        if n == len(drafted) and drafted and self.matcher.is_eos(drafted[-1]):
+        ended = n == len(drafted) and drafted and self.matcher.is_eos(drafted[-1])
+        if self.lookup_gate is not None:
+            self.lookup_gate.observe(block.sources, n, drafted[:n] + ([] if ended else [next_token]))
+        if ended:
             return  # the kept block ended in EOS: no bonus token
         self._commit(next_token)
 

@@ -25,6 +25,7 @@ class DecodeStats:
     grammar_accepted: int = 0
     lookup_proposed: int = 0  # prompt-lookup n-gram continuations (point-mass q)
     lookup_accepted: int = 0
+    lookup_gated: int = 0  # lookup plans passed over for the draft model (engine.lookup_gate)
     restricted_head_forwards: int = 0  # draft forwards that computed the head for allowed tokens only
     prefix_head_forwards: int = 0  # draft forwards that scored the leading (common) token ids only
     confidence_stops: int = 0  # blocks ended early because the draft was unsure of its token

@@ -327,6 +327,35 @@ def test_point_mass_proposals_grammar_strings_and_lookup_stay_exact(policy):
     assert stats["lookup_proposed"] > 0 and stats["grammar_proposed"] > 0
 
 
+class _EdgyGateDecoder:
+    """Builds decoders whose lookup gate starts at its threshold (prior keep rate 0.55, weight 0.5),
+    so that one verify's outcome decides whether the next lookup plan is proposed or passed over."""
+
+    def __new__(cls, *args, **kwargs):
+        from constrained_spec.engine.lookup_gate import LookupGate, RunningRate
+        from constrained_spec.engine.loop import SpeculativeDecoder
+
+        decoder = SpeculativeDecoder(*args, **kwargs)
+        if decoder.lookup_gate is not None:
+            decoder.lookup_gate = LookupGate(lookup=RunningRate(prior=0.55, weight=0.5))
+        return decoder
+
+
+def test_gated_lookup_stays_exact(automaton):
+    """The lookup gate chooses, from past verifies, between a lookup plan and the draft model; the
+    output distribution is the target's whichever it picks. The gate really acted in this setting,
+    and the same test rejects a wrong verifier (negative control)."""
+    policy = SamplingPolicy(temperature=1.0)
+    options = dict(lookup=True, lookup_min_ngram=1, decoder_class=_EdgyGateDecoder)
+    stats = stats_over_seeds(automaton, policy, 3, seeds=200, **options)
+    assert stats["lookup_gated"] > 0 and stats["lookup_proposed"] > 0
+    exact = exact_distribution(automaton.regex, policy)
+    counts = sample(automaton, policy, 3, SAMPLES // 2, debug_checks=True, **options)
+    assert chi2_pvalue(counts, exact) > ALPHA
+    wrong = sample(automaton, policy, 3, SAMPLES // 2, verifier=verify_resample_from_p, **options)
+    assert chi2_pvalue(wrong, exact) < ALPHA
+
+
 def test_text_lookup_proposals_stay_exact(automaton):
     """Byte-level prompt lookup (PromptText) proposes re-tokenized continuations with a point-mass q;
     still exact. Token lookup is set to need more tokens than there are, so text lookup is the one
