@@ -285,10 +285,29 @@ def add_derived(records: list[dict[str, Any]], expected: dict[tuple[str | None, 
             r["e2e_speedup_vs_target"] = 1.0 if r is b else b["latency_s"] / r["latency_s"]
         if r.get("ok") and r.get("latency_s") and r.get("prefill_s") is not None:
             r["prefill_share"] = r["prefill_s"] / r["latency_s"]
+        if r.get("ok") and b is not None and r is not b and r.get("predicted_speedup"):
+            r["predicted_e2e_speedup"] = predicted_e2e_speedup(r, b)
         want = expected.get((r.get("workload"), r["prompt"]))
         if want:
             got, missed = field_match(r.get("text") if r.get("ok") else None, want)
             r.update(fields_expected=len(want), fields_matched=got, fields_missed=missed)
+
+
+def predicted_e2e_speedup(spec: dict[str, Any], base: dict[str, Any]) -> float | None:
+    """The end-to-end ratio the cost model predicts for one request: target-only latency over
+    ``outside + P_target + P_draft + D_target / s``, where ``outside`` (prompt build, compile) and
+    ``P_target`` (the target's prefill) come from the target-only run of the same prompt,
+    ``P_draft`` is this run's draft prefill (what ``draft_window`` controls), ``D_target`` the
+    target-only decode time and ``s`` the decode ratio :func:`predicted_speedup` predicts from
+    acceptance and forward costs. Where it matches the measured ratio, prefill and decode account
+    for the request's time."""
+    try:
+        outside = base["latency_s"] - base["wall_s"]
+        predicted = (outside + base["prefill_s"] + (spec.get("draft_prefill_s") or 0.0)
+                     + base["decode_s"] / spec["predicted_speedup"])
+        return base["latency_s"] / predicted if predicted > 0 else None
+    except (KeyError, TypeError, ZeroDivisionError):
+        return None
 
 
 def predicted_speedup(spec: Any, base: Any) -> float | None:
@@ -487,7 +506,7 @@ def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature:
     rec.update(
         ok=True, valid=valid, text=result.text, token_ids=list(result.token_ids), stats=s.as_dict(),
         generated_tokens=gen_tokens, tokens_per_second=s.tokens_per_second, wall_s=s.wall_seconds,
-        prefill_s=s.prefill_seconds, decode_s=decode_s, target_forwards=s.target_forwards,
+        prefill_s=s.prefill_seconds, draft_prefill_s=s.draft_prefill_seconds, decode_s=decode_s, target_forwards=s.target_forwards,
         draft_forwards=s.draft_forwards, drafted_tokens=s.drafted_tokens, accepted_tokens=s.accepted_tokens,
         forced_tokens=s.forced_tokens, steps=s.steps, acceptance_rate=s.acceptance_rate if s.drafted_tokens else None,
         mean_accepted_len=(s.accepted_tokens / s.target_forwards) if (s.target_forwards and mode.k) else None,
@@ -783,6 +802,7 @@ def summarize(records: list[dict[str, Any]], modes: Sequence[Mode], settings: Se
                 "prefill_share_median": median([r.get("prefill_share") for r in ok]),
                 "e2e_speedup_vs_target_median": median(e2e),
                 "e2e_speedup_vs_target_geomean": geomean(e2e),
+                "predicted_e2e_speedup_median": median([r["predicted_e2e_speedup"] for r in ok if r.get("predicted_e2e_speedup")]),
                 "e2e_slower_than_target": sum(1 for x in e2e if x < 1.0) if e2e else None,
                 "fields_matched": sum(r["fields_matched"] for r in scored) if scored else None,
                 "fields_expected": sum(r["fields_expected"] for r in scored) if scored else None,
@@ -918,6 +938,8 @@ def markdown_table(results: dict[str, Any]) -> str:
         lines.append("")
     lines.append("latency: the whole request (prompt build, prefill of target and draft, decode), median over prompts; "
                  "× target e2e: median of per-prompt ratios target-only latency / this mode's latency (geo: their geometric mean; "
+                 "pred. × e2e: the cost model's ratio, target-only prompt build, prefill and decode against the same prompt build and "
+                 "target prefill, this mode's draft prefill and the decode time its pred. × gives; "
                  "slower: prompts where it is below 1); prefill share: prefill / latency; fields exact: fields the extraction "
                  "prompts state that the answer holds exactly (matched/expected). "
                  "tok/s: generated tokens per second of decoding (prefill excluded), median over prompts; "
@@ -928,7 +950,7 @@ def markdown_table(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-E2E_HEADER = ("| mode | latency p50 s | × target e2e | × target e2e geo | slower | prefill p50 s | prefill share | "
+E2E_HEADER = ("| mode | latency p50 s | × target e2e | × target e2e geo | pred. × e2e | slower | prefill p50 s | prefill share | "
               "tok/s p50 | × target decode | fields exact | valid | greedy = target |")
 
 
@@ -944,14 +966,14 @@ def e2e_tables(results: dict[str, Any]) -> list[str]:
         n = counts.get(name)
         lines += [f"### End-to-end, workload `{name}`" + (f" ({n} prompts)" if n else ""), ""]
         for setting, rows in summary.items():
-            lines += [f"**{setting}**", "", E2E_HEADER, "|" + "---|" * 12]
+            lines += [f"**{setting}**", "", E2E_HEADER, "|" + "---|" * 13]
             for mode, e in rows.items():
                 same = e.get("greedy_same_as_target")
                 fields = (f"{e['fields_matched']}/{e['fields_expected']} ({e['field_exact_match']:.0%})"
                           if e.get("fields_expected") else "–")
                 lines.append("| " + " | ".join([
                     mode, _f(e.get("latency_s_median"), "{:.1f}"), _f(e.get("e2e_speedup_vs_target_median"), "{:.2f}×"),
-                    _f(e.get("e2e_speedup_vs_target_geomean"), "{:.2f}×"),
+                    _f(e.get("e2e_speedup_vs_target_geomean"), "{:.2f}×"), _f(e.get("predicted_e2e_speedup_median"), "{:.2f}×"),
                     _f(e.get("e2e_slower_than_target"), "{:d}") if mode != "target" else "–",
                     _f(e.get("prefill_s_median"), "{:.1f}"), _f(e.get("prefill_share_median"), "{:.0%}"),
                     _f(e.get("tokens_per_second_median")), _f(e.get("speedup_vs_target_median"), "{:.2f}×"),
@@ -1138,6 +1160,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--schema-hint", default="full", choices=["full", "compact", "types"],
                    help="how the prompt's schema hint writes the schema (default full)")
+    p.add_argument("--no-lookup-gate", action="store_true",
+                   help="propose every prompt-lookup plan, as before the lookup gate (DecodeConfig.lookup_gate=False)")
     p.add_argument("--grammar-engine", choices=("lazy", "automaton"), default="lazy",
                    help="lazy (llguidance, the default) or automaton (the eager byte DFA): Generator(grammar_engine=...)")
     p.add_argument("--draft-window", type=int, default=0,
@@ -1203,13 +1227,14 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
                               max_new_tokens=args.max_new_tokens, num_draft_tokens=max(ks), schema_hint_style=args.schema_hint,
                               draft_window=args.draft_window, grammar_engine=args.grammar_engine,
                               prefill_dtype=args.prefill_dtype, draft_prefill_dtype=args.draft_prefill_dtype,
-                              prefill_split=args.prefill_split)
+                              prefill_split=args.prefill_split, lookup_gate=not args.no_lookup_gate)
         config.extra["load_s"] = time.perf_counter() - t0
         config.extra["prefill"] = {"dtype": args.prefill_dtype, "draft_dtype": args.draft_prefill_dtype,
                                    "split": args.prefill_split, "twin_bytes": generator.prefill_twin_bytes}
     config.extra["grammar_engine"] = getattr(generator, "grammar_engine", None)
     config.extra["schema_hint"] = generator.schema_hint_style
     config.extra["draft_window"] = generator.decode.draft_window
+    config.extra["lookup_gate"] = generator.decode.lookup_gate
     _warm_up(generator)
 
     peer = None

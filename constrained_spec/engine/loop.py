@@ -140,9 +140,12 @@ class SpeculativeDecoder:
         for model, offset in ((self.target, 0), (self.draft, self.draft_offset)):
             if model is None:
                 continue
+            t0 = time.perf_counter()
             model.reset()
             if len(prompt_ids) - offset > 1:  # the prompt's logits are not needed
                 model.prefill(prompt_ids[offset:-1])
+            if model is self.draft:
+                self.stats.draft_prefill_seconds = time.perf_counter() - t0
         self.stats.prefill_seconds = time.perf_counter() - start
         while not self.matcher.is_terminated():
             remaining = self.max_new_tokens - self.stats.generated_tokens

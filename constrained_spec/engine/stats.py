@@ -36,6 +36,7 @@ class DecodeStats:
     mask_seconds: float = 0.0
     sampling_seconds: float = 0.0
     prefill_seconds: float = 0.0
+    draft_prefill_seconds: float = 0.0  # the draft's share of prefill_seconds
     wall_seconds: float = 0.0
     stop_reason: str = ""
 

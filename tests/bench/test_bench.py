@@ -89,6 +89,15 @@ def test_predicted_speedup_formula():
     assert value == pytest.approx(3 / 0.21 * 0.1)
 
 
+def test_predicted_e2e_speedup_formula():
+    base = {"latency_s": 12.0, "wall_s": 11.0, "prefill_s": 4.0, "decode_s": 7.0}  # 1 s outside the loop
+    spec = {"draft_prefill_s": 0.5, "predicted_speedup": 2.0}
+    # predicted latency = 1 + 4 + 0.5 + 7 / 2 = 9.0
+    assert bench.predicted_e2e_speedup(spec, base) == pytest.approx(12.0 / 9.0)
+    assert bench.predicted_e2e_speedup({"predicted_speedup": 1.0}, base) == pytest.approx(1.0)  # no draft, no gain
+    assert bench.predicted_e2e_speedup({}, base) is None
+
+
 def test_peer_client_protocol(tmp_path):
     script = tmp_path / "fake_peer.py"
     script.write_text(textwrap.dedent("""
