@@ -6,9 +6,10 @@ occurrence whose continuation is wrong most of the time, and a block it leads yi
 token where the draft model's block yields three or four. The gate compares the two blocks' expected
 tokens per cost, both measured on this request:
 
-* the lookup's keep rate is scored on every block's first position, whether or not the plan was
-  used: the plan is compared with the tokens the verify committed there (a counterfactual that
-  costs no forward; under greedy decoding it is exactly what the verify would have kept);
+* the lookup's keep rate is scored on every plan it made, whether or not the plan was used: a
+  plan made at block position d, where the verify kept the first d drafted tokens, is compared
+  with the tokens the verify committed from there (a counterfactual that costs no forward; under
+  greedy decoding it is exactly what the verify would have kept);
 * the draft model's keep rate from its real proposals, up to each block's first rejection;
 * a draft forward's cost as a share of a verify: a constant, not the request's timings, so that
   the choice, and with it a seeded sample, depends on tokens alone and a seed reproduces its
@@ -18,8 +19,9 @@ tokens per cost, both measured on this request:
 A block of ``m`` positions led by ``L`` lookup tokens (then model tokens) is expected to give
 ``1 + sum_j prod_{i<j} rate_i`` tokens for ``1 + (m - L) * r`` cost units (r: draft forward /
 verify); the model's block ``1 + sum_j a_m^j`` for ``1 + m * r``. Lookup goes ahead where its
-ratio is not below the model's. Counts fade per block, so the rates follow the text (lookup is
-good inside a copied value and bad in the structure around it). The choice reads only past
+ratio is not below the model's. A rate's counts fade each time it is scored, so the rates follow
+the text (lookup is good inside a copied value and bad in the structure around it) but keep their
+evidence while a source goes unscored. The choice reads only past
 verifies and the drafted prefix, so the verify stays exact whatever it decides.
 """
 
@@ -80,8 +82,8 @@ class LookupGate:
     #: a draft forward as a share of a verify (see the module text)
     draft_share: float = 0.15
     decay: float = 0.9
-    #: the first-position lookup plan of the current block, scored once the verify has committed
-    shadow: list[int] = field(default_factory=list)
+    #: the lookup plans of the current block, (position, tokens), scored once the verify has committed
+    shadows: list[tuple[int, list[int]]] = field(default_factory=list)
 
     def worth_it(self, plan_length: int, room: int) -> bool:
         """Whether a lookup plan of ``plan_length`` tokens should lead the next ``room`` positions."""
@@ -97,11 +99,14 @@ class LookupGate:
     def observe(self, sources: list[str], accepted: int, committed: list[int]) -> None:
         """After a verify: the block's sources and kept count, and the tokens it committed (the
         kept prefix and the verify's own token)."""
-        self.lookup.fade(self.decay)
-        self.model.fade(self.decay)
-        if self.shadow:
-            self.lookup.observe(*first_run(self.shadow, committed))
-            self.shadow = []
-        for i in range(min(accepted + 1, len(sources))):
-            if sources[i] == "model":
+        scored = [(position, plan) for position, plan in self.shadows if position <= accepted]
+        self.shadows = []
+        if scored:
+            self.lookup.fade(self.decay)
+            for position, plan in scored:
+                self.lookup.observe(*first_run(plan, committed[position:]))
+        judged = [i for i in range(min(accepted + 1, len(sources))) if sources[i] == "model"]
+        if judged:
+            self.model.fade(self.decay)
+            for i in judged:
                 self.model.observe(int(i < accepted), 1)

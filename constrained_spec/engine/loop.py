@@ -192,8 +192,7 @@ class SpeculativeDecoder:
                 continue
             gate = self.lookup_gate
             if proposer.source == "lookup" and gate is not None:
-                if ctx.drafted == 0:
-                    gate.shadow = [p.token for p in plan]  # scored against what the verify commits
+                gate.shadows.append((ctx.drafted, [p.token for p in plan]))  # scored against what the verify commits
                 if not gate.worth_it(len(plan), room):
                     self.stats.lookup_gated += 1
                     continue

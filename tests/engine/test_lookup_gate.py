@@ -36,15 +36,28 @@ def test_gate_follows_the_evidence():
     gate = LookupGate()
     assert gate.worth_it(5, 5)  # priors: free tokens kept at 0.6 beat model tokens at 0.7 that cost 0.15 each
     for _ in range(10):  # lookup wrong at once, the model kept
-        gate.shadow = [7, 7, 7]
+        gate.shadows = [(0, [7, 7, 7])]
         gate.observe(["model"] * 5, 5, [1, 2, 3, 4, 5, 6])
     assert gate.lookup.value < 0.2 and gate.model.value > 0.9
     assert not gate.worth_it(5, 5)
     for _ in range(30):  # the text turns: lookup right, the model wrong at once
-        gate.shadow = [1, 2, 3, 4, 5]
-        gate.observe(["model"], 0, [1, 2, 3, 4, 5, 6])
+        gate.shadows = [(0, [1, 2, 3, 4, 5])]
+        gate.observe(["model"] * 5, 0, [1])
     assert gate.worth_it(5, 5)
     assert gate.worth_it(3, 0)  # no room left: nothing to choose
+
+
+def test_mid_block_plans_are_scored_only_where_their_context_was_kept():
+    gate = LookupGate()
+    before = (gate.lookup.kept, gate.lookup.judged)
+    gate.shadows = [(2, [8, 9])]  # made after two drafted tokens, of which the verify kept one
+    gate.observe(["model", "model", "lookup"], 1, [4, 5])
+    assert (gate.lookup.kept, gate.lookup.judged) == before and gate.shadows == []
+    gate.shadows = [(2, [8, 9, 7])]  # the same, with both kept: compared with what came after them
+    gate.observe(["model", "model", "lookup", "lookup"], 3, [4, 5, 8, 9, 3])
+    assert (gate.lookup.kept, gate.lookup.judged) == (2.0, 3.0)
+    # the model: 1 of 2 kept in the first block, faded by 0.9, then 2 of 2
+    assert (gate.model.kept, gate.model.judged) == pytest.approx((1 * 0.9 + 2, 2 * 0.9 + 2))
 
 
 class WrongLookup:
