@@ -81,7 +81,10 @@ class LookupGate:
     model: RunningRate = field(default_factory=lambda: RunningRate(prior=0.7))
     #: a draft forward as a share of a verify (see the module text)
     draft_share: float = 0.15
-    decay: float = 0.9
+    #: the share of its counts a rate keeps each time it is scored: a memory of about 50 judged
+    #: tokens (0.9 followed bursts: on nested JSON lookup is right for a run of keys and wrong on
+    #: the values after them, and a short memory let it lead again after every run of keys)
+    decay: float = 0.98
     #: the lookup plans of the current block, (position, tokens), scored once the verify has committed
     shadows: list[tuple[int, list[int]]] = field(default_factory=list)
 
