@@ -77,7 +77,10 @@ def first_run(plan: list[int], actual: list[int]) -> tuple[int, int]:
 class LookupGate:
     """Per request: lookup or draft model, by expected tokens per cost (see the module text)."""
 
-    lookup: RunningRate = field(default_factory=lambda: RunningRate(prior=0.6))
+    #: lookup starts below the break-even (about 0.5 against the model's prior): scoring costs no
+    #: forward, so a lookup that is right proves it within a plan or two, and one that is wrong
+    #: never costs a block (with 0.6 the first wrong plan of a SQL query cost two verifies)
+    lookup: RunningRate = field(default_factory=lambda: RunningRate(prior=0.4))
     model: RunningRate = field(default_factory=lambda: RunningRate(prior=0.7))
     #: a draft forward as a share of a verify (see the module text)
     draft_share: float = 0.15

@@ -34,7 +34,10 @@ def test_expected_tokens_and_first_run_by_hand():
 
 def test_gate_follows_the_evidence():
     gate = LookupGate()
-    assert gate.worth_it(5, 5)  # priors: free tokens kept at 0.6 beat model tokens at 0.7 that cost 0.15 each
+    assert not gate.worth_it(5, 5)  # priors: lookup has to prove itself first (scoring it costs nothing)
+    gate.shadows = [(0, [1, 2, 3, 4, 5])]
+    gate.observe(["model"] * 5, 4, [1, 2, 3, 4, 9])  # one plan, right for 4 tokens
+    assert gate.worth_it(5, 5)
     for _ in range(10):  # lookup wrong at once, the model kept
         gate.shadows = [(0, [7, 7, 7])]
         gate.observe(["model"] * 5, 5, [1, 2, 3, 4, 5, 6])
