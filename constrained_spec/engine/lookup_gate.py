@@ -6,7 +6,7 @@ occurrence whose continuation is wrong most of the time, and a block it leads yi
 token where the draft model's block yields three or four. The gate compares the two blocks' expected
 tokens per cost, both measured on this request:
 
-* the lookup's keep rate is scored on every plan it made, whether or not the plan was used: a
+* the lookup's keep rate, one per kind of plan (token n-grams, bytes), is scored on every plan it made, whether or not the plan was used: a
   plan made at block position d, where the verify kept the first d drafted tokens, is compared
   with the tokens the verify committed from there (a counterfactual that costs no forward; under
   greedy decoding it is exactly what the verify would have kept);
@@ -80,7 +80,10 @@ class LookupGate:
     #: lookup starts below the break-even (about 0.5 against the model's prior): scoring costs no
     #: forward, so a lookup that is right proves it within a plan or two, and one that is wrong
     #: never costs a block (with 0.6 the first wrong plan of a SQL query cost two verifies)
-    lookup: RunningRate = field(default_factory=lambda: RunningRate(prior=0.4))
+    lookup_prior: float = 0.4
+    #: a keep rate per kind of lookup plan (``PromptLookupProposer.kind``: token n-grams copy the
+    #: previous item's value at a value's start, bytes copy the prompt once a value has begun)
+    lookup: dict[str, RunningRate] = field(default_factory=dict)
     model: RunningRate = field(default_factory=lambda: RunningRate(prior=0.7))
     #: a draft forward as a share of a verify (see the module text)
     draft_share: float = 0.15
@@ -88,16 +91,22 @@ class LookupGate:
     #: tokens (0.9 followed bursts: on nested JSON lookup is right for a run of keys and wrong on
     #: the values after them, and a short memory let it lead again after every run of keys)
     decay: float = 0.98
-    #: the lookup plans of the current block, (position, tokens), scored once the verify has committed
-    shadows: list[tuple[int, list[int]]] = field(default_factory=list)
+    #: the lookup plans of the current block, (position, kind, tokens), scored once the verify has committed
+    shadows: list[tuple[int, str, list[int]]] = field(default_factory=list)
 
-    def worth_it(self, plan_length: int, room: int) -> bool:
+    def lookup_rate(self, kind: str = "lookup") -> RunningRate:
+        """The keep rate of lookup plans of this kind."""
+        if kind not in self.lookup:
+            self.lookup[kind] = RunningRate(prior=self.lookup_prior)
+        return self.lookup[kind]
+
+    def worth_it(self, plan_length: int, room: int, kind: str = "lookup") -> bool:
         """Whether a lookup plan of ``plan_length`` tokens should lead the next ``room`` positions."""
         if room <= 0:
             return True
         r = self.draft_share
         lookup_tokens = min(plan_length, room)
-        a_l, a_m = self.lookup.value, self.model.value
+        a_l, a_m = self.lookup_rate(kind).value, self.model.value
         with_lookup = expected_tokens([a_l] * lookup_tokens + [a_m] * (room - lookup_tokens)) / (1.0 + (room - lookup_tokens) * r)
         with_model = expected_tokens([a_m] * room) / (1.0 + room * r)
         return with_lookup >= with_model
@@ -105,12 +114,12 @@ class LookupGate:
     def observe(self, sources: list[str], accepted: int, committed: list[int]) -> None:
         """After a verify: the block's sources and kept count, and the tokens it committed (the
         kept prefix and the verify's own token)."""
-        scored = [(position, plan) for position, plan in self.shadows if position <= accepted]
+        scored = [(position, kind, plan) for position, kind, plan in self.shadows if position <= accepted]
         self.shadows = []
-        if scored:
-            self.lookup.fade(self.decay)
-            for position, plan in scored:
-                self.lookup.observe(*first_run(plan, committed[position:]))
+        for kind in {kind for _, kind, _ in scored}:
+            self.lookup_rate(kind).fade(self.decay)
+        for position, kind, plan in scored:
+            self.lookup_rate(kind).observe(*first_run(plan, committed[position:]))
         judged = [i for i in range(min(accepted + 1, len(sources))) if sources[i] == "model"]
         if judged:
             self.model.fade(self.decay)

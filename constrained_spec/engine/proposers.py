@@ -241,11 +241,16 @@ class PromptLookupProposer:
     def __init__(self, text: PromptText | None = None, min_ngram: int = 3) -> None:
         self.text = text
         self.min_ngram = min_ngram  # 3: measured more precise than 2 on the bench workload
+        #: which lookup made the last plan: "ngram" (token n-grams) or "text" (bytes); the lookup
+        #: gate keeps a keep rate for each (they are right in different places)
+        self.kind = "ngram"
 
     def propose(self, ctx: DraftContext) -> list[Proposal]:
         n = self.min_ngram
+        self.kind = "ngram"
         tokens = prompt_lookup(ctx.ids, max_ngram=max(3, n), min_ngram=n)
         if not tokens and self.text is not None:
+            self.kind = "text"
             split = len(ctx.ids) - ctx.drafted
             tokens = self.text.propose(ctx.ids[:split], ctx.ids[split:])
         return [Proposal(t) for t in tokens]

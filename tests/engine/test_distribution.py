@@ -337,7 +337,7 @@ class _EdgyGateDecoder:
 
         decoder = SpeculativeDecoder(*args, **kwargs)
         if decoder.lookup_gate is not None:
-            decoder.lookup_gate = LookupGate(lookup=RunningRate(prior=0.55, weight=0.5))
+            decoder.lookup_gate = LookupGate(lookup={"ngram": RunningRate(prior=0.55, weight=0.5)})
         return decoder
 
 

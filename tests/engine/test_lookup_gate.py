@@ -35,16 +35,16 @@ def test_expected_tokens_and_first_run_by_hand():
 def test_gate_follows_the_evidence():
     gate = LookupGate()
     assert not gate.worth_it(5, 5)  # priors: lookup has to prove itself first (scoring it costs nothing)
-    gate.shadows = [(0, [1, 2, 3, 4, 5])]
+    gate.shadows = [(0, "lookup", [1, 2, 3, 4, 5])]
     gate.observe(["model"] * 5, 4, [1, 2, 3, 4, 9])  # one plan, right for 4 tokens
     assert gate.worth_it(5, 5)
     for _ in range(10):  # lookup wrong at once, the model kept
-        gate.shadows = [(0, [7, 7, 7])]
+        gate.shadows = [(0, "lookup", [7, 7, 7])]
         gate.observe(["model"] * 5, 5, [1, 2, 3, 4, 5, 6])
-    assert gate.lookup.value < 0.3 and gate.model.value > 0.9
+    assert gate.lookup_rate().value < 0.3 and gate.model.value > 0.9
     assert not gate.worth_it(5, 5)
     for _ in range(30):  # the text turns: lookup right, the model wrong at once
-        gate.shadows = [(0, [1, 2, 3, 4, 5])]
+        gate.shadows = [(0, "lookup", [1, 2, 3, 4, 5])]
         gate.observe(["model"] * 5, 0, [1])
     assert gate.worth_it(5, 5)
     assert gate.worth_it(3, 0)  # no room left: nothing to choose
@@ -52,16 +52,25 @@ def test_gate_follows_the_evidence():
 
 def test_mid_block_plans_are_scored_only_where_their_context_was_kept():
     gate = LookupGate()
-    before = (gate.lookup.kept, gate.lookup.judged)
-    gate.shadows = [(2, [8, 9])]  # made after two drafted tokens, of which the verify kept one
+    before = (gate.lookup_rate().kept, gate.lookup_rate().judged)
+    gate.shadows = [(2, "lookup", [8, 9])]  # made after two drafted tokens, of which the verify kept one
     gate.observe(["model", "model", "lookup"], 1, [4, 5])
-    assert (gate.lookup.kept, gate.lookup.judged) == before and gate.shadows == []
-    gate.shadows = [(2, [8, 9, 7])]  # the same, with both kept: compared with what came after them
+    assert (gate.lookup_rate().kept, gate.lookup_rate().judged) == before and gate.shadows == []
+    gate.shadows = [(2, "lookup", [8, 9, 7])]  # the same, with both kept: compared with what came after them
     gate.observe(["model", "model", "lookup", "lookup"], 3, [4, 5, 8, 9, 3])
-    assert (gate.lookup.kept, gate.lookup.judged) == (2.0, 3.0)
+    assert (gate.lookup_rate().kept, gate.lookup_rate().judged) == (2.0, 3.0)
     # the model: 1 of 2 kept in the first block, faded once, then 2 of 2
     d = gate.decay
     assert (gate.model.kept, gate.model.judged) == pytest.approx((1 * d + 2, 2 * d + 2))
+
+
+def test_each_kind_of_plan_has_its_own_rate():
+    gate = LookupGate()
+    for _ in range(5):  # n-gram plans wrong, text plans right
+        gate.shadows = [(0, "ngram", [7, 7]), (0, "text", [1, 2])]
+        gate.observe(["model"] * 3, 2, [1, 2, 3])
+    assert gate.lookup_rate("ngram").value < 0.2 < 0.8 < gate.lookup_rate("text").value
+    assert gate.worth_it(2, 2, "text") and not gate.worth_it(2, 2, "ngram")
 
 
 class WrongLookup:
