@@ -16,8 +16,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "constrained_spec"
 
-#: room -> rooms it may import (besides itself). Leaf utilities (errors, paths, lru, progress) are open to all.
-LEAVES = {"errors", "paths", "lru", "progress"}
+#: room -> rooms it may import (besides itself). Leaf utilities (errors, paths, lru, progress, hint_types) are open to all.
+LEAVES = {"errors", "paths", "lru", "progress", "hint_types"}
 ALLOWED = {
     "package": {"api", "grammar", "sampling", "config"},  # the top-level facade re-exports the public names
     "grammar": set(),
