@@ -81,8 +81,10 @@ class LookupGate:
     #: forward, so a lookup that is right proves it within a plan or two, and one that is wrong
     #: never costs a block (with 0.6 the first wrong plan of a SQL query cost two verifies)
     lookup_prior: float = 0.4
-    #: a keep rate per kind of lookup plan (``PromptLookupProposer.kind``: token n-grams copy the
-    #: previous item's value at a value's start, bytes copy the prompt once a value has begun)
+    #: a keep rate per kind of lookup plan (``PromptLookupProposer.kind``: token n-grams or bytes,
+    #: which find their matches in different places). Measured: on the tuned workload the split
+    #: changed no decision (the same verifies and lookup counts as one shared rate, inventory-extract
+    #: included, where the gate keeps out a lookup that was right 23 times of 33 without it)
     lookup: dict[str, RunningRate] = field(default_factory=dict)
     model: RunningRate = field(default_factory=lambda: RunningRate(prior=0.7))
     #: a draft forward as a share of a verify (see the module text)
