@@ -52,7 +52,8 @@ def run_ray(args: argparse.Namespace, app_options: dict[str, Any]) -> int:
     replica = ReplicaOptions(model=models.model, draft=models.draft, dtype=models.dtype, draft_dtype=models.draft_dtype,
                              cache_dir=None if models.cache_dir is None else str(models.cache_dir), device=models.device, num_draft_tokens=args.num_draft_tokens,
                              max_new_tokens=args.max_new_tokens, compile_timeout=args.compile_timeout, app_options=app_options,
-                             max_batch_size=args.max_batch_size, batch_max_tokens=args.batch_max_tokens, prefix_cache_mb=args.prefix_cache_mb)
+                             max_batch_size=args.max_batch_size, batch_max_tokens=args.batch_max_tokens, prefix_cache_mb=args.prefix_cache_mb,
+                             schema_hint=args.schema_hint)
     ray, serve = import_ray_serve()
     ray.init(address=args.ray_address, ignore_reinit_error=True)
     serve.start(http_options={"host": args.host, "port": args.port})

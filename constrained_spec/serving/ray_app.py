@@ -105,6 +105,8 @@ class ReplicaOptions:
     max_batch_size: int = 1
     batch_max_tokens: int = 4096
     prefix_cache_mb: int = 1024
+    #: how prompts write a response_format schema (Generator's schema_hint_style)
+    schema_hint: str = "full"
     #: keyword arguments of create_app (model_name, max_queue, request_timeout, api_key, ...)
     app_options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -275,7 +277,7 @@ def _load_generator(options: ReplicaOptions) -> Any:
     decode = DecodeConfig() if options.num_draft_tokens is None else DecodeConfig(num_draft_tokens=options.num_draft_tokens)
     return Generator.from_config(models, decode, max_new_tokens=options.max_new_tokens, compile_timeout=options.compile_timeout, progress=False,
                                  max_batch_size=options.max_batch_size, batch_max_tokens=options.batch_max_tokens,
-                                 prefix_cache_mb=options.prefix_cache_mb)
+                                 prefix_cache_mb=options.prefix_cache_mb, schema_hint_style=options.schema_hint)
 
 
 async def drive_asgi(app: Any, method: str, path: str, query: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> AsyncIterator[Any]:

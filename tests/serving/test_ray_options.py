@@ -83,6 +83,28 @@ def test_serve_ray_bad_bounds_refused_before_ray(monkeypatch, capsys):
     assert "min_replicas and max_replicas" in err and "ray]" not in err
 
 
+def test_serve_ray_hands_the_schema_hint_to_the_replicas(monkeypatch):
+    """``serve --ray --schema-hint types`` reaches the replicas' options (their Generator's style)."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    import constrained_spec.serving.ray_app as ray_app
+    from constrained_spec.cli.ray_serve import run_ray
+    from constrained_spec.cli.serve import build_parser
+
+    seen: list = []
+
+    def stop() -> None:
+        raise RuntimeError("stop before Ray")
+
+    real = ray_app.ReplicaOptions
+    monkeypatch.setattr(ray_app, "ReplicaOptions", lambda **kw: seen.append(real(**kw)) or seen[-1])
+    monkeypatch.setattr(ray_app, "import_ray_serve", stop)
+    for argv, want in ((["--ray", "--schema-hint", "types"], "types"), (["--ray"], "full")):
+        with pytest.raises(RuntimeError, match="stop before Ray"):
+            run_ray(build_parser().parse_args(argv + ["--model", "m", "--draft", "none"]), {})
+        assert seen[-1].schema_hint == want
+
+
 def test_drive_asgi_runs_the_app_in_process():
     """The driver hands the app the body and relays status, headers and chunks; a streaming app sees
     the disconnect once the reader stops early."""
