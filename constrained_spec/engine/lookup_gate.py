@@ -96,6 +96,15 @@ class LookupGate:
     #: the lookup plans of the current block, (position, kind, tokens), scored once the verify has committed
     shadows: list[tuple[int, str, list[int]]] = field(default_factory=list)
 
+    def record(self, position: int, kind: str, plan: list[int]) -> None:
+        """Keep a plan made at block ``position`` for scoring, unless an earlier plan of this block
+        still reaches past it: after a plan is passed over, the next positions find the same
+        continuation shifted by a token, and scoring each copy would count its first miss again
+        (a run of r right tokens would score r/(r+2) instead of r/(r+1))."""
+        if any(start < position < start + len(earlier) for start, _, earlier in self.shadows):
+            return
+        self.shadows.append((position, kind, plan))
+
     def lookup_rate(self, kind: str = "lookup") -> RunningRate:
         """The keep rate of lookup plans of this kind."""
         if kind not in self.lookup:

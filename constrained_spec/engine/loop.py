@@ -193,7 +193,7 @@ class SpeculativeDecoder:
             gate = self.lookup_gate
             if proposer.source == "lookup" and gate is not None:
                 kind = str(getattr(proposer, "kind", "lookup"))
-                gate.shadows.append((ctx.drafted, kind, [p.token for p in plan]))  # scored against what the verify commits
+                gate.record(ctx.drafted, kind, [p.token for p in plan])  # scored against what the verify commits
                 if not gate.worth_it(len(plan), room, kind):
                     self.stats.lookup_gated += 1
                     continue

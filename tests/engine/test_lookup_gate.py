@@ -64,6 +64,17 @@ def test_mid_block_plans_are_scored_only_where_their_context_was_kept():
     assert (gate.model.kept, gate.model.judged) == pytest.approx((1 * d + 2, 2 * d + 2))
 
 
+def test_a_continuation_found_again_one_position_later_is_scored_once():
+    gate = LookupGate()
+    gate.record(0, "text", [1, 2, 3])
+    gate.record(1, "text", [2, 3])  # the same continuation, shifted: not scored again
+    gate.record(2, "text", [3, 4])
+    gate.record(3, "text", [7])  # past the first plan's end: a new continuation
+    assert [(p, plan) for p, _, plan in gate.shadows] == [(0, [1, 2, 3]), (3, [7])]
+    gate.observe(["model"] * 4, 4, [1, 2, 9, 7, 5])
+    assert (gate.lookup_rate("text").kept, gate.lookup_rate("text").judged) == (3.0, 4.0)  # 2 of 3, then 1 of 1
+
+
 def test_each_kind_of_plan_has_its_own_rate():
     gate = LookupGate()
     for _ in range(5):  # n-gram plans wrong, text plans right
