@@ -55,6 +55,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 from constrained_spec.engine.stats import DecodeHooks
+from constrained_spec.hint_types import resolve_pointer
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -222,24 +223,6 @@ class WorkItem:
         if item is None:
             raise AttributeError(name)
         return getattr(item, name)
-
-
-def resolve_pointer(doc: Any, pointer: str) -> Any:
-    """The value at a JSON Pointer (RFC 6901) in ``doc``; KeyError where there is none."""
-    if pointer == "":
-        return doc
-    if not pointer.startswith("/"):
-        raise KeyError(pointer)
-    node = doc
-    for raw in pointer[1:].split("/"):
-        part = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            raise KeyError(pointer)
-    return node
 
 
 def _same_value(got: Any, want: Any) -> bool:

@@ -24,6 +24,24 @@ MAX_DESCRIPTION = 120
 _SCALARS = {"string", "integer", "number", "boolean", "null", "object", "array"}
 
 
+def resolve_pointer(doc: Any, pointer: str) -> Any:
+    """The value at a JSON Pointer (RFC 6901) in ``doc``; KeyError where there is none."""
+    if pointer == "":
+        return doc
+    if not pointer.startswith("/"):
+        raise KeyError(pointer)
+    node = doc
+    for raw in pointer[1:].split("/"):
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise KeyError(pointer)
+    return node
+
+
 def render_types(schema: Any) -> str:
     """The type sketch of ``schema`` (a JSON Schema: dict or bool); never raises on odd input."""
     writer = _Writer(schema)
@@ -48,16 +66,10 @@ class _Writer:
 
     # -- references ---------------------------------------------------------------------------
     def resolve(self, pointer: str) -> Any:
-        node = self.root
-        for part in pointer.lstrip("#").split("/")[1:]:
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                return True
-        return node
+        try:
+            return resolve_pointer(self.root, pointer[1:] if pointer.startswith("#") else pointer)
+        except KeyError:
+            return True
 
     def ref_name(self, pointer: str) -> str:
         if pointer not in self.names:
