@@ -331,7 +331,7 @@ class SpeculativeDecoder:
         self.stats.accepted_tokens += n
         for token in drafted[:n]:
             self._record(token)
-        ended = n == len(drafted) and drafted and self.matcher.is_eos(drafted[-1])
+        ended = bool(drafted) and n == len(drafted) and self.matcher.is_eos(drafted[-1])
         if self.lookup_gate is not None:
             self.lookup_gate.observe(block.sources, n, drafted[:n] + ([] if ended else [next_token]))
         if ended:
