@@ -600,15 +600,9 @@ def compile_cold(gen: Any, schema: Any) -> float:
     Generator's engine, schema -> regex included (masks excluded: they are computed as decoding
     reaches them and counted in mask time)."""
     from constrained_spec.grammar import output_spec
-    from constrained_spec.grammar.automaton import AutomatonCompiler
-    from constrained_spec.grammar.lazy import compile_grammar
 
     t0 = time.perf_counter()
-    spec = output_spec(schema, gen.schema_options)
-    if spec.kind == "lark" or getattr(gen, "grammar_engine", "automaton") == "lazy":
-        compile_grammar("lark" if spec.kind == "lark" else "regex", spec.regex, gen.vocab, gen._encode)
-    else:
-        AutomatonCompiler(gen.vocab, disk_cache=False, compile_timeout=gen.compiler.compile_timeout).compile(spec.regex)
+    gen.build_grammar(output_spec(schema, gen.schema_options), disk_cache=False)
     return time.perf_counter() - t0
 
 

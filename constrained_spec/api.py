@@ -395,21 +395,27 @@ class Generator:
         hit = self._compiled.get(key)
         if hit is not None and hit.spec == spec:
             return hit
-        grammar: CompiledAutomaton | LazyGrammar
+        compiled = CompiledConstraint(spec, self.build_grammar(spec))
+        self._compiled.put(key, compiled)
+        return compiled
+
+    def build_grammar(self, spec: OutputSpec, disk_cache: bool = True) -> CompiledAutomaton | LazyGrammar:
+        """The grammar of ``spec`` for this vocabulary by this Generator's engine, built now (no
+        memory cache: :meth:`compile` keeps those); ``disk_cache=False`` also keeps the automaton
+        engine off its disk cache (a cold build, as the benchmark times it)."""
         if spec.kind == "lark":
             from constrained_spec.grammar.lark_check import check_lark_grammar
 
             check_lark_grammar(spec.regex)  # lark must load what it is to judge
-            grammar = compile_grammar("lark", spec.regex, self.vocab, self._encode, self.compiler.max_regex_chars)
-        elif self.grammar_engine == "lazy" and spec.grammar is not None:  # a recursive schema: unbounded nesting
-            grammar = compile_grammar("lark", spec.grammar, self.vocab, self._encode, self.compiler.max_regex_chars)
-        elif self.grammar_engine == "lazy":
-            grammar = compile_grammar("regex", spec.regex, self.vocab, self._encode, self.compiler.max_regex_chars)
-        else:
-            grammar = self.compiler.compile(spec.regex)
-        compiled = CompiledConstraint(spec, grammar)
-        self._compiled.put(key, compiled)
-        return compiled
+            return compile_grammar("lark", spec.regex, self.vocab, self._encode, self.compiler.max_regex_chars)
+        if self.grammar_engine == "lazy" and spec.grammar is not None:  # a recursive schema: unbounded nesting
+            return compile_grammar("lark", spec.grammar, self.vocab, self._encode, self.compiler.max_regex_chars)
+        if self.grammar_engine == "lazy":
+            return compile_grammar("regex", spec.regex, self.vocab, self._encode, self.compiler.max_regex_chars)
+        compiler = self.compiler
+        if not disk_cache:
+            compiler = AutomatonCompiler(self.vocab, disk_cache=False, compile_timeout=compiler.compile_timeout)
+        return compiler.compile(spec.regex)
 
     # -- prompts --------------------------------------------------------------------------------
     def prompt_ids(

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from constrained_spec.engine.rates import RunningRate, expected_tokens
+
 
 @dataclass
 class CostCurve:
@@ -72,7 +74,7 @@ class KeepRates:
     decay: float = 0.98
     prior_weight: float = 2.0
     priors: dict[str, float] = field(default_factory=lambda: {"model": 0.7, "grammar": 0.9, "lookup": 0.6, "forced": 1.0})
-    _counts: dict[tuple[str, int], list[float]] = field(default_factory=dict)  # key -> [kept, judged]
+    _rates: dict[tuple[str, int], RunningRate] = field(default_factory=dict)
 
     def _key(self, source: str, confidence: float | None) -> tuple[str, int]:
         if source != "model" or confidence is None:
@@ -83,23 +85,30 @@ class KeepRates:
         source, b = key
         return (b + 0.5) / self.bins if b >= 0 else self.priors.get(source, 0.5)
 
+    def running(self, source: str, confidence: float | None = None) -> RunningRate:
+        """The counts behind :meth:`rate` (created at the prior)."""
+        return self._running(self._key(source, confidence))
+
+    def _running(self, key: tuple[str, int]) -> RunningRate:
+        if key not in self._rates:
+            self._rates[key] = RunningRate(prior=self._prior(key), weight=self.prior_weight)
+        return self._rates[key]
+
     def rate(self, source: str, confidence: float | None = None) -> float:
         """Estimated probability that a token from ``source`` (drafted with this confidence) is kept."""
         key = self._key(source, confidence)
-        kept, judged = self._counts.get(key, (0.0, 0.0))
-        return (kept + self.prior_weight * self._prior(key)) / (judged + self.prior_weight)
+        counts = self._rates.get(key)
+        return counts.value if counts is not None else self._prior(key)
 
     def fade(self) -> None:
         """One verify went by: every count loses a share ``1 - decay``."""
-        for counts in self._counts.values():
-            counts[0] *= self.decay
-            counts[1] *= self.decay
+        for counts in self._rates.values():
+            counts.fade(self.decay)
 
     def observe(self, source: str, confidence: float | None, kept: bool) -> None:
+        """One judged proposal from ``source``: counted in its bin and in the source's overall rate."""
         for key in {self._key(source, confidence), self._key(source, None)}:
-            counts = self._counts.setdefault(key, [0.0, 0.0])
-            counts[0] += float(kept)
-            counts[1] += 1.0
+            self._running(key).observe(float(kept), 1.0)
 
 
 @dataclass
@@ -166,7 +175,7 @@ def batch_draft_length(rows: int, k_max: int, keep_rate: float = 0.7, flat_token
         tokens = rows * (k + 1)
         verify = max(1.0, tokens / flat_tokens)
         cost = verify + k * max(1.0, rows / flat_tokens) * draft_share
-        gain = rows * (1 - a ** (k + 1)) / (1 - a)
+        gain = rows * expected_tokens([a] * k)
         if gain / cost > best:
             best_k, best = k, gain / cost
     return best_k

@@ -29,37 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from constrained_spec.engine.rates import RunningRate, expected_tokens
 
-@dataclass
-class RunningRate:
-    """A keep rate as faded counts with a prior worth ``weight`` judged tokens."""
-
-    prior: float
-    weight: float = 2.0
-    kept: float = 0.0
-    judged: float = 0.0
-
-    @property
-    def value(self) -> float:
-        return (self.kept + self.weight * self.prior) / (self.judged + self.weight)
-
-    def observe(self, kept: int, judged: int) -> None:
-        self.kept += kept
-        self.judged += judged
-
-    def fade(self, decay: float) -> None:
-        self.kept *= decay
-        self.judged *= decay
-
-
-def expected_tokens(rates: list[float]) -> float:
-    """Tokens a verify gives for a block whose positions are kept with these conditional rates:
-    the kept prefix plus the one token every verify adds."""
-    total, run = 1.0, 1.0
-    for rate in rates:
-        run *= rate
-        total += run
-    return total
+__all__ = ["LookupGate", "RunningRate", "expected_tokens", "first_run"]
 
 
 def first_run(plan: list[int], actual: list[int]) -> tuple[int, int]:

@@ -192,9 +192,8 @@ class SpeculativeDecoder:
                 continue
             gate = self.lookup_gate
             if proposer.source == "lookup" and gate is not None:
-                kind = str(getattr(proposer, "kind", "lookup"))
-                gate.record(ctx.drafted, kind, [p.token for p in plan])  # scored against what the verify commits
-                if not gate.worth_it(len(plan), room, kind):
+                gate.record(ctx.drafted, proposer.kind, [p.token for p in plan])  # scored against what the verify commits
+                if not gate.worth_it(len(plan), room, proposer.kind):
                     self.stats.lookup_gated += 1
                     continue
             return plan, proposer.source

@@ -59,9 +59,13 @@ class DraftContext:
 
 
 class Proposer(Protocol):
-    """A proposal source. ``source`` names it in stats ("grammar", "lookup", "model", ...)."""
+    """A proposal source. ``source`` names it in stats ("grammar", "lookup", "model", ...);
+    ``kind`` names how its last plan was found, for keep rates that differ by it (the lookup gate
+    keeps one per kind: prompt lookup's token n-grams and bytes are right in different places);
+    a source with one way of proposing uses its source name."""
 
     source: str
+    kind: str
 
     def propose(self, ctx: DraftContext) -> list[Proposal]:
         """Proposals for the next positions from ``ctx`` (empty: nothing to propose here)."""
@@ -135,6 +139,7 @@ class GrammarStringProposer:
     """Proposes the grammar-forced string (point masses)."""
 
     source = "grammar"
+    kind = "grammar"
 
     def __init__(self, strings: GrammarStrings) -> None:
         self.strings = strings
@@ -279,6 +284,7 @@ class DraftModelProposer:
     """
 
     source = "model"
+    kind = "model"
 
     def __init__(self, model: SequenceModel, params: PolicyTensors, uniform: Callable[[int], torch.Tensor],
                  restricted_head_max_rows: int = 3000, restrict_head: bool = True, want_confidence: bool = False,

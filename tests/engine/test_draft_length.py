@@ -50,7 +50,7 @@ def test_only_judged_positions_teach_keep_rates():
     for _ in range(40):  # the first lookup token rejected: the three after it were never judged
         rule.observe_block(["lookup", "lookup", "lookup", "lookup"], [None] * 4, 0)
     assert rule.keep.rate("lookup") < 0.1 < before
-    judged = rule.keep._counts[("lookup", -1)][1]
+    judged = rule.keep.running("lookup").judged
     assert judged < 1 / (1 - rule.keep.decay) + 1e-6  # one judged position per block, not four
     for _ in range(200):  # rates follow the text: the lookup starts to be right
         rule.observe_block(["lookup", "lookup"], [None] * 2, 2)

@@ -88,6 +88,7 @@ class WrongLookup:
     """A "lookup" proposer that always proposes token 0 ('a'), which the grammar allows."""
 
     source = "lookup"
+    kind = "ngram"
 
     def propose(self, ctx: DraftContext) -> list[Proposal]:
         return [Proposal(0)] * 4

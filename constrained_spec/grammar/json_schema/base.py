@@ -25,6 +25,10 @@ __all__ = ["CompilerBase"]
 class CompilerBase:
     """Options, schema document, deadline, refusals and the size cap of one compilation."""
 
+    #: remember each conjunction's regex (:meth:`Compiler.compile_items`); off only in tests
+    #: that compare against compiling every occurrence again
+    memoize = True
+
     def __init__(self, schema: Union[dict, bool], options: SchemaOptions) -> None:
         self.opts = options
         self.doc = SchemaDocument(schema, options)
@@ -46,6 +50,10 @@ class CompilerBase:
         self.rule_of: dict = {}  # conjunction key -> rule number
         self.rule_bodies: dict[int, Optional[str]] = {}  # rule number -> its regex (None: empty)
         self.open_keys: set = set()  # conjunctions being compiled now
+        # (the conjunction's subschemas, the recursion counts in force) -> its regex: a subschema
+        # met again under the same counts (a recursive $ref's branches, unrolled) compiles once
+        self.conjunction_regex: dict = {}
+        self.memo_chars = 0  # characters of the regexes held there (bounded: compiler.MEMO_CHARS_FACTOR)
         c = ecma.emit_set(ecma.ANY_RANGES)
         self.canon_char = c
         # generic (non-canonical spellings allowed) character of a JSON string; no

@@ -52,6 +52,10 @@ from constrained_spec.grammar.json_schema.values import ALL_TYPES, intersect_typ
 
 __all__ = ["Compiler", "schema_to_regex", "value_regex"]
 
+#: the memo of conjunction regexes holds at most this many times ``max_regex_chars`` characters
+#: (then it stops remembering; the regexes stay the same, only the work grows back)
+MEMO_CHARS_FACTOR = 20
+
 
 def schema_to_regex(
     schema: Union[dict, bool, str], options: Optional[SchemaOptions] = None
@@ -216,11 +220,35 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
 
     def compile_items(self, items: list) -> Optional[str]:
         """The regex of the conjunction of (ctx, positive) pairs (in grammar mode, with
-        placeholders where a conjunction being compiled is met again)."""
+        placeholders where a conjunction being compiled is met again).
+
+        Outside grammar mode the regex is remembered under :meth:`memo_key`: what a conjunction
+        compiles to depends only on its subschemas (each with its base URI) and on how many
+        times each ``$ref`` target is being compiled around it (the unrolling's counts), and
+        everything else a compile records (refusals recorded, ignored formats, the recursion
+        flags) is set already by the first compile under that key.
+        """
+        key = None if self.grammar_mode or not self.memoize else self.memo_key(items)
+        if key is not None and key in self.conjunction_regex:
+            return self.conjunction_regex[key][0]
         flat = Flat()
         for ctx, pos in items:
             self.absorb(flat, ctx, pos)
-        return self.compile_flat(flat)
+        r = self.compile_flat(flat)
+        if key is not None and self.memo_chars + len(r or "") <= MEMO_CHARS_FACTOR * self.opts.max_regex_chars:
+            self.conjunction_regex[key] = (r, items)  # items kept: the ids in the key stay theirs
+            self.memo_chars += len(r or "")
+        return r
+
+    def memo_key(self, items: list) -> tuple:
+        """A conjunction's subschemas as compiled here (not through their ``$ref``: entering a
+        target through a ``$ref`` counts towards its recursion, entering it directly does not),
+        their base URIs and signs, with the recursion counts in force."""
+        parts = tuple(
+            (id(ctx.schema), ctx.ptr, type(ctx).__name__, getattr(ctx.resolver, "_base_uri", id(ctx.resolver)), pos)
+            for ctx, pos in items
+        )
+        return parts, tuple(sorted((k, n) for k, n in self.active.items() if n))
 
     def conjunction_key(self, items: list) -> tuple:
         """What identifies a conjunction: its subschemas (a bare ``$ref`` by its target) and signs."""
