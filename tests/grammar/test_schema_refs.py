@@ -369,8 +369,7 @@ def test_generator_compile_takes_a_schema_draft():
     from constrained_spec.api import Generator
     from constrained_spec.lru import LRUCache
 
-    fake = SimpleNamespace(schema_options=None, _compiled=LRUCache(4), compiler=SimpleNamespace(compile=lambda regex: None),
-                           grammar_engine="automaton")
+    fake = SimpleNamespace(schema_options=None, _compiled=LRUCache(4), build_grammar=lambda spec: None)
     with pytest.raises(SchemaError):
         Generator.compile(fake, DRAFT4_INT)
     compiled = Generator.compile(fake, DRAFT4_INT, schema_draft="4")
