@@ -96,9 +96,7 @@ class KeepRates:
 
     def rate(self, source: str, confidence: float | None = None) -> float:
         """Estimated probability that a token from ``source`` (drafted with this confidence) is kept."""
-        key = self._key(source, confidence)
-        counts = self._rates.get(key)
-        return counts.value if counts is not None else self._prior(key)
+        return self.running(source, confidence).value
 
     def fade(self) -> None:
         """One verify went by: every count loses a share ``1 - decay``."""

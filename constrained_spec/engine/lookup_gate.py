@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from constrained_spec.engine.rates import RunningRate, expected_tokens
 
-__all__ = ["LookupGate", "RunningRate", "expected_tokens", "first_run"]
+__all__ = ["LookupGate", "first_run"]
 
 
 def first_run(plan: list[int], actual: list[int]) -> tuple[int, int]:

@@ -332,8 +332,9 @@ class _EdgyGateDecoder:
     so that one verify's outcome decides whether the next lookup plan is proposed or passed over."""
 
     def __new__(cls, *args, **kwargs):
-        from constrained_spec.engine.lookup_gate import LookupGate, RunningRate
+        from constrained_spec.engine.lookup_gate import LookupGate
         from constrained_spec.engine.loop import SpeculativeDecoder
+        from constrained_spec.engine.rates import RunningRate
 
         decoder = SpeculativeDecoder(*args, **kwargs)
         if decoder.lookup_gate is not None:
