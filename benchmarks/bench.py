@@ -280,13 +280,15 @@ def predicted_e2e_speedup(spec: dict[str, Any], base: dict[str, Any]) -> float |
     """The end-to-end ratio the cost model predicts for one request: target-only latency over
     ``outside + P_target + P_draft + D_target / s``, where ``outside`` (prompt build, compile) and
     ``P_target`` (the target's prefill) come from the target-only run of the same prompt,
-    ``P_draft`` is this run's draft prefill (what ``draft_window`` controls), ``D_target`` the
+    ``P_draft`` is this run's draft prefill (what ``draft_window`` controls; 0 where it ran beside the
+    target's, ``prefill_overlap``: the slowdown that costs the target's prefill is not modelled), ``D_target`` the
     target-only decode time and ``s`` the decode ratio :func:`predicted_speedup` predicts from
     acceptance and forward costs. Where it matches the measured ratio, prefill and decode account
     for the request's time."""
     try:
         outside = base["latency_s"] - base["wall_s"]
-        predicted = (outside + base["prefill_s"] + (spec.get("draft_prefill_s") or 0.0)
+        draft_prefill = 0.0 if spec.get("prefill_overlapped") else (spec.get("draft_prefill_s") or 0.0)
+        predicted = (outside + base["prefill_s"] + draft_prefill
                      + base["decode_s"] / spec["predicted_speedup"])
         return base["latency_s"] / predicted if predicted > 0 else None
     except (KeyError, TypeError, ZeroDivisionError):
@@ -489,7 +491,7 @@ def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature:
     rec.update(
         ok=True, valid=valid, text=result.text, token_ids=list(result.token_ids), stats=s.as_dict(),
         generated_tokens=gen_tokens, tokens_per_second=s.tokens_per_second, wall_s=s.wall_seconds,
-        prefill_s=s.prefill_seconds, draft_prefill_s=s.draft_prefill_seconds, decode_s=decode_s, target_forwards=s.target_forwards,
+        prefill_s=s.prefill_seconds, draft_prefill_s=s.draft_prefill_seconds, prefill_overlapped=s.prefill_overlapped, decode_s=decode_s, target_forwards=s.target_forwards,
         draft_forwards=s.draft_forwards, drafted_tokens=s.drafted_tokens, accepted_tokens=s.accepted_tokens,
         forced_tokens=s.forced_tokens, steps=s.steps, acceptance_rate=s.acceptance_rate if s.drafted_tokens else None,
         mean_accepted_len=(s.accepted_tokens / s.target_forwards) if (s.target_forwards and mode.k) else None,
@@ -1143,6 +1145,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="lazy (llguidance, the default) or automaton (the eager byte DFA): Generator(grammar_engine=...)")
     p.add_argument("--draft-window", type=int, default=0,
                    help="the draft model sees only the last N prompt tokens (0: the whole prompt; DecodeConfig.draft_window)")
+    p.add_argument("--prefill-overlap", choices=("auto", "on", "off"), default="auto",
+                   help="prefill the draft beside the target on a second thread (auto: where torch's threads leave cores idle; DecodeConfig.prefill_overlap)")
     p.add_argument("--prefill-split", type=int, default=0,
                    help="prefill in forwards of this many tokens (0: one forward; Generator(prefill_split=...))")
     p.add_argument("--no-chart", action="store_true", help="skip chart.png (matplotlib)")
@@ -1202,7 +1206,7 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
         generator = Generator(args.model, draft, cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, device=args.device,
                               progress=progress,
                               max_new_tokens=args.max_new_tokens, num_draft_tokens=max(ks), schema_hint_style=args.schema_hint,
-                              draft_window=args.draft_window, grammar_engine=args.grammar_engine,
+                              draft_window=args.draft_window, prefill_overlap=args.prefill_overlap, grammar_engine=args.grammar_engine,
                               prefill_dtype=args.prefill_dtype, draft_prefill_dtype=args.draft_prefill_dtype,
                               prefill_split=args.prefill_split, lookup_gate=not args.no_lookup_gate)
         config.extra["load_s"] = time.perf_counter() - t0
@@ -1211,6 +1215,7 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
     config.extra["grammar_engine"] = getattr(generator, "grammar_engine", None)
     config.extra["schema_hint"] = generator.schema_hint_style
     config.extra["draft_window"] = generator.decode.draft_window
+    config.extra["prefill_overlap"] = generator.decode.prefill_overlap
     config.extra["lookup_gate"] = generator.decode.lookup_gate
     _warm_up(generator)
 

@@ -47,6 +47,8 @@ PREFILL_DTYPES = ("same", "bf16", "fp32")
 SCHEMA_HINT_STYLES = ("full", "compact", "types")
 #: the verify kernels: torch (the reference) or triton (CUDA); auto picks triton for CUDA logits
 VERIFY_BACKENDS = ("auto", "torch", "triton")
+#: ``DecodeConfig.prefill_overlap``: the draft's prefill beside the target's (``engine.prefill``)
+PREFILL_OVERLAP = ("auto", "on", "off")
 
 
 def _check(ok: bool, message: str) -> None:
@@ -68,7 +70,9 @@ class DecodeConfig:
     draft model sees only the last this-many prompt tokens (0: the whole prompt), so its prefill
     costs little; exact all the same (the draft only changes q); ``lookup_gate``: with a draft
     model, propose a prompt-lookup plan only where its measured keep rate makes its block worth more
-    than the draft model's (``engine.lookup_gate``; False: always, as before).
+    than the draft model's (``engine.lookup_gate``; False: always, as before); ``prefill_overlap``:
+    prefill the draft on a second thread while the target prefills, "auto" where torch's threads
+    leave cores idle (``engine.prefill``; exact: the caches are the same).
     """
 
     num_draft_tokens: int = NUM_DRAFT_TOKENS
@@ -83,6 +87,7 @@ class DecodeConfig:
     debug_checks: bool = False
     draft_window: int = 0
     lookup_gate: bool = True
+    prefill_overlap: str = "auto"
 
     def __post_init__(self) -> None:
         _check(isinstance(self.num_draft_tokens, int) and 0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS,
@@ -97,6 +102,7 @@ class DecodeConfig:
         _check(self.restricted_head_max_rows >= 0, f"restricted_head_max_rows must be >= 0, got {self.restricted_head_max_rows!r}")
         _check(self.lookup_min_ngram >= 1, f"lookup_min_ngram must be >= 1, got {self.lookup_min_ngram!r}")
         _check(isinstance(self.draft_window, int) and self.draft_window >= 0, f"draft_window must be an integer >= 0, got {self.draft_window!r}")
+        _check(self.prefill_overlap in PREFILL_OVERLAP, f"prefill_overlap must be one of {PREFILL_OVERLAP}, got {self.prefill_overlap!r}")
         _check(self.verify_backend in VERIFY_BACKENDS, f"unknown verify backend {self.verify_backend!r}; choose from {VERIFY_BACKENDS}")
 
     def sources(self, has_draft: bool) -> tuple[str, ...]:

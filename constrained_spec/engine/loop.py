@@ -28,6 +28,7 @@ from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.block import DraftBlock, TimedMatcher
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
 from constrained_spec.engine.lookup_gate import LookupGate
+from constrained_spec.engine.prefill import overlap_pays, prefill_pair
 from constrained_spec.engine.proposers import DraftContext, DraftModelProposer, Proposal, Proposer
 from constrained_spec.engine.stats import DecodeHooks, DecodeResult, DecodeStats
 from constrained_spec.errors import ConfigError, ConstrainedSpecError, GrammarError, TokenBudgetExceeded
@@ -137,16 +138,11 @@ class SpeculativeDecoder:
         self.draft_offset = max(0, len(prompt_ids) - 1 - window) if window else 0
         if self.model is not None:
             self.model.offset = self.draft_offset
-        for model, offset in ((self.target, 0), (self.draft, self.draft_offset)):
-            if model is None:
-                continue
-            t0 = time.perf_counter()
-            model.reset()
-            if len(prompt_ids) - offset > 1:  # the prompt's logits are not needed
-                model.prefill(prompt_ids[offset:-1])
-            if model is self.draft:
-                self.stats.draft_prefill_seconds = time.perf_counter() - t0
+        overlap = overlap_pays(self.target, self.draft, self.config.prefill_overlap)
+        times = prefill_pair(self.target, self.draft, prompt_ids, self.draft_offset, overlap)
         self.stats.prefill_seconds = time.perf_counter() - start
+        self.stats.draft_prefill_seconds = times.draft_seconds
+        self.stats.prefill_overlapped = times.overlapped
         while not self.matcher.is_terminated():
             remaining = self.max_new_tokens - self.stats.generated_tokens
             if remaining <= 0:

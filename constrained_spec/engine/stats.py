@@ -36,7 +36,8 @@ class DecodeStats:
     mask_seconds: float = 0.0
     sampling_seconds: float = 0.0
     prefill_seconds: float = 0.0
-    draft_prefill_seconds: float = 0.0  # the draft's share of prefill_seconds
+    draft_prefill_seconds: float = 0.0  # the draft's own prefill (inside prefill_seconds)
+    prefill_overlapped: bool = False  # the draft prefilled beside the target (engine.prefill)
     wall_seconds: float = 0.0
     stop_reason: str = ""
 

@@ -94,6 +94,8 @@ def test_predicted_e2e_speedup_formula():
     spec = {"draft_prefill_s": 0.5, "predicted_speedup": 2.0}
     # predicted latency = 1 + 4 + 0.5 + 7 / 2 = 9.0
     assert bench.predicted_e2e_speedup(spec, base) == pytest.approx(12.0 / 9.0)
+    # the draft prefilled beside the target: its seconds are hidden, 1 + 4 + 7 / 2 = 8.5
+    assert bench.predicted_e2e_speedup({**spec, "prefill_overlapped": True}, base) == pytest.approx(12.0 / 8.5)
     assert bench.predicted_e2e_speedup({"predicted_speedup": 1.0}, base) == pytest.approx(1.0)  # no draft, no gain
     assert bench.predicted_e2e_speedup({}, base) is None
 

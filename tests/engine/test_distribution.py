@@ -234,9 +234,24 @@ def test_windowed_draft_stays_exact(automaton):
     policy = SamplingPolicy(temperature=1.0)
     prompt = [0, 1, 2, 0, 1]
     exact = exact_distribution(automaton.regex, policy, prompt=prompt)
-    counts = sample(automaton, policy, 3, SAMPLES // 2, prompt=prompt, draft_window=1, debug_checks=True)
+    options = dict(prompt=prompt, draft_window=1, prefill_overlap="off")  # overlapped: the next test
+    counts = sample(automaton, policy, 3, SAMPLES // 2, debug_checks=True, **options)
     assert chi2_pvalue(counts, exact) > ALPHA
-    wrong = sample(automaton, policy, 3, SAMPLES // 2, prompt=prompt, draft_window=1, verifier=verify_resample_from_p)
+    wrong = sample(automaton, policy, 3, SAMPLES // 2, verifier=verify_resample_from_p, **options)
+    assert chi2_pvalue(wrong, exact) < ALPHA
+
+
+def test_overlapped_prefill_stays_exact(automaton):
+    """The draft prefilled on a second thread beside the target (``prefill_overlap="on"``, with a
+    windowed draft so the two prefills differ): the target's distribution all the same; the same
+    test rejects a wrong verifier in that setting (negative control)."""
+    policy = SamplingPolicy(temperature=1.0)
+    prompt = [0, 1, 2, 0, 1]
+    exact = exact_distribution(automaton.regex, policy, prompt=prompt)
+    options = dict(prompt=prompt, draft_window=2, prefill_overlap="on")
+    assert stats_over_seeds(automaton, policy, 3, seeds=3, **options)["prefill_overlapped"] == 3
+    assert chi2_pvalue(sample(automaton, policy, 3, SAMPLES // 2, **options), exact) > ALPHA
+    wrong = sample(automaton, policy, 3, SAMPLES // 2, verifier=verify_resample_from_p, **options)
     assert chi2_pvalue(wrong, exact) < ALPHA
 
 
