@@ -196,3 +196,32 @@ def test_a_full_memo_stops_remembering_and_changes_nothing(monkeypatch):
     assert comp.memo_chars == 0 and comp.conjunction_regex
     assert all(not r for r, _ in comp.conjunction_regex.values())
     assert counts["memo"] < _Counting.calls < counts["none"], (counts, _Counting.calls)
+
+
+def test_the_resolvers_base_uri_is_readable():
+    """``referencing`` has no public accessor for a resolver's base URI; the memo reads its
+    ``_base_uri`` field. If an upgrade renames it, this fails (and the memo turns itself off)."""
+    from referencing import Registry
+
+    from constrained_spec.grammar.json_schema.compiler import resolver_base_uri
+
+    resolver = Registry().resolver(base_uri="https://example.com/a")
+    assert resolver_base_uri(resolver) == "https://example.com/a"
+
+
+def test_without_a_base_uri_nothing_is_remembered(monkeypatch):
+    """Where the base URI cannot be read the memo stays off (keying by the resolver's id would be
+    unsafe once Python reuses it) and the regex is the one compiled without the memo."""
+    from constrained_spec.grammar.json_schema import compiler as compiler_mod
+
+    monkeypatch.setattr(compiler_mod, "resolver_base_uri", lambda resolver: None)
+    _Counting.calls = 0
+    assert _regex(EXPR, _Counting, max_recursion_depth=1) == _regex(EXPR, _NoMemo, max_recursion_depth=1)
+    off = _Counting.calls
+
+    class _CountingNoMemo(_Counting):
+        memoize = False
+
+    _Counting.calls = 0
+    _regex(EXPR, _CountingNoMemo, max_recursion_depth=1)
+    assert off == _Counting.calls

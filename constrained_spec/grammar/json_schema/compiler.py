@@ -147,6 +147,20 @@ def value_regex(value: Any, options: Optional[SchemaOptions] = None) -> str:
     return json_value_regex(value, whitespace_regex(options or SchemaOptions()))
 
 
+def ctx_identity(ctx: Any) -> tuple:
+    """A subschema in a conjunction's key: the schema object, its pointer and its context type."""
+    return id(ctx.schema), ctx.ptr, type(ctx).__name__
+
+
+def resolver_base_uri(resolver: Any) -> Optional[str]:
+    """The base URI a ``referencing`` resolver resolves against. ``referencing`` has no public
+    accessor for it, so this reads the resolver's ``_base_uri`` field (a test pins that it is
+    there); None where a later version has renamed it (the memo then stays off rather than key by
+    the resolver's id, which Python reuses once the resolver is freed)."""
+    base = getattr(resolver, "_base_uri", None)
+    return base if isinstance(base, str) else None
+
+
 class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter, ArrayEmitter, ObjectEmitter):
     """One compilation of one schema under one set of options (:meth:`run`)."""
 
@@ -240,15 +254,18 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             self.memo_chars += len(r or "")
         return r
 
-    def memo_key(self, items: list) -> tuple:
+    def memo_key(self, items: list) -> Optional[tuple]:
         """A conjunction's subschemas as compiled here (not through their ``$ref``: entering a
         target through a ``$ref`` counts towards its recursion, entering it directly does not),
-        their base URIs and signs, with the recursion counts in force."""
-        parts = tuple(
-            (id(ctx.schema), ctx.ptr, type(ctx).__name__, getattr(ctx.resolver, "_base_uri", id(ctx.resolver)), pos)
-            for ctx, pos in items
-        )
-        return parts, tuple(sorted((k, n) for k, n in self.active.items() if n))
+        their base URIs and signs, with the recursion counts in force; None (not remembered)
+        where a resolver's base URI cannot be read."""
+        parts = []
+        for ctx, pos in items:
+            base = resolver_base_uri(ctx.resolver)
+            if base is None:
+                return None
+            parts.append((*ctx_identity(ctx), base, pos))
+        return tuple(parts), tuple(sorted((k, n) for k, n in self.active.items() if n))
 
     def conjunction_key(self, items: list) -> tuple:
         """What identifies a conjunction: its subschemas (a bare ``$ref`` by its target) and signs."""
@@ -257,7 +274,7 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             s = ctx.schema
             if isinstance(s, dict) and len(s) == 1 and isinstance(s.get("$ref"), str):
                 ctx = self.doc.resolve_ref(ctx, s["$ref"])
-            key.append((id(ctx.schema), ctx.ptr, type(ctx).__name__, pos))
+            key.append((*ctx_identity(ctx), pos))
         return tuple(key)
 
     def compile_as_rule(self, items: list) -> Optional[str]:
