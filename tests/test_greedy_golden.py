@@ -29,17 +29,22 @@ def _workload():
 
 
 @pytest.mark.real_models
-@pytest.mark.parametrize("draft_window", [0, 256], ids=["whole-prompt", "window256"])
-def test_greedy_outputs_match_recorded_ids(draft_window):
-    """Every lever that changes only the proposals (here the draft's prompt window) keeps them."""
+@pytest.mark.parametrize("draft_window,overlap", [(0, "off"), (0, "on"), (256, "auto")],
+                         ids=["whole-prompt", "whole-prompt-overlapped", "window256"])
+def test_greedy_outputs_match_recorded_ids(draft_window, overlap):
+    """Every lever that changes only the proposals or the order of work (here the draft's prompt
+    window, and its prefill beside the target's) keeps them."""
     from constrained_spec import Generator
 
     gen = Generator(progress=False)
     got = {}
     for item in _workload():
-        result = gen.run(item.prompt, item.schema, max_new_tokens=MAX_NEW_TOKENS, temperature=0.0, draft_window=draft_window)
+        result = gen.run(item.prompt, item.schema, max_new_tokens=MAX_NEW_TOKENS, temperature=0.0, draft_window=draft_window,
+                         prefill_overlap=overlap)
+        if overlap != "auto":
+            assert result.stats.prefill_overlapped is (overlap == "on")
         got[item.id] = result.token_ids
-    if not draft_window and os.environ.get("CONSTRAINED_SPEC_RECORD_GOLDEN") == "1":
+    if not draft_window and overlap == "off" and os.environ.get("CONSTRAINED_SPEC_RECORD_GOLDEN") == "1":
         GOLDEN.write_text(json.dumps(got, indent=None) + "\n")
     want = json.loads(GOLDEN.read_text())
     assert set(got) == set(want)
