@@ -122,6 +122,60 @@ def _regex_text(node: Any) -> Optional[str]:
     raise _Mangled(kind)
 
 
+def _nullable(node: Any) -> bool:
+    """Whether a regex node's language holds the empty string."""
+    kind = node[0]
+    if kind == "set":
+        return False
+    if kind == "seq":
+        return all(_nullable(x) for x in node[1])
+    if kind == "alt":
+        return any(_nullable(x) for x in node[1])
+    return node[2] == 0 or _nullable(node[1])
+
+
+_UNKNOWN = ("unknown",)
+
+
+def _without_empty(node: Any) -> Any:
+    """A regex node for the language of ``node`` less the empty string: ``node`` itself where it
+    is not nullable; None where only the empty string is left; :data:`_UNKNOWN` for shapes not
+    handled. ``x{lo,hi}`` with a nullable or optional body is ``x'{1,hi}`` (x' = x less the empty
+    string: empty factors can be dropped); an alternation drops it from each branch; a sequence of
+    nullable items is the alternation, over the first item that reads something, of that item
+    less the empty string followed by the rest as they are."""
+    if not _nullable(node):
+        return node
+    kind = node[0]
+    if kind == "rep":
+        if node[3] == 0:
+            return None
+        body = _without_empty(node[1])
+        if body is None or body is _UNKNOWN or node[3] == 1:
+            return body
+        return ("rep", body, 1, node[3])
+    if kind == "alt":
+        branches = []
+        for b in node[1]:
+            w = _without_empty(b)
+            if w is _UNKNOWN:
+                return _UNKNOWN
+            if w is not None:
+                branches.append(w)
+        return ("alt", branches) if branches else None
+    if kind == "seq":
+        items = list(node[1])
+        branches = []
+        for i, item in enumerate(items):
+            w = _without_empty(item)
+            if w is _UNKNOWN:
+                return _UNKNOWN
+            if w is not None:
+                branches.append(("seq", [w] + items[i + 1 :]))
+        return ("alt", branches) if branches else None
+    return _UNKNOWN
+
+
 class _Mangled(Exception):
     """A placeholder did not survive as written (the grammar cannot be built)."""
 
@@ -137,6 +191,15 @@ class _Builder:
         node = ("seq", items) if len(items) != 1 else items[0]
         if node[0] == "seq" and not node[1]:
             return _EPS
+        if _nullable(node):
+            # a lexeme must read something (greedy lexing of an empty lexeme is undefined):
+            # ``T?`` with T the rest of the language, where that is plain to write
+            inner = _without_empty(node)
+            if inner is None:
+                return _EPS
+            if inner is not _UNKNOWN:
+                t = self.term([inner])
+                return _EPS if t is None or t == _EPS else ("rep", t, 0, 1)
         text = _regex_text(node)
         if text is None:
             return None
