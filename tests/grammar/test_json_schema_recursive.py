@@ -383,3 +383,90 @@ def test_dev_split_schema_with_optional_recursion_gets_its_grammar(byte_vocab):
         assert accepts(grammar, text) == want, text
         judged[want] += 1
     assert judged[True] >= 5 and judged[False] >= 10, judged
+
+
+def _dev_bundle(name: str) -> dict:
+    from conftest import SHARED_DATA
+
+    path = SHARED_DATA / "jsonschemabench-dev" / "data" / f"Github_easy---{name}.json"
+    if not path.exists():
+        pytest.skip(f"{path} not found (../shared/data)")
+    return json.loads(path.read_text())
+
+
+def _keys(v) -> set:
+    if isinstance(v, dict):
+        return set(v) | set().union(*(_keys(x) for x in v.values()))
+    if isinstance(v, list):
+        return set().union(*(_keys(x) for x in v)) if v else set()
+    return set()
+
+
+def _judge_all(schema, order: list[str], texts: list[str], grammar, declared: set) -> dict:
+    """Sound: every text the grammar takes is compact, ordered and valid (jsonschema). Complete:
+    every such text whose keys are declared ones (undeclared extra keys are a documented
+    restriction, ``additional_properties="declared"``) is taken."""
+    judged = {True: 0, False: 0}
+    for text in dict.fromkeys(texts):
+        want = oracle(schema, order, text)
+        got = accepts(grammar, text)
+        if got:
+            assert want, f"grammar accepts {text!r}, which jsonschema or the compact order refuses"
+        elif want:
+            assert not _keys(json.loads(text)) <= declared, f"grammar refuses valid {text!r}"
+        judged[got] += 1
+    return judged
+
+
+def test_dev_split_engine_results_cut_at_optional_properties(byte_vocab):
+    """Github_easy---o69958 (results with optional properties around a recursive ``packages``):
+    its long lexeme ``{"installed":..,"name":".."(,"version":"..")?`` could be extended by the
+    ``,`` that starts ``,"packages":[``, which greedy lexing would lose; cut at its optional parts
+    it is safe and the schema gets its grammar. Judged against jsonschema at depths 1-7."""
+    schema = _dev_bundle("o69958")["schema"]
+    order = ["installed", "message", "name", "version", "packages"]
+    grammar, spec = compiled_matcher(schema, byte_vocab)
+    assert spec.grammar is not None
+    rng = random.Random(9)
+
+    def result(d: int) -> dict:
+        v: dict = {"installed": rng.random() < 0.5}
+        if rng.random() < 0.4:
+            v["message"] = rng.choice(["", "no", "a,b"])
+        v["name"] = rng.choice(["x", "py", ""])
+        if rng.random() < 0.5:
+            v["version"] = rng.choice(["1", "2.0"])
+        if d > 1:
+            v["packages"] = [result(d - 1)] + ([result(1)] if rng.random() < 0.3 else [])
+        elif rng.random() < 0.5:
+            v["packages"] = []
+        return v
+
+    valid = [dumps([result(d)]) for d in range(1, 8) for _ in range(3)]
+    texts = valid + [m for t in valid for m in mutations(rng, t, 6)]
+    judged = _judge_all(schema, order, texts, grammar, set(order))
+    assert judged[True] >= 21 and judged[False] >= 60, judged
+    deep = dumps([result(7)])
+    assert re.fullmatch(spec.regex, deep) is None and accepts(grammar, deep)  # the unrolled regex stops at depth 3
+
+
+def test_dev_split_peg_grammar_schema_gets_its_grammar(byte_vocab):
+    """Github_easy---o58839 (PEG grammar nodes, recursive through ``data``): cut at its optional
+    parts it gets a grammar; its bundled values and mutations of them are judged soundly, and a
+    rule nested 6 deep, which the unrolled regex refuses, is taken."""
+    bundle = _dev_bundle("o58839")
+    schema = bundle["schema"]
+    order = ["ast", "type", "min", "max", "data"]
+    grammar, spec = compiled_matcher(schema, byte_vocab)
+    assert spec.grammar is not None
+    rng = random.Random(4)
+    texts = [dumps(t["data"]) for t in bundle["tests"]]
+    texts += [m for t in texts for m in mutations(rng, t, 25)]
+    judged = _judge_all(schema, order, texts, grammar, set(order))
+    assert judged[False] >= 50, judged
+    node: dict = {"ast": "SKIP", "type": "WILDCARD"}
+    for _ in range(6):
+        node = {"ast": "BUILD", "type": "RULE", "data": node}
+    deep = dumps({"start": node})
+    assert jsonschema.Draft7Validator(schema).is_valid(json.loads(deep))
+    assert re.fullmatch(spec.regex, deep) is None and accepts(grammar, deep)

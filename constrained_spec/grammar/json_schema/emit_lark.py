@@ -183,11 +183,39 @@ class _Mangled(Exception):
 class _Builder:
     """Regex nodes with placeholders -> grammar expressions over named terminals."""
 
-    def __init__(self) -> None:
+    def __init__(self, fine: bool = False) -> None:
         self.terminals: dict[str, str] = {}  # regex text -> terminal name
         self.nodes: dict[str, tuple] = {}  # terminal name -> normalised node
+        #: cut a sequence's terminal before and after each part that may read nothing (an
+        #: optional property, a starred group): ``A (B)? C`` instead of one lexeme ``AB?C``
+        self.fine = fine
 
     def term(self, items: list) -> Optional[tuple]:
+        """The grammar expression of a placeholder-free sequence: one terminal, or in ``fine``
+        mode the runs between its optional parts and each optional part."""
+        if self.fine:
+            flat: list = []
+            for it in items:
+                flat.extend(self._flat(it) if it[0] == "seq" else [it])
+            if len(flat) > 1 and any(_nullable(x) for x in flat):
+                parts: list = []
+                run: list = []
+                for x in flat + [None]:
+                    if x is not None and not _nullable(x):
+                        run.append(x)
+                        continue
+                    for chunk in ([run] if run else []) + ([[x]] if x is not None else []):
+                        t = self.one_term(chunk)
+                        if t is None:
+                            return None
+                        if t != _EPS:
+                            parts.append(t)
+                    run = []
+                return ("seq", parts) if len(parts) != 1 else parts[0]
+        return self.one_term(items)
+
+    def one_term(self, items: list) -> Optional[tuple]:
+        """One terminal for a placeholder-free sequence (``(T)?`` where it may read nothing)."""
         node = ("seq", items) if len(items) != 1 else items[0]
         if node[0] == "seq" and not node[1]:
             return _EPS
@@ -198,7 +226,7 @@ class _Builder:
             if inner is None:
                 return _EPS
             if inner is not _UNKNOWN:
-                t = self.term([inner])
+                t = self.one_term([inner])
                 return _EPS if t is None or t == _EPS else ("rep", t, 0, 1)
         text = _regex_text(node)
         if text is None:
@@ -460,8 +488,14 @@ def _render(e: tuple) -> str:
 def build_lark(root: str, rules: dict[int, str]) -> Optional[str]:
     """The Lark grammar of ``root`` (a regex with placeholders) and the rule bodies ``rules``
     (rule number -> regex with placeholders); None where it cannot be built or llguidance's
-    greedy lexer could lose strings of it."""
-    b = _Builder()
+    greedy lexer could lose strings of it. Terminals are as long as the regexes allow first; where
+    greedy lexing could lose strings of those, the sequences are cut at their optional parts
+    (``_Builder.fine``) and checked again."""
+    return _build_lark(root, rules, fine=False) or _build_lark(root, rules, fine=True)
+
+
+def _build_lark(root: str, rules: dict[int, str], fine: bool) -> Optional[str]:
+    b = _Builder(fine)
     try:
         root_e = b.conv(ecma.parse(root))
         bodies = {"r%d" % n: b.conv(ecma.parse(text)) for n, text in rules.items()}
