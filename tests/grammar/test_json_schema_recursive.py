@@ -470,3 +470,69 @@ def test_dev_split_peg_grammar_schema_gets_its_grammar(byte_vocab):
     deep = dumps({"start": node})
     assert jsonschema.Draft7Validator(schema).is_valid(json.loads(deep))
     assert re.fullmatch(spec.regex, deep) is None and accepts(grammar, deep)
+
+
+def test_dev_split_competency_framework_checked_in_a_larger_language(byte_vocab):
+    """Github_easy---o78062 (competencies nested in competencies): its lexemes hold strings of up
+    to 500 characters, whose counted derivatives spent the greedy check's budget; checked with
+    ``{1,500}`` read as ``+`` (a larger language: still conservative) it is safe and the schema gets
+    its grammar. Bundled values, mutations and a framework nested 7 deep, against jsonschema."""
+    bundle = _dev_bundle("o78062")
+    schema = bundle["schema"]
+    order = ["name", "description", "scale", "levels", "competencies", "abilities", "level"]
+    grammar, spec = compiled_matcher(schema, byte_vocab)
+    assert spec.grammar is not None
+    rng = random.Random(2)
+
+    def competency(d: int) -> dict:
+        if d > 1:
+            return {"name": rng.choice(["c", "x y"]), "competencies": [competency(d - 1)]}
+        return {"name": "a", "abilities": [{"name": "b", "level": rng.choice(["1", "L2"])}][: rng.randint(0, 1)]}
+
+    def framework(d: int) -> dict:
+        top = {"name": "f", "description": "d", "scale": {"name": "s", "levels": ["1"]}}
+        inner = competency(d)
+        return {**top, **{k: v for k, v in inner.items() if k != "name"}}
+
+    texts = [dumps(t["data"]) for t in bundle["tests"]] + [dumps(framework(d)) for d in range(1, 8)]
+    texts += [m for t in texts[-4:] for m in mutations(rng, t, 15)]
+    judged = _judge_all(schema, order, texts, grammar, set(order))
+    assert judged[True] >= 7 and judged[False] >= 30, judged
+    deep = dumps(framework(7))
+    assert re.fullmatch(spec.regex, deep) is None and accepts(grammar, deep)
+
+
+def test_relaxed_lexemes_hold_the_original_language():
+    """``lexeme_check.relaxed`` only widens: every string of the original matches the relaxed
+    node (checked through regex text with ``re.fullmatch``), and the widening reaches strings of
+    counts the original refuses."""
+    from constrained_spec.grammar import ecma_regex as ecma
+    from constrained_spec.grammar.json_schema.lexeme_check import relaxed
+
+    for pattern, inside, outside in [
+        ("a{1,500}b", ["ab", "a" * 500 + "b"], "a" * 501 + "b"),
+        ('"[a-z]{2,7}"(,[0-9]{0,9})?', ['"ab"', '"abcdefg",123456789'], '"a"'),
+        ("(xy){3}z", ["xyxyxyz"], "xyz"),
+    ]:
+        wide = relaxed(to_node(ecma.parse(pattern)))
+        text = _node_regex(wide)
+        for s in inside:
+            assert re.fullmatch(pattern, s) and re.fullmatch(text, s), (pattern, s, text)
+        assert not re.fullmatch(pattern, outside)
+        if pattern != "(xy){3}z":  # counts of 3 and below stay as they are
+            assert re.fullmatch(text, outside), (pattern, outside, text)
+        else:
+            assert not re.fullmatch(text, outside)
+
+
+def _node_regex(n) -> str:
+    """Python regex text of a normalised node (for the test above)."""
+    kind = n[0]
+    if kind == "set":
+        return "[" + "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in n[1]) + "]"
+    if kind == "seq":
+        return "".join(_node_regex(x) for x in n[1])
+    if kind == "alt":
+        return "(?:" + "|".join(_node_regex(x) for x in n[1]) + ")"
+    hi = "" if n[3] is None else n[3]
+    return f"(?:{_node_regex(n[1])}){{{n[2]},{hi}}}"

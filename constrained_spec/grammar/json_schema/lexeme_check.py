@@ -83,6 +83,27 @@ def _rep(body: Optional[tuple], lo: int, hi: Optional[int]) -> Optional[tuple]:
     return ("rep", body, lo, hi)
 
 
+#: counted repetitions with an upper bound above this are checked as unbounded (``x{1,500}`` as
+#: ``x+``): a larger language, so the check stays conservative, and derivatives need not count
+RELAX_ABOVE = 4
+
+
+def relaxed(n: tuple) -> Optional[tuple]:
+    """``n`` with every repetition bounded above :data:`RELAX_ABOVE` made unbounded (its lower
+    bound capped at 1): a language holding ``n``'s, with the same first characters."""
+    kind = n[0]
+    if kind == "set":
+        return n
+    if kind == "seq":
+        return _seq([relaxed(x) for x in n[1]])
+    if kind == "alt":
+        return _alt([relaxed(x) for x in n[1]])
+    body, lo, hi = relaxed(n[1]), n[2], n[3]
+    if hi is not None and hi > RELAX_ABOVE:
+        return _rep(body, min(lo, 1), None)
+    return _rep(body, lo, hi)
+
+
 class _Lang:
     """Derivatives, nullability and front character sets, memoised, under a work budget."""
 
@@ -234,6 +255,8 @@ def greedy_safe(terminals: dict[str, tuple], colive: list[frozenset], follows: d
         for name in terminals:
             sets = [first_chars(lang, terminals[f]) for f in follows.get(name, ())]
             follow_chars[name] = ecma.union(*sets) if sets else ()
+        # conflicts are looked for in larger languages (conservative; no counting to 500)
+        wide = {name: relaxed(node) for name, node in terminals.items()}
         checked: set = set()
         for group in colive:
             for n1 in group:
@@ -241,7 +264,7 @@ def greedy_safe(terminals: dict[str, tuple], colive: list[frozenset], follows: d
                     if (n1, n2) in checked:
                         continue
                     checked.add((n1, n2))
-                    if _conflict(lang, terminals[n1], terminals[n2], follow_chars[n1]):
+                    if _conflict(lang, wide[n1], wide[n2], follow_chars[n1]):
                         return False
     except (_OverBudget, RecursionError):
         return False
