@@ -138,7 +138,7 @@ class SpeculativeDecoder:
         self.draft_offset = max(0, len(prompt_ids) - 1 - window) if window else 0
         if self.model is not None:
             self.model.offset = self.draft_offset
-        overlap = overlap_pays(self.target, self.draft, self.config.prefill_overlap)
+        overlap = overlap_pays(self.target, self.draft, self.config.prefill_overlap, len(prompt_ids) - 1 - self.draft_offset)
         times = prefill_pair(self.target, self.draft, prompt_ids, self.draft_offset, overlap)
         self.stats.prefill_seconds = time.perf_counter() - start
         self.stats.draft_prefill_seconds = times.draft_seconds

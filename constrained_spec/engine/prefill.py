@@ -6,7 +6,7 @@ thread on a 2-core host, a deployment that pins fewer threads than it has cores)
 prefill can run on an idle core and cost the user no wait: the target's prefill is the longer of
 the two. Where torch already uses every core, a second thread only takes cores from the target's
 prefill, so ``"auto"`` overlaps only when twice torch's threads fit in the cores this process may
-use, and only on the CPU. Exact either way: the caches hold the same keys and values; only the
+use, only on the CPU, and only a prompt long enough to be worth a thread. Exact either way: the caches hold the same keys and values; only the
 order in which the two models compute them changes.
 """
 
@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["PrefillTimes", "overlap_pays", "prefill_pair", "usable_cores"]
+__all__ = ["OVERLAP_MIN_TOKENS", "PrefillTimes", "overlap_pays", "prefill_pair", "usable_cores"]
 
 
 @dataclass(frozen=True)
@@ -40,13 +40,22 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def overlap_pays(target: Any, draft: Any, mode: str) -> bool:
-    """Whether the draft's prefill should run beside the target's: ``mode`` "on"/"off" says so;
-    "auto" says yes only for two CPU models when twice torch's threads fit in the usable cores."""
+#: "auto" overlaps only a draft prefill of at least this many tokens: below it the prefill is
+#: short, and a thread's start and the hand-offs of the interpreter lock between the two threads
+#: cost about as much as they save (measured on the tests' tiny pure-Python models: about 10% slower)
+OVERLAP_MIN_TOKENS = 64
+
+
+def overlap_pays(target: Any, draft: Any, mode: str, draft_tokens: int = OVERLAP_MIN_TOKENS) -> bool:
+    """Whether the draft's prefill (``draft_tokens`` long) should run beside the target's: ``mode``
+    "on"/"off" says so; "auto" says yes only for two CPU models when twice torch's threads fit in
+    the usable cores and the draft prefills at least :data:`OVERLAP_MIN_TOKENS` tokens."""
     if draft is None or mode == "off":
         return False
     if mode == "on":
         return True
+    if draft_tokens < OVERLAP_MIN_TOKENS:
+        return False
     on_cpu = all(getattr(getattr(m, "device", None), "type", "cpu") == "cpu" for m in (target, draft))
     return on_cpu and 2 * torch.get_num_threads() <= usable_cores()
 

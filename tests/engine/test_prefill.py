@@ -89,6 +89,8 @@ def test_auto_overlaps_only_where_cores_would_idle(monkeypatch):
     assert not overlap_pays(target, draft, "auto")  # torch uses every core already
     monkeypatch.setattr(prefill_mod, "usable_cores", lambda: 4)
     assert overlap_pays(target, draft, "auto")
+    assert not overlap_pays(target, draft, "auto", prefill_mod.OVERLAP_MIN_TOKENS - 1)  # too short to be worth a thread
+    assert overlap_pays(target, draft, "on", 1)
     draft.device = torch.device("cuda", 0)  # type: ignore[misc]
     assert not overlap_pays(target, draft, "auto")
 
