@@ -6,8 +6,8 @@ thread on a 2-core host, a deployment that pins fewer threads than it has cores)
 prefill can run on an idle core and cost the user no wait: the target's prefill is the longer of
 the two. Where torch already uses every core, a second thread only takes cores from the target's
 prefill, so ``"auto"`` overlaps only when twice torch's threads fit in the cores this process may
-use, only on the CPU, and only a prompt long enough to be worth a thread. Exact either way: the caches hold the same keys and values; only the
-order in which the two models compute them changes.
+use, only on the CPU, and only a prompt long enough to be worth a thread. Exact either way: the
+caches hold the same keys and values; only the order in which the two models compute them changes.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ was merged into a class (then :func:`build_lark` answers None).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
@@ -198,19 +199,16 @@ class _Builder:
             for it in items:
                 flat.extend(self._flat(it) if it[0] == "seq" else [it])
             if len(flat) > 1 and any(_nullable(x) for x in flat):
+                chunks: list = []  # each run of parts that read something, and each optional part
+                for optional, group in itertools.groupby(flat, key=_nullable):
+                    chunks.extend([[x] for x in group] if optional else [list(group)])
                 parts: list = []
-                run: list = []
-                for x in flat + [None]:
-                    if x is not None and not _nullable(x):
-                        run.append(x)
-                        continue
-                    for chunk in ([run] if run else []) + ([[x]] if x is not None else []):
-                        t = self.one_term(chunk)
-                        if t is None:
-                            return None
-                        if t != _EPS:
-                            parts.append(t)
-                    run = []
+                for chunk in chunks:
+                    t = self.one_term(chunk)
+                    if t is None:
+                        return None
+                    if t != _EPS:
+                        parts.append(t)
                 return ("seq", parts) if len(parts) != 1 else parts[0]
         return self.one_term(items)
 
