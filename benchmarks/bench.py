@@ -78,6 +78,7 @@ class Mode:
     k: int = 0
     proposers: tuple[str, ...] | None = None  # None: do not pass the option
     adaptive: bool = False
+    draft_plan: str | None = None  # None: the Generator's (DecodeConfig.draft_plan)
 
     @property
     def kind(self) -> str:
@@ -116,6 +117,10 @@ def build_modes(
         modes.append(Mode(HF_NAME, "hf-assist"))
     if select:
         wanted = {s.strip() for s in select if s.strip()}
+        # named only: the free proposers without the draft model; the default mode with the draft always used
+        modes += [m for m in (Mode("grammar+lookup", "proposers", pk, ("grammar", "lookup")),
+                              Mode(f"k{pk}+grammar+lookup+always", "proposers", pk, ALL_PROPOSERS, draft_plan="always"))
+                  if m.name in wanted]
         unknown = wanted - set(FAMILIES) - {m.name for m in modes} - {"peer"}
         if unknown:
             raise ValueError(f"unknown mode(s) {sorted(unknown)}; families: {', '.join(FAMILIES)}; modes: {', '.join(m.name for m in modes)}")
@@ -446,7 +451,7 @@ def setting_name(temperature: float) -> str:
 
 
 def mode_unavailable_reason(gen: Any, mode: Mode) -> str | None:
-    if mode.kind == "project" and mode.k > 0 and gen.draft is None:
+    if mode.kind == "project" and mode.k > 0 and "draft" in (mode.proposers or ALL_PROPOSERS) and gen.draft is None:
         return "no draft model"
     return None
 
@@ -461,6 +466,8 @@ def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature:
         kwargs["proposers"] = mode.proposers
     if mode.adaptive:
         kwargs["adaptive"] = True
+    if mode.draft_plan is not None:
+        kwargs["draft_plan"] = mode.draft_plan
     rec: dict[str, Any] = {"proposers": list(kwargs.get("proposers", ())) or "default", "k": mode.k, "adaptive": mode.adaptive}
     if cold and compiled.spec.kind != "lark" and getattr(gen, "grammar_engine", "automaton") == "automaton":
         cold_masks(compiled.automaton)  # the lazy engine keeps no masks between requests: always cold
@@ -491,7 +498,7 @@ def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature:
     rec.update(
         ok=True, valid=valid, text=result.text, token_ids=list(result.token_ids), stats=s.as_dict(),
         generated_tokens=gen_tokens, tokens_per_second=s.tokens_per_second, wall_s=s.wall_seconds,
-        prefill_s=s.prefill_seconds, draft_prefill_s=s.draft_prefill_seconds, prefill_overlapped=s.prefill_overlapped, decode_s=decode_s, target_forwards=s.target_forwards,
+        prefill_s=s.prefill_seconds, draft_prefill_s=s.draft_prefill_seconds, prefill_overlapped=s.prefill_overlapped, draft_skipped=s.draft_skipped, decode_s=decode_s, target_forwards=s.target_forwards,
         draft_forwards=s.draft_forwards, drafted_tokens=s.drafted_tokens, accepted_tokens=s.accepted_tokens,
         forced_tokens=s.forced_tokens, steps=s.steps, acceptance_rate=s.acceptance_rate if s.drafted_tokens else None,
         mean_accepted_len=(s.accepted_tokens / s.target_forwards) if (s.target_forwards and mode.k) else None,
@@ -1069,7 +1076,8 @@ def resummarize(out_dir: str | Path, workload: str | None = None) -> dict[str, A
         entries.append(dict(w, workload=name, expected=expected))
     results["workload"] = entries
     add_derived(records, {(w["workload"], w["id"]): dict(w["expected"] or {}) for w in entries})
-    modes = [Mode(m["name"], m["family"], m["k"], tuple(m["proposers"]) if m.get("proposers") else None, m.get("adaptive", False))
+    modes = [Mode(m["name"], m["family"], m["k"], tuple(m["proposers"]) if m.get("proposers") else None, m.get("adaptive", False),
+                  m.get("draft_plan"))
              for m in results["modes"] if m.get("available", True)]
     settings = list(results["summary"])
     items = [SimpleNamespace(id=w["id"], schema_name=w["schema"], workload=w["workload"]) for w in entries]
@@ -1147,6 +1155,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the draft model sees only the last N prompt tokens (0: the whole prompt; DecodeConfig.draft_window)")
     p.add_argument("--prefill-overlap", choices=("auto", "on", "off"), default="auto",
                    help="prefill the draft beside the target on a second thread (auto: where torch's threads leave cores idle; DecodeConfig.prefill_overlap)")
+    p.add_argument("--draft-plan", choices=("auto", "always"), default="auto",
+                   help="leave the draft model out of requests too short to repay its prefill (auto) or always use it (DecodeConfig.draft_plan)")
     p.add_argument("--prefill-split", type=int, default=0,
                    help="prefill in forwards of this many tokens (0: one forward; Generator(prefill_split=...))")
     p.add_argument("--no-chart", action="store_true", help="skip chart.png (matplotlib)")
@@ -1206,7 +1216,7 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
         generator = Generator(args.model, draft, cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, device=args.device,
                               progress=progress,
                               max_new_tokens=args.max_new_tokens, num_draft_tokens=max(ks), schema_hint_style=args.schema_hint,
-                              draft_window=args.draft_window, prefill_overlap=args.prefill_overlap, grammar_engine=args.grammar_engine,
+                              draft_window=args.draft_window, prefill_overlap=args.prefill_overlap, draft_plan=args.draft_plan, grammar_engine=args.grammar_engine,
                               prefill_dtype=args.prefill_dtype, draft_prefill_dtype=args.draft_prefill_dtype,
                               prefill_split=args.prefill_split, lookup_gate=not args.no_lookup_gate)
         config.extra["load_s"] = time.perf_counter() - t0
@@ -1216,6 +1226,7 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
     config.extra["schema_hint"] = generator.schema_hint_style
     config.extra["draft_window"] = generator.decode.draft_window
     config.extra["prefill_overlap"] = generator.decode.prefill_overlap
+    config.extra["draft_plan"] = generator.decode.draft_plan
     config.extra["lookup_gate"] = generator.decode.lookup_gate
     _warm_up(generator)
 

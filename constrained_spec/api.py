@@ -8,6 +8,7 @@ final state of its automaton and, for JSON outputs, validates against its schema
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import threading
 import weakref
@@ -31,6 +32,7 @@ from constrained_spec.errors import (
 from constrained_spec.grammar import CFG, OutputSpec, Regex, output_spec
 from constrained_spec.grammar.automaton import AutomatonCompiler, CompiledAutomaton
 from constrained_spec.grammar.lazy import LazyGrammar, compile_grammar
+from constrained_spec.grammar.length_bound import max_output_bytes
 from constrained_spec.grammar.matcher import AutomatonMatcher, GrammarMatcher
 from constrained_spec.grammar.schema_refs import validation_errors as validate_value
 from constrained_spec.grammar.vocab import TokenVocabulary, build_vocabulary
@@ -103,6 +105,13 @@ class CompiledConstraint:
         if not isinstance(self.grammar, CompiledAutomaton):
             raise TypeError("this constraint was compiled by the lazy engine: it has no eager automaton")
         return self.grammar
+
+    @functools.cached_property
+    def output_bound(self) -> int | None:
+        """The most UTF-8 bytes an output can take (None: unbounded or unknown); read by the draft plan."""
+        if self.spec.kind == "lark" or self.spec.grammar is not None:
+            return None  # a context-free language, or a recursive schema's unbounded nesting
+        return max_output_bytes(self.spec.regex)
 
     def matcher(self) -> GrammarMatcher:
         """A fresh per-request matcher at the start of the grammar."""
@@ -514,7 +523,8 @@ class Generator:
         if batch is None:
             with self._lock:
                 decoder = SpeculativeDecoder(self.target, self.draft if use_draft else None, compiled.matcher(), policy, config,
-                                             draft_length=self.draft_length if config.adaptive else None, **options)
+                                             draft_length=self.draft_length if config.adaptive else None,
+                                             output_bound=compiled.output_bound, **options)
                 result = _decode(decoder, ids)
         else:  # a row of the batch: the same loop over views of the batched models (no lock)
             slot = batch.acquire()

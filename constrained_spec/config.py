@@ -49,6 +49,9 @@ SCHEMA_HINT_STYLES = ("full", "compact", "types")
 VERIFY_BACKENDS = ("auto", "torch", "triton")
 #: ``DecodeConfig.prefill_overlap``: the draft's prefill beside the target's (``engine.prefill``)
 PREFILL_OVERLAP = ("auto", "on", "off")
+#: ``DecodeConfig.draft_plan``: whether a request uses the draft model, by its end-to-end cost
+#: (``engine.draft_plan``: "auto") or always
+DRAFT_PLANS = ("auto", "always")
 
 
 def _check(ok: bool, message: str) -> None:
@@ -72,7 +75,10 @@ class DecodeConfig:
     model, propose a prompt-lookup plan only where its measured keep rate makes its block worth more
     than the draft model's (``engine.lookup_gate``; False: always, as before); ``prefill_overlap``:
     prefill the draft on a second thread while the target prefills, "auto" where torch's threads
-    leave cores idle (``engine.prefill``; exact: the caches are the same).
+    leave cores idle (``engine.prefill``; exact: the caches are the same); ``draft_plan``: "auto"
+    leaves the draft model out of a request whose expected output is too short to repay the draft's
+    prefill (``engine.draft_plan``: prompt length, grammar bound, budget; no clock), "always" uses
+    it whenever the proposers name it.
     """
 
     num_draft_tokens: int = NUM_DRAFT_TOKENS
@@ -88,6 +94,7 @@ class DecodeConfig:
     draft_window: int = 0
     lookup_gate: bool = True
     prefill_overlap: str = "auto"
+    draft_plan: str = "auto"
 
     def __post_init__(self) -> None:
         _check(isinstance(self.num_draft_tokens, int) and 0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS,
@@ -103,6 +110,7 @@ class DecodeConfig:
         _check(self.lookup_min_ngram >= 1, f"lookup_min_ngram must be >= 1, got {self.lookup_min_ngram!r}")
         _check(isinstance(self.draft_window, int) and self.draft_window >= 0, f"draft_window must be an integer >= 0, got {self.draft_window!r}")
         _check(self.prefill_overlap in PREFILL_OVERLAP, f"prefill_overlap must be one of {PREFILL_OVERLAP}, got {self.prefill_overlap!r}")
+        _check(self.draft_plan in DRAFT_PLANS, f"draft_plan must be one of {DRAFT_PLANS}, got {self.draft_plan!r}")
         _check(self.verify_backend in VERIFY_BACKENDS, f"unknown verify backend {self.verify_backend!r}; choose from {VERIFY_BACKENDS}")
 
     def sources(self, has_draft: bool) -> tuple[str, ...]:

@@ -69,15 +69,16 @@ def make_decoder(target, draft, matcher, policy, *, num_draft_tokens: int = 4, m
                  debug_checks: bool = False, generator=None, grammar_strings=None, lookup: bool = False, draft_length=None,
                  restrict_head: bool = True, draft_confidence: float = 0.0, lookup_min_ngram: int = 3, on_tokens=None, draft_window: int = 0,
                  text_lookup=None, decoder_class=SpeculativeDecoder, lookup_gate: bool = True, prefill_overlap: str = "auto",
-                 **extra) -> SpeculativeDecoder:
+                 draft_plan: str = "always", **extra) -> SpeculativeDecoder:
     """A :class:`SpeculativeDecoder` from the loop's options as keywords (the tests' shorthand):
     ``grammar_strings`` / ``lookup`` / ``text_lookup`` become the free proposers, in the API's order;
-    ``matcher`` may be a compiled automaton."""
+    ``matcher`` may be a compiled automaton. ``draft_plan`` defaults to "always" here, so a test's
+    short budget never leaves its draft out unasked."""
     if not hasattr(matcher, "advance"):
         matcher = AutomatonMatcher(matcher)
     config = DecodeConfig(num_draft_tokens=num_draft_tokens, draft_confidence=draft_confidence, restrict_head=restrict_head,
                           lookup_min_ngram=lookup_min_ngram, debug_checks=debug_checks, draft_window=draft_window,
-                          lookup_gate=lookup_gate, prefill_overlap=prefill_overlap)
+                          lookup_gate=lookup_gate, prefill_overlap=prefill_overlap, draft_plan=draft_plan)
     proposers = []
     if grammar_strings is not None:
         proposers.append(GrammarStringProposer(grammar_strings))

@@ -27,8 +27,9 @@ import torch
 from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.block import DraftBlock, TimedMatcher
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
+from constrained_spec.engine.draft_plan import expected_new_tokens, plan_draft
 from constrained_spec.engine.lookup_gate import LookupGate
-from constrained_spec.engine.prefill import overlap_pays, prefill_pair
+from constrained_spec.engine.prefill import draft_prefill_length, overlap_pays, prefill_pair
 from constrained_spec.engine.proposers import DraftContext, DraftModelProposer, Proposal, Proposer
 from constrained_spec.engine.stats import DecodeHooks, DecodeResult, DecodeStats
 from constrained_spec.errors import ConfigError, ConstrainedSpecError, GrammarError, TokenBudgetExceeded
@@ -50,7 +51,8 @@ class SpeculativeDecoder:
     ``proposers``: the free proposal sources (grammar strings, prompt lookup, ...), asked in order;
     the draft model, when given, proposes where none of them does. ``draft_length``: adaptive k
     (``config.num_draft_tokens`` is then the cap). ``draft_cap``: k -> the draft length for this
-    step (a batch lowers it as rows join: ``engine.batching``).
+    step (a batch lowers it as rows join: ``engine.batching``). ``output_bound``: the most bytes the
+    grammar's language allows (None: unbounded or unknown), for ``config.draft_plan``.
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class SpeculativeDecoder:
         hooks: DecodeHooks | None = None,
         allowed_mask: Callable[[GrammarMatcher], torch.Tensor] | None = None,
         draft_cap: Callable[[int], int] | None = None,
+        output_bound: int | None = None,
     ) -> None:
         if max_new_tokens < 1:
             raise ConfigError("max_new_tokens must be >= 1")
@@ -106,11 +109,18 @@ class SpeculativeDecoder:
         self.committed: list[int] = []  # prompt + accepted tokens
         self.prompt_len = 0
         self.draft_offset = 0  # committed tokens before the draft's cache (``draft_window``)
+        self.output_bound = output_bound
 
     # -- helpers ---------------------------------------------------------------------------
     def _uniform(self, n: int, device: torch.device) -> torch.Tensor:
         """n uniforms from the request's generator (CPU), on ``device`` (copied without a host sync)."""
         return torch.rand(n, generator=self.gen).to(device, non_blocking=True)
+
+    def _leave_out_draft(self) -> None:
+        """This request runs without the draft model: free proposers (if any) and the target."""
+        self.draft, self.model, self.lookup_gate = None, None, None
+        self.k = self.k if self.free else 0
+        self.stats.draft_skipped = True
 
     @property
     def generated(self) -> list[int]:
@@ -138,7 +148,13 @@ class SpeculativeDecoder:
         self.draft_offset = max(0, len(prompt_ids) - 1 - window) if window else 0
         if self.model is not None:
             self.model.offset = self.draft_offset
-        overlap = overlap_pays(self.target, self.draft, self.config.prefill_overlap, len(prompt_ids) - 1 - self.draft_offset)
+        draft_tokens = draft_prefill_length(len(prompt_ids), self.draft_offset)
+        overlap = overlap_pays(self.target, self.draft, self.config.prefill_overlap, draft_tokens)
+        if self.model is not None and self.draft_cap is None:  # a batch row keeps its slot's draft rows in step
+            expected = expected_new_tokens(self.max_new_tokens, self.output_bound)
+            if not plan_draft(self.config.draft_plan, draft_tokens, expected, overlap).use_draft:
+                self._leave_out_draft()
+                overlap = False
         times = prefill_pair(self.target, self.draft, prompt_ids, self.draft_offset, overlap)
         self.stats.prefill_seconds = time.perf_counter() - start
         self.stats.draft_prefill_seconds = times.draft_seconds

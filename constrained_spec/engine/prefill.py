@@ -20,16 +20,21 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["OVERLAP_MIN_TOKENS", "PrefillTimes", "overlap_pays", "prefill_pair", "usable_cores"]
+__all__ = ["OVERLAP_MIN_TOKENS", "PrefillTimes", "draft_prefill_length", "overlap_pays", "prefill_pair", "usable_cores"]
 
 
 @dataclass(frozen=True)
 class PrefillTimes:
-    """Wall seconds of the whole prefill, the draft's own seconds, and whether they overlapped."""
+    """The draft's own prefill seconds, and whether it ran beside the target's."""
 
-    seconds: float
     draft_seconds: float
     overlapped: bool
+
+
+def draft_prefill_length(prompt_len: int, draft_offset: int) -> int:
+    """Tokens the draft prefills: the prompt from ``draft_offset`` on, less its last token (whose
+    logits come with the first step)."""
+    return max(0, prompt_len - 1 - draft_offset)
 
 
 def usable_cores() -> int:
@@ -74,13 +79,12 @@ def prefill_pair(target: Any, draft: Any, prompt_ids: Sequence[int], draft_offse
     target, and from ``draft_offset`` on into the draft (None: no draft). With ``overlap`` the
     draft's runs on a worker thread beside the target's; an error in either is raised here, after
     both have stopped."""
-    start = time.perf_counter()
     target_tokens = prompt_ids[:-1]
     draft_tokens = prompt_ids[draft_offset:-1]
     if draft is None or not overlap:
         _prefill_one(target, target_tokens)
         draft_seconds = _prefill_one(draft, draft_tokens) if draft is not None else 0.0
-        return PrefillTimes(time.perf_counter() - start, draft_seconds, False)
+        return PrefillTimes(draft_seconds, False)
     outcome: dict[str, Any] = {}
 
     def run_draft() -> None:
@@ -97,4 +101,4 @@ def prefill_pair(target: Any, draft: Any, prompt_ids: Sequence[int], draft_offse
         worker.join()
     if "error" in outcome:
         raise outcome["error"]
-    return PrefillTimes(time.perf_counter() - start, outcome["seconds"], True)
+    return PrefillTimes(outcome["seconds"], True)

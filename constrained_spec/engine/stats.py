@@ -38,6 +38,7 @@ class DecodeStats:
     prefill_seconds: float = 0.0
     draft_prefill_seconds: float = 0.0  # the draft's own prefill (inside prefill_seconds)
     prefill_overlapped: bool = False  # the draft prefilled beside the target (engine.prefill)
+    draft_skipped: bool = False  # the draft model was left out: too short an output to repay its prefill (engine.draft_plan)
     wall_seconds: float = 0.0
     stop_reason: str = ""
 

@@ -1,0 +1,100 @@
+"""Whether a request uses the draft model, decided on its end-to-end cost (``engine.draft_plan``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from synthetic import make_decoder
+from tiny_models import tiny_llama
+
+from constrained_spec.config import DecodeConfig
+from constrained_spec.engine.draft_plan import (
+    BYTES_PER_TOKEN,
+    DRAFT_GAIN_PER_TOKEN,
+    DRAFT_PREFILL_PER_TOKEN,
+    EXPECTED_UNBOUNDED,
+    expected_new_tokens,
+    plan_draft,
+)
+from constrained_spec.errors import ConfigError
+from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.grammar.length_bound import max_output_bytes
+from constrained_spec.grammar.vocab import build_vocabulary
+from constrained_spec.models.hf import HFModel
+from constrained_spec.sampling.distribution import SamplingPolicy
+
+
+def test_expected_tokens_come_from_the_budget_and_the_grammar():
+    assert expected_new_tokens(512, None) == EXPECTED_UNBOUNDED
+    assert expected_new_tokens(10, None) == 10
+    assert expected_new_tokens(512, 16) == int(16 / BYTES_PER_TOKEN)
+    assert expected_new_tokens(3, 16) == 3
+    assert expected_new_tokens(512, 0) == 1
+
+
+def test_the_rule_weighs_the_gain_against_the_prefill():
+    break_even = DRAFT_PREFILL_PER_TOKEN / DRAFT_GAIN_PER_TOKEN  # expected tokens per prompt token
+    prompt = 1000
+    short, long = int(prompt * break_even) - 1, int(prompt * break_even) + 1
+    assert not plan_draft("auto", prompt, short, overlapped=False).use_draft
+    assert plan_draft("auto", prompt, long, overlapped=False).use_draft
+    assert plan_draft("auto", prompt, short, overlapped=True).use_draft  # an overlapped prefill costs no wait
+    assert plan_draft("always", prompt, 1, overlapped=False).use_draft
+    assert "<" in plan_draft("auto", prompt, short, overlapped=False).reason
+
+
+def test_the_option_is_checked():
+    assert DecodeConfig().draft_plan == "auto"
+    with pytest.raises(ConfigError, match="draft_plan"):
+        DecodeConfig(draft_plan="never")
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    return tiny_llama(50257, seed=1), tiny_llama(50257, seed=2)
+
+
+@pytest.fixture(scope="module")
+def record_grammar(gpt2_tokenizer):
+    vocab = build_vocabulary(gpt2_tokenizer, 50257)
+    return AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None)
+
+
+LONG_PROMPT = "Here is a long document about several records. " * 40
+
+
+@pytest.mark.parametrize("regex,skipped", [(r"(yes|no)", True), (r'\{"name":"[a-z ]{3,60}","n":[0-9]{1,4}\}', False)],
+                         ids=["short-answer", "record"])
+def test_a_short_answer_leaves_the_draft_out_and_greedy_output_stays(gpt2_tokenizer, tiny_pair, record_grammar, regex, skipped):
+    """On tiny models over GPT-2's tokenizer, a ~400-token prompt: a yes/no answer (at most 3 bytes)
+    runs without the draft, which is never prefilled nor run; a record keeps it. Greedy output equals
+    target-only either way."""
+    automaton = record_grammar.compile(regex)
+    target, draft = HFModel(tiny_pair[0]), HFModel(tiny_pair[1])
+    prompt = gpt2_tokenizer(LONG_PROMPT + "Answer:")["input_ids"]
+    assert len(prompt) > 300
+    draft.reset()
+    dec = make_decoder(target, draft, automaton, SamplingPolicy(temperature=0.0), num_draft_tokens=4, max_new_tokens=80,
+                       debug_checks=True, draft_plan="auto", prefill_overlap="off", output_bound=max_output_bytes(regex))
+    result = dec.run(prompt)
+    assert result.stats.draft_skipped is skipped
+    assert (result.stats.draft_forwards == 0 and draft.length == 0) if skipped else result.stats.draft_forwards > 0
+    plain = make_decoder(target, None, automaton, SamplingPolicy(temperature=0.0), num_draft_tokens=0, max_new_tokens=80).run(prompt)
+    assert result.token_ids == plain.token_ids
+
+
+def test_the_plan_reads_no_clock_so_a_seed_repeats_its_sample(gpt2_tokenizer, tiny_pair, record_grammar):
+    """At T = 1 the same seed gives the same tokens twice with the plan on (no timing enters it)."""
+    regex = r"(yes|no|maybe)"
+    automaton = record_grammar.compile(regex)
+    target, draft = HFModel(tiny_pair[0]), HFModel(tiny_pair[1])
+    prompt = gpt2_tokenizer(LONG_PROMPT + "Answer:")["input_ids"]
+    runs = []
+    for _ in range(2):
+        dec = make_decoder(target, draft, automaton, SamplingPolicy(temperature=1.0), num_draft_tokens=4, max_new_tokens=20,
+                           draft_plan="auto", prefill_overlap="off", output_bound=max_output_bytes(regex),
+                           generator=torch.Generator().manual_seed(5))
+        result = dec.run(prompt)
+        assert result.stats.draft_skipped
+        runs.append(result.token_ids)
+    assert runs[0] == runs[1]
