@@ -52,6 +52,9 @@ PREFILL_OVERLAP = ("auto", "on", "off")
 #: ``DecodeConfig.draft_plan``: whether a request uses the draft model, by its end-to-end cost
 #: (``engine.draft_plan``: "auto") or always
 DRAFT_PLANS = ("auto", "always")
+#: ``DecodeConfig.draft_gain_per_token``'s default (its measurement: ``engine.draft_plan``); kept here
+#: too so the config imports no torch
+DRAFT_GAIN_PER_TOKEN = 0.0
 
 
 def _check(ok: bool, message: str) -> None:
@@ -78,7 +81,9 @@ class DecodeConfig:
     leave cores idle (``engine.prefill``; exact: the caches are the same); ``draft_plan``: "auto"
     leaves the draft model out of a request whose expected output is too short to repay the draft's
     prefill (``engine.draft_plan``: prompt length, grammar bound, budget; no clock), "always" uses
-    it whenever the proposers name it.
+    it whenever the proposers name it; ``draft_gain_per_token``: the target forwards the draft model
+    saves per generated token beyond the free proposers, which that rule weighs (measured about 0 for
+    the default pair on this project's CPU host: ``engine.draft_plan``).
     """
 
     num_draft_tokens: int = NUM_DRAFT_TOKENS
@@ -95,6 +100,7 @@ class DecodeConfig:
     lookup_gate: bool = True
     prefill_overlap: str = "auto"
     draft_plan: str = "auto"
+    draft_gain_per_token: float = DRAFT_GAIN_PER_TOKEN
 
     def __post_init__(self) -> None:
         _check(isinstance(self.num_draft_tokens, int) and 0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS,
@@ -110,6 +116,8 @@ class DecodeConfig:
         _check(self.lookup_min_ngram >= 1, f"lookup_min_ngram must be >= 1, got {self.lookup_min_ngram!r}")
         _check(isinstance(self.draft_window, int) and self.draft_window >= 0, f"draft_window must be an integer >= 0, got {self.draft_window!r}")
         _check(self.prefill_overlap in PREFILL_OVERLAP, f"prefill_overlap must be one of {PREFILL_OVERLAP}, got {self.prefill_overlap!r}")
+        _check(isinstance(self.draft_gain_per_token, (int, float)) and -1.0 <= self.draft_gain_per_token <= 1.0,
+               f"draft_gain_per_token must be a number in [-1, 1], got {self.draft_gain_per_token!r}")
         _check(self.draft_plan in DRAFT_PLANS, f"draft_plan must be one of {DRAFT_PLANS}, got {self.draft_plan!r}")
         _check(self.verify_backend in VERIFY_BACKENDS, f"unknown verify backend {self.verify_backend!r}; choose from {VERIFY_BACKENDS}")
 

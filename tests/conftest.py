@@ -44,7 +44,9 @@ def gpt2_tokenizer():
 def tiny_generator(gpt2_tokenizer, tmp_path_factory):
     """A factory of Generators over two tiny random Llamas (target seed 1, draft seed 2) and GPT-2's
     tokenizer: ``tiny_generator(draft=False, max_new_tokens=200, ...)``; the one fixture every test
-    module's ``generator`` builds on."""
+    module's ``generator`` builds on. Its draft is always used (``draft_plan="always"``) unless a
+    test asks otherwise: on a CPU the default plan would leave it out (``engine.draft_plan``), and
+    the tests of speculative decoding would quietly test the free proposers alone."""
     from tiny_models import tiny_llama
 
     from constrained_spec.api import Generator
@@ -52,6 +54,7 @@ def tiny_generator(gpt2_tokenizer, tmp_path_factory):
     def make(draft: bool = True, **options):
         options.setdefault("progress", False)
         options.setdefault("cache_dir", tmp_path_factory.mktemp("cache"))
+        options.setdefault("draft_plan", "always")
         return Generator(tiny_llama(50257, seed=1), tiny_llama(50257, seed=2) if draft else None,
                          tokenizer=gpt2_tokenizer, **options)
 

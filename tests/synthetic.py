@@ -69,7 +69,7 @@ def make_decoder(target, draft, matcher, policy, *, num_draft_tokens: int = 4, m
                  debug_checks: bool = False, generator=None, grammar_strings=None, lookup: bool = False, draft_length=None,
                  restrict_head: bool = True, draft_confidence: float = 0.0, lookup_min_ngram: int = 3, on_tokens=None, draft_window: int = 0,
                  text_lookup=None, decoder_class=SpeculativeDecoder, lookup_gate: bool = True, prefill_overlap: str = "auto",
-                 draft_plan: str = "always", **extra) -> SpeculativeDecoder:
+                 draft_plan: str = "always", draft_gain_per_token: float = 0.0, **extra) -> SpeculativeDecoder:
     """A :class:`SpeculativeDecoder` from the loop's options as keywords (the tests' shorthand):
     ``grammar_strings`` / ``lookup`` / ``text_lookup`` become the free proposers, in the API's order;
     ``matcher`` may be a compiled automaton. ``draft_plan`` defaults to "always" here, so a test's
@@ -78,7 +78,8 @@ def make_decoder(target, draft, matcher, policy, *, num_draft_tokens: int = 4, m
         matcher = AutomatonMatcher(matcher)
     config = DecodeConfig(num_draft_tokens=num_draft_tokens, draft_confidence=draft_confidence, restrict_head=restrict_head,
                           lookup_min_ngram=lookup_min_ngram, debug_checks=debug_checks, draft_window=draft_window,
-                          lookup_gate=lookup_gate, prefill_overlap=prefill_overlap, draft_plan=draft_plan)
+                          lookup_gate=lookup_gate, prefill_overlap=prefill_overlap, draft_plan=draft_plan,
+                          draft_gain_per_token=draft_gain_per_token)
     proposers = []
     if grammar_strings is not None:
         proposers.append(GrammarStringProposer(grammar_strings))

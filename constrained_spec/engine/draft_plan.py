@@ -1,23 +1,26 @@
 """Whether a request uses the draft model at all: decided on its end-to-end cost, before the prefill.
 
 The draft model costs twice: its prefill (reading the prompt, before the first token) and its
-forwards while decoding; it pays back a share of a target forward per generated token. For a long
-prompt and a short answer (``{"answer":"yes"}`` after a 900-token tool list) the prefill alone
-costs more than the draft can save, and the request is faster with the free proposers only
-(grammar-forced strings, prompt lookup) and the target. So the draft is used iff
+forwards while decoding; it pays back a share of a target forward per generated token, beyond what
+the free proposers (grammar-forced strings, prompt lookup) already save. So the draft is used iff
 
-    expected new tokens * DRAFT_GAIN_PER_TOKEN >= draft prefill tokens * DRAFT_PREFILL_PER_TOKEN,
+    expected new tokens * gain per token >= draft prefill tokens * DRAFT_PREFILL_PER_TOKEN,
 
-both sides in units of one target forward of one token. Expected new tokens: the request's budget,
-capped by the longest output its grammar allows (``grammar.length_bound``: bytes, at
-``BYTES_PER_TOKEN`` per token) and, where the grammar is unbounded, by ``EXPECTED_UNBOUNDED``. A draft
-prefill that runs beside the target's (``engine.prefill``) costs no wait: the draft is then always
-used.
+both sides in units of one target forward of one token; a draft prefill that runs beside the
+target's (``engine.prefill``) costs no wait (0). Expected new tokens: the request's budget, capped
+by the longest output its grammar allows (``grammar.length_bound``: bytes, at ``BYTES_PER_TOKEN`` per
+token) and, where the grammar is unbounded, by ``EXPECTED_UNBOUNDED``: a long prompt before a short
+answer (``{"answer":"yes"}`` after a 900-token tool list) is where a draft repays its prefill least.
 
-The inputs are the prompt's length, the grammar, the budget and constants, never a clock: a seed
-reproduces its sample whatever the machine's load (timing-driven choices, like ``adaptive``, do
-not). Exact either way: without the draft the loop still verifies every proposal against the
-target (``tests/engine/test_distribution.py`` covers both paths).
+The gain per token is the pair's and the machine's: measured for the default pair on this
+project's CPU host it is about 0 (``DRAFT_GAIN_PER_TOKEN``), so on a CPU "auto" uses the draft only
+where its prefill is hidden; ``DecodeConfig.draft_gain_per_token`` sets it for a machine where the
+draft pays. A pair on another device keeps its draft (no measurement there).
+
+The inputs are the prompt's length, the grammar, the budget, the devices and constants, never a
+clock: a seed reproduces its sample whatever the machine's load (timing-driven choices, like
+``adaptive``, do not). Exact either way: without the draft the loop still verifies every proposal
+against the target (``tests/engine/test_distribution.py`` covers both paths).
 """
 
 from __future__ import annotations
@@ -25,12 +28,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-#: target forwards the draft model saves per generated token, beyond the free proposers: the default
-#: pair on the 8 tuned prompts, greedy, 2 threads (the measurement is in README's Speed section)
-DRAFT_GAIN_PER_TOKEN = 0.25
+from constrained_spec import config
+
+#: target forwards the draft model saves per generated token beyond what the free proposers save
+#: (``DecodeConfig.draft_gain_per_token`` overrides it): the default pair on CPUs. Measured on the 8
+#: tuned prompts (the default mode with the draft always used against grammar strings + prompt
+#: lookup alone, decode seconds per token over target-only's, median over prompts): -0.001 with one
+#: thread, -0.088 greedy and -0.028 at T = 0.7 with two (``results/bench-tuned-s14-plan-*``). On
+#: this AVX512 host a 6-token verify costs 1.98x a one-token forward and a draft forward about a
+#: third of one, so the draft's tokens pay for their forwards and no more: 0, and on a CPU the draft
+#: is used only where its prefill costs no wait (overlapped). Where a verify is flatter (session
+#: 1's AVX2 host: 1.4x) the draft pays; set the field there.
+DRAFT_GAIN_PER_TOKEN = config.DRAFT_GAIN_PER_TOKEN
 #: the draft's prefill per prompt token, in one-token target forwards: int8w 0.5B draft against the
-#: fp16w 1.5B target, 2.4 s for 800 tokens against 134 ms (one thread; 2 threads alike)
-DRAFT_PREFILL_PER_TOKEN = 0.022
+#: fp16w 1.5B target, 0.020 with one thread and 0.019 with two (median over the same 8 prompts)
+DRAFT_PREFILL_PER_TOKEN = 0.02
 #: bytes per token when turning a grammar's byte bound into a token count (Qwen2's tokenizer spends
 #: 2.5-4 bytes per token on compact JSON; 2 leans toward using the draft)
 BYTES_PER_TOKEN = 2.0
@@ -54,15 +66,17 @@ def expected_new_tokens(budget: int, bound_bytes: int | None) -> int:
     return max(1, min(budget, cap))
 
 
-def plan_draft(mode: str, prefill_tokens: int, expected_tokens: int, overlapped: bool,
+def plan_draft(mode: str, prefill_tokens: int, expected_tokens: int, overlapped: bool, on_cpu: bool = True,
                gain_per_token: float = DRAFT_GAIN_PER_TOKEN, prefill_per_token: float = DRAFT_PREFILL_PER_TOKEN) -> DraftPlan:
-    """Use the draft model for this request? ``mode``: "auto" (by the rule above) or "always"."""
+    """Use the draft model for this request? ``mode``: "auto" (by the rule above) or "always".
+    The constants were measured on CPUs only: a pair on another device keeps its draft."""
     if mode == "always":
         return DraftPlan(True, expected_tokens, prefill_tokens, "always")
-    if overlapped:
-        return DraftPlan(True, expected_tokens, prefill_tokens, "prefill overlapped")
+    if not on_cpu:
+        return DraftPlan(True, expected_tokens, prefill_tokens, "not on the CPU: the constants are CPU measurements")
     gain = expected_tokens * gain_per_token
-    cost = prefill_tokens * prefill_per_token
+    cost = 0.0 if overlapped else prefill_tokens * prefill_per_token  # an overlapped prefill costs no wait
+    where = " (prefill overlapped)" if overlapped else ""
     if gain >= cost:
-        return DraftPlan(True, expected_tokens, prefill_tokens, f"gain {gain:.2f} >= prefill {cost:.2f} target forwards")
-    return DraftPlan(False, expected_tokens, prefill_tokens, f"gain {gain:.2f} < prefill {cost:.2f} target forwards")
+        return DraftPlan(True, expected_tokens, prefill_tokens, f"gain {gain:.2f} >= prefill {cost:.2f} target forwards{where}")
+    return DraftPlan(False, expected_tokens, prefill_tokens, f"gain {gain:.2f} < prefill {cost:.2f} target forwards{where}")

@@ -53,7 +53,7 @@ class LookupGate:
     #: forward, so a lookup that is right proves it within a plan or two, and one that is wrong
     #: never costs a block (with 0.6 the first wrong plan of a SQL query cost two verifies)
     lookup_prior: float = 0.4
-    #: a keep rate per kind of lookup plan (``PromptLookupProposer.kind``: token n-grams or bytes,
+    #: a keep rate per kind of lookup plan (``Proposal.kind``: token n-grams or bytes,
     #: which find their matches in different places). Measured: on the tuned workload the split
     #: changed no decision (the same verifies and lookup counts as one shared rate, inventory-extract
     #: included, where the gate keeps out a lookup that was right 23 times of 33 without it)

@@ -29,7 +29,7 @@ from constrained_spec.engine.block import DraftBlock, TimedMatcher
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
 from constrained_spec.engine.draft_plan import expected_new_tokens, plan_draft
 from constrained_spec.engine.lookup_gate import LookupGate
-from constrained_spec.engine.prefill import draft_prefill_length, overlap_pays, prefill_pair
+from constrained_spec.engine.prefill import draft_prefill_length, on_cpu, overlap_pays, prefill_pair
 from constrained_spec.engine.proposers import DraftContext, DraftModelProposer, Proposal, Proposer
 from constrained_spec.engine.stats import DecodeHooks, DecodeResult, DecodeStats
 from constrained_spec.errors import ConfigError, ConstrainedSpecError, GrammarError, TokenBudgetExceeded
@@ -152,7 +152,9 @@ class SpeculativeDecoder:
         overlap = overlap_pays(self.target, self.draft, self.config.prefill_overlap, draft_tokens)
         if self.model is not None and self.draft_cap is None:  # a batch row keeps its slot's draft rows in step
             expected = expected_new_tokens(self.max_new_tokens, self.output_bound)
-            if not plan_draft(self.config.draft_plan, draft_tokens, expected, overlap).use_draft:
+            plan = plan_draft(self.config.draft_plan, draft_tokens, expected, overlap, on_cpu(self.target, self.draft),
+                              gain_per_token=self.config.draft_gain_per_token)
+            if not plan.use_draft:
                 self._leave_out_draft()
                 overlap = False
         times = prefill_pair(self.target, self.draft, prompt_ids, self.draft_offset, overlap)
@@ -204,8 +206,9 @@ class SpeculativeDecoder:
                 continue
             gate = self.lookup_gate
             if proposer.source == "lookup" and gate is not None:
-                gate.record(ctx.drafted, proposer.kind, [p.token for p in plan])  # scored against what the verify commits
-                if not gate.worth_it(len(plan), room, proposer.kind):
+                kind = plan[0].kind or proposer.source
+                gate.record(ctx.drafted, kind, [p.token for p in plan])  # scored against what the verify commits
+                if not gate.worth_it(len(plan), room, kind):
                     self.stats.lookup_gated += 1
                     continue
             return plan, proposer.source

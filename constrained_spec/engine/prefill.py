@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["OVERLAP_MIN_TOKENS", "PrefillTimes", "draft_prefill_length", "overlap_pays", "prefill_pair", "usable_cores"]
+__all__ = ["OVERLAP_MIN_TOKENS", "PrefillTimes", "draft_prefill_length", "on_cpu", "overlap_pays", "prefill_pair", "usable_cores"]
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,12 @@ def overlap_pays(target: Any, draft: Any, mode: str, draft_tokens: int = OVERLAP
         return True
     if draft_tokens < OVERLAP_MIN_TOKENS:
         return False
-    on_cpu = all(getattr(getattr(m, "device", None), "type", "cpu") == "cpu" for m in (target, draft))
-    return on_cpu and 2 * torch.get_num_threads() <= usable_cores()
+    return on_cpu(target, draft) and 2 * torch.get_num_threads() <= usable_cores()
+
+
+def on_cpu(*models: Any) -> bool:
+    """Whether every model given runs on the CPU."""
+    return all(getattr(getattr(m, "device", None), "type", "cpu") == "cpu" for m in models)
 
 
 def _prefill_one(model: Any, tokens: Sequence[int]) -> float:

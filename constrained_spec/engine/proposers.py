@@ -40,12 +40,15 @@ class Proposal:
 
     ``q``: the probabilities [V] (on the proposer's model device) the token was drawn from, or None
     for a point mass at ``token``. ``confidence``: the proposer's probability of its token where it
-    has one (used by stopping rules, which depend on the proposal alone).
+    has one (used by stopping rules, which depend on the proposal alone). ``kind``: how its plan
+    was found, where a source has several ways (prompt lookup: "ngram" token n-grams or "text"
+    bytes; the lookup gate keeps a keep rate for each, as they are right in different places).
     """
 
     token: int
     q: torch.Tensor | None = None
     confidence: float | None = None
+    kind: str | None = None
 
 
 @dataclass
@@ -59,13 +62,9 @@ class DraftContext:
 
 
 class Proposer(Protocol):
-    """A proposal source. ``source`` names it in stats ("grammar", "lookup", "model", ...);
-    ``kind`` names how its last plan was found, for keep rates that differ by it (the lookup gate
-    keeps one per kind: prompt lookup's token n-grams and bytes are right in different places);
-    a source with one way of proposing uses its source name."""
+    """A proposal source. ``source`` names it in stats ("grammar", "lookup", "model", ...)."""
 
     source: str
-    kind: str
 
     def propose(self, ctx: DraftContext) -> list[Proposal]:
         """Proposals for the next positions from ``ctx`` (empty: nothing to propose here)."""
@@ -139,7 +138,6 @@ class GrammarStringProposer:
     """Proposes the grammar-forced string (point masses)."""
 
     source = "grammar"
-    kind = "grammar"
 
     def __init__(self, strings: GrammarStrings) -> None:
         self.strings = strings
@@ -246,19 +244,17 @@ class PromptLookupProposer:
     def __init__(self, text: PromptText | None = None, min_ngram: int = 3) -> None:
         self.text = text
         self.min_ngram = min_ngram  # 3: measured more precise than 2 on the bench workload
-        #: which lookup made the last plan: "ngram" (token n-grams) or "text" (bytes); the lookup
-        #: gate keeps a keep rate for each (they are right in different places)
-        self.kind = "ngram"
 
     def propose(self, ctx: DraftContext) -> list[Proposal]:
+        """Point masses along the prompt's continuation; each names its lookup (``Proposal.kind``)."""
         n = self.min_ngram
-        self.kind = "ngram"
         tokens = prompt_lookup(ctx.ids, max_ngram=max(3, n), min_ngram=n)
-        if not tokens and self.text is not None:
-            self.kind = "text"
-            split = len(ctx.ids) - ctx.drafted
-            tokens = self.text.propose(ctx.ids[:split], ctx.ids[split:])
-        return [Proposal(t) for t in tokens]
+        if tokens:
+            return [Proposal(t, kind="ngram") for t in tokens]
+        if self.text is None:
+            return []
+        split = len(ctx.ids) - ctx.drafted
+        return [Proposal(t, kind="text") for t in self.text.propose(ctx.ids[:split], ctx.ids[split:])]
 
 
 # -- the draft model -------------------------------------------------------------------------------
@@ -284,7 +280,6 @@ class DraftModelProposer:
     """
 
     source = "model"
-    kind = "model"
 
     def __init__(self, model: SequenceModel, params: PolicyTensors, uniform: Callable[[int], torch.Tensor],
                  restricted_head_max_rows: int = 3000, restrict_head: bool = True, want_confidence: bool = False,

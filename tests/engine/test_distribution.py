@@ -344,7 +344,8 @@ def test_point_mass_proposals_grammar_strings_and_lookup_stay_exact(policy):
 
 def test_a_left_out_draft_stays_exact():
     """``draft_plan="auto"`` leaves the draft model out of a request whose output is too short to repay
-    its prefill (a 60-token prompt, a grammar of at most 7 bytes, ``grammar.length_bound``'s bound):
+    its prefill (a 60-token prompt, a grammar of at most 7 bytes by ``grammar.length_bound``, a
+    machine where the draft would pay for longer outputs: ``draft_gain_per_token=0.25``):
     the free proposers and the target alone sample the target's distribution; the same test rejects
     a wrong verifier in that setting (negative control)."""
     from constrained_spec.engine.proposers import GrammarStrings
@@ -354,7 +355,7 @@ def test_a_left_out_draft_stays_exact():
     automaton = AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(FORCED_REGEX)
     prompt = [(3 * i + 1) % 9 for i in range(60)]
     options = dict(prompt=prompt, grammar_strings=GrammarStrings(letters_encode, automaton.vocab), lookup=True,
-                   lookup_min_ngram=1, draft_plan="auto", output_bound=max_output_bytes(FORCED_REGEX))
+                   lookup_min_ngram=1, draft_plan="auto", output_bound=max_output_bytes(FORCED_REGEX), draft_gain_per_token=0.25)
     stats = stats_over_seeds(automaton, policy, 3, seeds=5, **options)
     assert stats["draft_skipped"] == 5 and stats["draft_forwards"] == 0 and stats["grammar_proposed"] > 0
     exact = exact_distribution(automaton.regex, policy, prompt=prompt)

@@ -32,21 +32,35 @@ def test_expected_tokens_come_from_the_budget_and_the_grammar():
     assert expected_new_tokens(512, 0) == 1
 
 
+GAIN = 0.25  # a machine where the draft pays: a quarter of a target forward per token
+
+
 def test_the_rule_weighs_the_gain_against_the_prefill():
-    break_even = DRAFT_PREFILL_PER_TOKEN / DRAFT_GAIN_PER_TOKEN  # expected tokens per prompt token
+    break_even = DRAFT_PREFILL_PER_TOKEN / GAIN  # expected tokens per prompt token
     prompt = 1000
     short, long = int(prompt * break_even) - 1, int(prompt * break_even) + 1
-    assert not plan_draft("auto", prompt, short, overlapped=False).use_draft
-    assert plan_draft("auto", prompt, long, overlapped=False).use_draft
-    assert plan_draft("auto", prompt, short, overlapped=True).use_draft  # an overlapped prefill costs no wait
+    assert not plan_draft("auto", prompt, short, overlapped=False, gain_per_token=GAIN).use_draft
+    assert plan_draft("auto", prompt, long, overlapped=False, gain_per_token=GAIN).use_draft
+    assert plan_draft("auto", prompt, short, overlapped=True, gain_per_token=GAIN).use_draft  # a hidden prefill costs no wait
     assert plan_draft("always", prompt, 1, overlapped=False).use_draft
-    assert "<" in plan_draft("auto", prompt, short, overlapped=False).reason
+    assert plan_draft("auto", prompt, short, overlapped=False, on_cpu=False).use_draft  # CPU constants only
+    assert "<" in plan_draft("auto", prompt, short, overlapped=False, gain_per_token=GAIN).reason
+    assert not plan_draft("auto", prompt, long, overlapped=True, gain_per_token=-0.1).use_draft  # a draft that costs
+
+
+def test_the_measured_default_uses_the_draft_on_a_cpu_only_where_its_prefill_is_hidden():
+    assert DRAFT_GAIN_PER_TOKEN == DecodeConfig().draft_gain_per_token == 0.0
+    assert not plan_draft("auto", 200, EXPECTED_UNBOUNDED, overlapped=False).use_draft
+    assert plan_draft("auto", 200, EXPECTED_UNBOUNDED, overlapped=True).use_draft
+    assert plan_draft("auto", 0, 5, overlapped=False).use_draft  # nothing to prefill: nothing to repay
 
 
 def test_the_option_is_checked():
     assert DecodeConfig().draft_plan == "auto"
     with pytest.raises(ConfigError, match="draft_plan"):
         DecodeConfig(draft_plan="never")
+    with pytest.raises(ConfigError, match="draft_gain_per_token"):
+        DecodeConfig(draft_gain_per_token=float("nan"))
 
 
 @pytest.fixture(scope="module")
@@ -66,16 +80,17 @@ LONG_PROMPT = "Here is a long document about several records. " * 40
 @pytest.mark.parametrize("regex,skipped", [(r"(yes|no)", True), (r'\{"name":"[a-z ]{3,60}","n":[0-9]{1,4}\}', False)],
                          ids=["short-answer", "record"])
 def test_a_short_answer_leaves_the_draft_out_and_greedy_output_stays(gpt2_tokenizer, tiny_pair, record_grammar, regex, skipped):
-    """On tiny models over GPT-2's tokenizer, a ~400-token prompt: a yes/no answer (at most 3 bytes)
-    runs without the draft, which is never prefilled nor run; a record keeps it. Greedy output equals
-    target-only either way."""
+    """On tiny models over GPT-2's tokenizer, a ~400-token prompt, a machine where the draft pays
+    (``draft_gain_per_token=0.25``): a yes/no answer (at most 3 bytes) runs without the draft,
+    which is never prefilled nor run; a record keeps it. Greedy output equals target-only either way."""
     automaton = record_grammar.compile(regex)
     target, draft = HFModel(tiny_pair[0]), HFModel(tiny_pair[1])
     prompt = gpt2_tokenizer(LONG_PROMPT + "Answer:")["input_ids"]
     assert len(prompt) > 300
     draft.reset()
     dec = make_decoder(target, draft, automaton, SamplingPolicy(temperature=0.0), num_draft_tokens=4, max_new_tokens=80,
-                       debug_checks=True, draft_plan="auto", prefill_overlap="off", output_bound=max_output_bytes(regex))
+                       debug_checks=True, draft_plan="auto", prefill_overlap="off", output_bound=max_output_bytes(regex),
+                       draft_gain_per_token=GAIN)
     result = dec.run(prompt)
     assert result.stats.draft_skipped is skipped
     assert (result.stats.draft_forwards == 0 and draft.length == 0) if skipped else result.stats.draft_forwards > 0

@@ -24,7 +24,7 @@ import itertools
 from typing import Any, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
-from constrained_spec.grammar.json_schema.lexeme_check import greedy_safe, to_node
+from constrained_spec.grammar.json_schema.lexeme_check import greedy_safe, nullable, nullable_by, to_node
 from constrained_spec.grammar.json_schema.regex_text import quantifier
 
 __all__ = ["placeholder", "build_lark"]
@@ -123,18 +123,6 @@ def _regex_text(node: Any) -> Optional[str]:
     raise _Mangled(kind)
 
 
-def _nullable(node: Any) -> bool:
-    """Whether a regex node's language holds the empty string."""
-    kind = node[0]
-    if kind == "set":
-        return False
-    if kind == "seq":
-        return all(_nullable(x) for x in node[1])
-    if kind == "alt":
-        return any(_nullable(x) for x in node[1])
-    return node[2] == 0 or _nullable(node[1])
-
-
 _UNKNOWN = ("unknown",)
 
 
@@ -145,7 +133,7 @@ def _without_empty(node: Any) -> Any:
     string: empty factors can be dropped); an alternation drops it from each branch; a sequence of
     nullable items is the alternation, over the first item that reads something, of that item
     less the empty string followed by the rest as they are."""
-    if not _nullable(node):
+    if not nullable(node):
         return node
     kind = node[0]
     if kind == "rep":
@@ -198,9 +186,9 @@ class _Builder:
             flat: list = []
             for it in items:
                 flat.extend(self._flat(it) if it[0] == "seq" else [it])
-            if len(flat) > 1 and any(_nullable(x) for x in flat):
+            if len(flat) > 1 and any(nullable(x) for x in flat):
                 chunks: list = []  # each run of parts that read something, and each optional part
-                for optional, group in itertools.groupby(flat, key=_nullable):
+                for optional, group in itertools.groupby(flat, key=nullable):
                     chunks.extend([[x] for x in group] if optional else [list(group)])
                 parts: list = []
                 for chunk in chunks:
@@ -217,7 +205,7 @@ class _Builder:
         node = ("seq", items) if len(items) != 1 else items[0]
         if node[0] == "seq" and not node[1]:
             return _EPS
-        if _nullable(node):
+        if nullable(node):
             # a lexeme must read something (greedy lexing of an empty lexeme is undefined):
             # ``T?`` with T the rest of the language, where that is plain to write
             inner = _without_empty(node)
@@ -381,16 +369,11 @@ class _Flow:
                 break
 
     def nullable(self, e: tuple) -> bool:
-        kind = e[0]
-        if kind == "T":
+        if e[0] == "T":
             return False
-        if kind == "R":
+        if e[0] == "R":
             return self.null_r[e[1]]
-        if kind == "seq":
-            return all(self.nullable(x) for x in e[1])
-        if kind == "alt":
-            return any(self.nullable(x) for x in e[1])
-        return e[2] == 0 or self.nullable(e[1])
+        return nullable_by(e, self.nullable)
 
     def first(self, e: tuple) -> frozenset:
         kind = e[0]

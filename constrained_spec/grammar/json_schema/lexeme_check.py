@@ -17,11 +17,11 @@ explored with Brzozowski derivatives over normalised, hashable nodes.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
 
-__all__ = ["Lexeme", "to_node", "greedy_safe", "first_chars"]
+__all__ = ["Lexeme", "to_node", "greedy_safe", "first_chars", "nullable"]
 
 #: the empty-string node
 EPS: tuple = ("seq", ())
@@ -104,6 +104,24 @@ def relaxed(n: tuple) -> Optional[tuple]:
     return _rep(body, lo, hi)
 
 
+def nullable_by(n: tuple, sub: Callable[[tuple], bool]) -> bool:
+    """Whether node ``n`` matches the empty string, given ``sub``: the same question for its parts
+    (so a caller may memoise the recursion)."""
+    kind = n[0]
+    if kind == "set":
+        return False
+    if kind == "seq":
+        return all(sub(x) for x in n[1])
+    if kind == "alt":
+        return any(sub(x) for x in n[1])
+    return bool(n[2] == 0 or sub(n[1]))
+
+
+def nullable(n: tuple) -> bool:
+    """Whether node ``n`` matches the empty string (not memoised)."""
+    return nullable_by(n, nullable)
+
+
 class _Lang:
     """Derivatives, nullability and front character sets, memoised, under a work budget."""
 
@@ -122,16 +140,7 @@ class _Lang:
     def nullable(self, n: tuple) -> bool:
         hit = self._null.get(n)
         if hit is None:
-            kind = n[0]
-            if kind == "set":
-                hit = False
-            elif kind == "seq":
-                hit = all(self.nullable(x) for x in n[1])
-            elif kind == "alt":
-                hit = any(self.nullable(x) for x in n[1])
-            else:
-                hit = n[2] == 0 or self.nullable(n[1])
-            self._null[n] = hit
+            hit = self._null[n] = nullable_by(n, self.nullable)
         return hit
 
     def front(self, n: tuple) -> tuple:
