@@ -29,20 +29,22 @@ def _workload():
 
 
 @pytest.mark.real_models
-@pytest.mark.parametrize("draft_window,overlap", [(0, "off"), (0, "on"), (256, "auto")],
-                         ids=["whole-prompt", "whole-prompt-overlapped", "window256"])
-def test_greedy_outputs_match_recorded_ids(draft_window, overlap):
+@pytest.mark.parametrize("draft_window,overlap,plan", [(0, "off", "always"), (0, "on", "always"), (256, "auto", "always"), (0, "off", "auto")],
+                         ids=["whole-prompt", "whole-prompt-overlapped", "window256", "draft-plan"])
+def test_greedy_outputs_match_recorded_ids(draft_window, overlap, plan):
     """Every lever that changes only the proposals or the order of work (here the draft's prompt
-    window, and its prefill beside the target's) keeps them."""
+    window, its prefill beside the target's, and the draft plan, which on a CPU leaves the draft out
+    where its prefill is not hidden) keeps them. The draft levers run with the draft always used."""
     from constrained_spec import Generator
 
     gen = Generator(progress=False)
     got = {}
     for item in _workload():
         result = gen.run(item.prompt, item.schema, max_new_tokens=MAX_NEW_TOKENS, temperature=0.0, draft_window=draft_window,
-                         prefill_overlap=overlap)
+                         prefill_overlap=overlap, draft_plan=plan)
         if overlap != "auto":
             assert result.stats.prefill_overlapped is (overlap == "on")
+        assert result.stats.draft_skipped is (plan == "auto")  # off: not overlapped, and the measured gain is 0
         got[item.id] = result.token_ids
     if not draft_window and overlap == "off" and os.environ.get("CONSTRAINED_SPEC_RECORD_GOLDEN") == "1":
         GOLDEN.write_text(json.dumps(got, indent=None) + "\n")

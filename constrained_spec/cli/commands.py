@@ -32,7 +32,7 @@ from constrained_spec.cli.args import (
     probability,
     proposer_list,
 )
-from constrained_spec.config import NUM_DRAFT_TOKENS, PROPOSERS, SCHEMA_HINT_STYLES, DecodeConfig
+from constrained_spec.config import DRAFT_PLANS, NUM_DRAFT_TOKENS, PROPOSERS, SCHEMA_HINT_STYLES, DecodeConfig
 from constrained_spec.errors import (
     ConstrainedSpecError,
     GrammarError,
@@ -202,7 +202,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from constrained_spec.progress import progress_after
 
     decode = DecodeConfig(num_draft_tokens=args.num_draft_tokens, proposers=proposers, verify_backend=args.backend,
-                          debug_checks=args.debug_checks)
+                          debug_checks=args.debug_checks, draft_plan=args.draft_plan)
     models = dataclasses.replace(model_config(args), draft=draft)
     gen = Generator.from_config(models, decode, schema_options=schema_options(args), max_new_tokens=args.max_new_tokens,
                                 schema_hint_style=args.schema_hint)
@@ -265,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--proposers", type=proposer_list, default=None,
                    help=f"proposal sources: a comma list of {', '.join(PROPOSERS)}, or all, or none "
                         "(default: all with a draft model, none with --draft none)")
+    g.add_argument("--draft-plan", default="auto", choices=DRAFT_PLANS,
+                   help="auto (default): use the draft model only where it repays its prefill (on a CPU: where the prefill "
+                        "runs beside the target's); always: whenever the proposers name it")
     g.add_argument("--temperature", type=non_negative_float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=non_negative_int, default=0, help="0 = no top-k cut (default)")
     g.add_argument("--top-p", type=probability, default=1.0, help="in (0, 1]; 1 = no nucleus cut (default)")

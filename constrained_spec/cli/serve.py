@@ -8,7 +8,7 @@ import os
 from typing import Sequence
 
 from constrained_spec.cli.args import add_model_arguments, model_config
-from constrained_spec.config import NUM_DRAFT_TOKENS, SCHEMA_HINT_STYLES, DecodeConfig
+from constrained_spec.config import DRAFT_PLANS, NUM_DRAFT_TOKENS, SCHEMA_HINT_STYLES, DecodeConfig
 from constrained_spec.serving.limits import (
     API_KEY_ENV,
     DEFAULT_MAX_QUEUE,
@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     add_model_arguments(p)
     p.add_argument("-k", "--num-draft-tokens", type=int, default=NUM_DRAFT_TOKENS, help=f"draft tokens per step (default {NUM_DRAFT_TOKENS})")
+    p.add_argument("--draft-plan", default="auto", choices=DRAFT_PLANS,
+                   help="auto (default): use the draft model only where it repays its prefill; always: for every request")
     p.add_argument("--max-new-tokens", type=int, default=512, help="default max_tokens when a request gives none")
     p.add_argument("--max-tokens-limit", type=int, default=None, help="refuse requests asking for more max_tokens")
     p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE, help="requests that may wait beyond the running ones (429 beyond)")
@@ -74,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from constrained_spec.api import Generator
     from constrained_spec.serving import create_app
 
-    generator = Generator.from_config(model_config(args), DecodeConfig(num_draft_tokens=args.num_draft_tokens),
+    generator = Generator.from_config(model_config(args), DecodeConfig(num_draft_tokens=args.num_draft_tokens, draft_plan=args.draft_plan),
                                       max_new_tokens=args.max_new_tokens, compile_timeout=args.compile_timeout,
                                       max_batch_size=args.max_batch_size, batch_max_tokens=args.batch_max_tokens,
                                       prefix_cache_mb=args.prefix_cache_mb, schema_hint_style=args.schema_hint)

@@ -260,3 +260,21 @@ def test_progress_shows_only_past_its_delay():
     with progress_after("compiling the schema", delay=0.05, stream=not_a_terminal):
         time.sleep(0.3)
     assert not_a_terminal.getvalue() == ""
+
+
+# -- --draft-plan: the draft model used where it repays its prefill, or always ---------------------
+
+def test_draft_plan_flag(model_dirs, tmp_path):
+    """On the CPU with the measured gain (0) and a short prompt (no overlapped prefill), the default
+    plan leaves the draft out; ``--draft-plan always`` uses it. Both values validate."""
+    schema = tmp_path / "city.json"
+    schema.write_text(json.dumps(CITY_SCHEMA))
+    stats = {}
+    for plan in ("auto", "always"):
+        out = run_cli("generate", "--schema", str(schema), "--prompt", CITY_PROMPT, "--model", model_dirs[0],
+                      "--draft", model_dirs[1], "--draft-plan", plan, "--stats", cache=tmp_path)
+        assert out.returncode == 0, out.stderr[-2000:]
+        jsonschema.validate(json.loads(out.stdout), CITY_SCHEMA)
+        stats[plan] = json.loads(out.stderr[out.stderr.index("{"):])
+    assert stats["auto"]["draft_skipped"] and stats["auto"]["draft_forwards"] == 0
+    assert not stats["always"]["draft_skipped"] and stats["always"]["draft_forwards"] > 0

@@ -331,7 +331,7 @@ def test_real_pair_end_to_end_greedy_identity_and_validity() -> None:
 
     if not all(_fetched(n) for n in src_mod.DEFAULT_PAIR):
         pytest.skip("default pair not fetched; run `constrained-spec fetch-models`")
-    gen = Generator(progress=False, num_draft_tokens=4, proposers=("draft", "grammar", "lookup"))
+    gen = Generator(progress=False, num_draft_tokens=4, proposers=("draft", "grammar", "lookup"), draft_plan="always")
     schema = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "person.json").read_text())
     prompt = "Ada Lovelace is 36 years old; write to ada@example.org."
     base = gen.run(prompt, schema, num_draft_tokens=0)
