@@ -359,9 +359,10 @@ def test_a_left_out_draft_stays_exact():
     stats = stats_over_seeds(automaton, policy, 3, seeds=5, **options)
     assert stats["draft_skipped"] == 5 and stats["draft_forwards"] == 0 and stats["grammar_proposed"] > 0
     exact = exact_distribution(automaton.regex, policy, prompt=prompt)
-    assert chi2_pvalue(sample(automaton, policy, 3, SAMPLES // 2, **options), exact) > ALPHA
-    wrong = sample(automaton, policy, 3, SAMPLES // 2, verifier=verify_resample_from_p, **options)
-    assert chi2_pvalue(wrong, exact) < ALPHA
+    good = chi2_pvalue(sample(automaton, policy, 3, SAMPLES // 4, **options), exact)
+    bad = chi2_pvalue(sample(automaton, policy, 3, SAMPLES // 4, verifier=verify_resample_from_p, **options), exact)
+    print(f"left-out draft: p-value {good:.4f}, wrong verifier {bad:.3g}")
+    assert good > ALPHA and bad < ALPHA
 
 
 class _EdgyGateDecoder:
