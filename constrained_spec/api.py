@@ -524,7 +524,8 @@ class Generator:
             with self._lock:
                 decoder = SpeculativeDecoder(self.target, self.draft if use_draft else None, compiled.matcher(), policy, config,
                                              draft_length=self.draft_length if config.adaptive else None,
-                                             output_bound=compiled.output_bound, **options)
+                                             output_bound=compiled.output_bound if use_draft and config.draft_plan == "auto" else None,
+                                             **options)
                 result = _decode(decoder, ids)
         else:  # a row of the batch: the same loop over views of the batched models (no lock)
             slot = batch.acquire()
