@@ -17,8 +17,22 @@ project's CPU host it is about 0 (``DRAFT_GAIN_PER_TOKEN``), so on a CPU "auto" 
 where its prefill is hidden; ``DecodeConfig.draft_gain_per_token`` sets it for a machine where the
 draft pays. A pair on another device keeps its draft (no measurement there).
 
-The inputs are the prompt's length, the grammar, the budget, the devices and constants, never a
-clock: a seed reproduces its sample whatever the machine's load (timing-driven choices, like
+**The draft joins late where the free proposers fall short.** A request that starts without the
+draft (the rule above said no) is watched while it decodes: its coverage, generated tokens per
+target forward, says how much the free proposers find in this output. JSON with its keys and copied
+values gets about 2 tokens a forward from them, and there the draft adds nothing; a Lark grammar's
+SQL or arithmetic gets about 1.3, and there the draft model's tokens save 0.4 target forwards per
+token (the default pair, two threads, ``results/bench-cfg-s15-t2``). So after
+``JOIN_MIN_TOKENS`` tokens and ``JOIN_MIN_VERIFIES`` verifies, the draft is brought in (its prefill
+then reads the prompt and the output so far) as soon as
+
+    remaining expected tokens * gain at this coverage >= draft prefill tokens * DRAFT_PREFILL_PER_TOKEN,
+
+with the gain :func:`gain_at_coverage`, a line in 1 / coverage through those two measurements. It
+joins once and stays.
+
+The inputs are the prompt's length, the grammar, the budget, the devices, the tokens decoded and
+the forwards they took, and constants, never a clock: a seed reproduces its sample whatever the machine's load (timing-driven choices, like
 ``adaptive``, do not). Exact either way: without the draft the loop still verifies every proposal
 against the target (``tests/engine/test_distribution.py`` covers both paths).
 """
@@ -48,6 +62,17 @@ DRAFT_PREFILL_PER_TOKEN = 0.02
 BYTES_PER_TOKEN = 2.0
 #: the tokens expected where the grammar does not bound the output (the budget caps it too)
 EXPECTED_UNBOUNDED = 256
+#: a request that started without the draft is judged for a late join only after this many
+#: generated tokens and target verifies (fewer say little about the output's coverage)
+JOIN_MIN_TOKENS = 16
+JOIN_MIN_VERIFIES = 4
+#: the coverage (generated tokens per target forward without the draft) where the draft model saves
+#: nothing, and the slope of its saving in 1 / coverage. Fitted on the default pair, two threads,
+#: greedy: the tuned JSON workload covers 2.06 tokens a forward and the draft saved -0.05 target
+#: forwards per token (``results/bench-tuned-s14-plan-t2``); the CFG workload covers 1.31 and the
+#: draft saved 0.40 (``results/bench-cfg-s15-t2``): 0.40 / (1 / 1.31 - 1 / 2.0) = 1.5
+BREAK_EVEN_COVERAGE = 2.0
+GAIN_SLOPE = 1.5
 
 
 @dataclass(frozen=True)
@@ -64,6 +89,24 @@ def expected_new_tokens(budget: int, bound_bytes: int | None) -> int:
     """Tokens a request is expected to generate: its budget, capped by the grammar's byte bound."""
     cap = EXPECTED_UNBOUNDED if bound_bytes is None else math.ceil(bound_bytes / BYTES_PER_TOKEN)
     return max(1, min(budget, cap))
+
+
+def gain_at_coverage(coverage: float) -> float:
+    """Target forwards the draft model is expected to save per generated token where the free
+    proposers alone cover ``coverage`` generated tokens per target forward (see the module text)."""
+    return GAIN_SLOPE * (1.0 / max(coverage, 1e-9) - 1.0 / BREAK_EVEN_COVERAGE)
+
+
+def join_draft(generated: int, target_forwards: int, expected_tokens: int, prefill_tokens: int,
+               gain_per_token: float = DRAFT_GAIN_PER_TOKEN, prefill_per_token: float = DRAFT_PREFILL_PER_TOKEN) -> bool:
+    """Whether a request decoding without the draft should bring it in now: ``generated`` tokens
+    took ``target_forwards`` verifies, ``expected_tokens`` are expected in all, and the draft's
+    prefill would read ``prefill_tokens``. The gain is the larger of the configured one and the
+    coverage's (:func:`gain_at_coverage`)."""
+    if generated < JOIN_MIN_TOKENS or target_forwards < JOIN_MIN_VERIFIES:
+        return False
+    gain = max(gain_per_token, gain_at_coverage(generated / target_forwards))
+    return gain > 0 and (expected_tokens - generated) * gain >= prefill_tokens * prefill_per_token
 
 
 def plan_draft(mode: str, prefill_tokens: int, expected_tokens: int, overlapped: bool, on_cpu: bool = True,

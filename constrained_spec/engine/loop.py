@@ -27,7 +27,7 @@ import torch
 from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.block import DraftBlock, TimedMatcher
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
-from constrained_spec.engine.draft_plan import expected_new_tokens, plan_draft
+from constrained_spec.engine.draft_plan import expected_new_tokens, join_draft, plan_draft
 from constrained_spec.engine.lookup_gate import LookupGate
 from constrained_spec.engine.prefill import draft_prefill_length, on_cpu, overlap_pays, prefill_pair
 from constrained_spec.engine.proposers import DraftContext, DraftModelProposer, Proposal, Proposer
@@ -110,6 +110,9 @@ class SpeculativeDecoder:
         self.prompt_len = 0
         self.draft_offset = 0  # committed tokens before the draft's cache (``draft_window``)
         self.output_bound = output_bound
+        #: the draft model and its proposer while the plan keeps them out; they may join later
+        self.held_draft: tuple[SequenceModel, DraftModelProposer] | None = None
+        self.expected_tokens = max_new_tokens  # the plan's estimate of this request's output length
 
     # -- helpers ---------------------------------------------------------------------------
     def _uniform(self, n: int, device: torch.device) -> torch.Tensor:
@@ -117,10 +120,36 @@ class SpeculativeDecoder:
         return torch.rand(n, generator=self.gen).to(device, non_blocking=True)
 
     def _leave_out_draft(self) -> None:
-        """This request runs without the draft model: free proposers (if any) and the target."""
+        """This request starts without the draft model: free proposers (if any) and the target. The
+        draft is held for a late join (:meth:`_bring_in_draft`)."""
+        if self.draft is not None and self.model is not None:
+            self.held_draft = (self.draft, self.model)
         self.draft, self.model, self.lookup_gate = None, None, None
         self.k = self.k if self.free else 0
         self.stats.draft_skipped = True
+
+    def _draft_should_join(self) -> bool:
+        """Whether the held draft should join now (``engine.draft_plan.join_draft``: the free
+        proposers' coverage so far against the draft's prefill of the prompt and output)."""
+        if self.held_draft is None or self.matcher.is_terminated():
+            return False
+        return join_draft(self.stats.generated_tokens, self.stats.target_forwards, self.expected_tokens,
+                          draft_prefill_length(len(self.committed), self.draft_offset),
+                          gain_per_token=self.config.draft_gain_per_token)
+
+    def _bring_in_draft(self) -> None:
+        """The held draft joins: it prefills the committed tokens from its window on (all but the
+        newest, which its first proposal feeds), and proposes from the next step on."""
+        assert self.held_draft is not None
+        draft, model = self.held_draft
+        self.held_draft = None
+        draft.reset()
+        if len(self.committed) - 1 > self.draft_offset:
+            draft.prefill(self.committed[self.draft_offset : -1])
+        self.draft, self.model = draft, model
+        self.lookup_gate = LookupGate() if self.config.lookup_gate else None
+        self.k = self.config.num_draft_tokens
+        self.stats.draft_joined_at = self.stats.generated_tokens
 
     @property
     def generated(self) -> list[int]:
@@ -151,7 +180,7 @@ class SpeculativeDecoder:
         draft_tokens = draft_prefill_length(len(prompt_ids), self.draft_offset)
         overlap = overlap_pays(self.target, self.draft, self.config.prefill_overlap, draft_tokens)
         if self.model is not None and self.draft_cap is None:  # a batch row keeps its slot's draft rows in step
-            expected = expected_new_tokens(self.max_new_tokens, self.output_bound)
+            self.expected_tokens = expected = expected_new_tokens(self.max_new_tokens, self.output_bound)
             plan = plan_draft(self.config.draft_plan, draft_tokens, expected, overlap, on_cpu(self.target, self.draft),
                               gain_per_token=self.config.draft_gain_per_token)
             if not plan.use_draft:
@@ -166,6 +195,8 @@ class SpeculativeDecoder:
             if remaining <= 0:
                 break
             count = self.step(remaining)
+            if self._draft_should_join():
+                self._bring_in_draft()
             if self.hooks.on_tokens is not None:
                 new = [t for t in self.committed[len(self.committed) - count :] if not self.matcher.is_eos(t)]
                 if new:

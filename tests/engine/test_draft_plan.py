@@ -13,7 +13,11 @@ from constrained_spec.engine.draft_plan import (
     DRAFT_GAIN_PER_TOKEN,
     DRAFT_PREFILL_PER_TOKEN,
     EXPECTED_UNBOUNDED,
+    JOIN_MIN_TOKENS,
+    JOIN_MIN_VERIFIES,
     expected_new_tokens,
+    gain_at_coverage,
+    join_draft,
     plan_draft,
 )
 from constrained_spec.errors import ConfigError
@@ -53,6 +57,24 @@ def test_the_measured_default_uses_the_draft_on_a_cpu_only_where_its_prefill_is_
     assert not plan_draft("auto", 200, EXPECTED_UNBOUNDED, overlapped=False).use_draft
     assert plan_draft("auto", 200, EXPECTED_UNBOUNDED, overlapped=True).use_draft
     assert plan_draft("auto", 0, 5, overlapped=False).use_draft  # nothing to prefill: nothing to repay
+
+
+def test_a_late_join_weighs_the_free_proposers_coverage_against_the_prefill():
+    """The draft joins a request that started without it where the free proposers cover few tokens
+    per forward, the output has far to go and the prompt is short enough to prefill again."""
+    # the two measurements the gain line was fitted on (module text): JSON ~2 tokens a forward, CFG ~1.3
+    assert gain_at_coverage(2.06) < 0 < gain_at_coverage(1.31)
+    assert abs(gain_at_coverage(1.31) - 0.40) < 0.05
+    assert gain_at_coverage(1.0) > gain_at_coverage(1.5) > gain_at_coverage(1.9)
+    low = dict(generated=32, target_forwards=30)  # about one token a forward: the free proposers find little
+    assert join_draft(**low, expected_tokens=256, prefill_tokens=200)
+    assert not join_draft(**low, expected_tokens=256, prefill_tokens=20_000)  # a prefill the rest cannot repay
+    assert not join_draft(**low, expected_tokens=36, prefill_tokens=200)  # too little left
+    assert not join_draft(generated=32, target_forwards=15, expected_tokens=256, prefill_tokens=0)  # JSON-like coverage: no gain
+    assert join_draft(generated=32, target_forwards=15, expected_tokens=256, prefill_tokens=200, gain_per_token=GAIN)
+    # too little evidence yet
+    assert not join_draft(JOIN_MIN_TOKENS - 1, JOIN_MIN_TOKENS - 1, 256, 0)
+    assert not join_draft(4 * JOIN_MIN_TOKENS, JOIN_MIN_VERIFIES - 1, 256, 0)
 
 
 def test_the_option_is_checked():
@@ -113,3 +135,30 @@ def test_the_plan_reads_no_clock_so_a_seed_repeats_its_sample(gpt2_tokenizer, ti
         assert result.stats.draft_skipped
         runs.append(result.token_ids)
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
+def test_a_left_out_draft_joins_where_the_free_proposers_find_little(gpt2_tokenizer, tiny_pair, record_grammar, temperature):
+    """Free text after a ~400-token prompt, the measured default gain (0): the draft is left out at
+    the start, the free proposers cover about a token per forward on tiny random models, so it joins
+    after ``JOIN_MIN_TOKENS``, prefills the prompt and the output so far, and proposes. The caches stay
+    in step (debug checks); greedy output equals target-only; a seeded sample repeats."""
+    regex = r"[a-z ]{120,300}"
+    automaton = record_grammar.compile(regex)
+    target, draft = HFModel(tiny_pair[0]), HFModel(tiny_pair[1])
+    prompt = gpt2_tokenizer(LONG_PROMPT + "Answer:")["input_ids"]
+    runs = []
+    for _ in range(2 if temperature else 1):
+        dec = make_decoder(target, draft, automaton, SamplingPolicy(temperature=temperature), num_draft_tokens=4,
+                           max_new_tokens=200, debug_checks=True, draft_plan="auto", prefill_overlap="off",
+                           output_bound=max_output_bytes(regex), generator=torch.Generator().manual_seed(3))
+        result = dec.run(prompt)
+        stats = result.stats
+        assert stats.draft_skipped and stats.draft_joined_at is not None and stats.draft_joined_at >= JOIN_MIN_TOKENS
+        assert stats.draft_forwards > 0
+        runs.append(result.token_ids)
+    if temperature:
+        assert runs[0] == runs[1]
+    else:
+        plain = make_decoder(target, None, automaton, SamplingPolicy(temperature=0.0), num_draft_tokens=0, max_new_tokens=200).run(prompt)
+        assert runs[0] == plain.token_ids
