@@ -80,8 +80,9 @@ class DecodeConfig:
     prefill the draft on a second thread while the target prefills, "auto" where torch's threads
     leave cores idle (``engine.prefill``; exact: the caches are the same); ``draft_plan``: "auto"
     leaves the draft model out of a request whose expected output is too short to repay the draft's
-    prefill (``engine.draft_plan``: prompt length, grammar bound, budget; no clock), "always" uses
-    it whenever the proposers name it; ``draft_gain_per_token``: the target forwards the draft model
+    prefill (``engine.draft_plan``: prompt length, grammar bound, budget; no clock), and brings it in
+    later where the free proposers turn out to cover few tokens per target forward (tokens and
+    forwards so far; no clock either), "always" uses it whenever the proposers name it; ``draft_gain_per_token``: the target forwards the draft model
     saves per generated token beyond the free proposers, which that rule weighs (measured about 0 for
     the default pair on this project's CPU host: ``engine.draft_plan``).
     """
