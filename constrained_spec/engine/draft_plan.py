@@ -77,11 +77,9 @@ GAIN_SLOPE = 1.5
 
 @dataclass(frozen=True)
 class DraftPlan:
-    """The decision and what it was made of (kept in the stats)."""
+    """The decision, and the figures it was made of in words (``DecodeStats.draft_plan_reason``)."""
 
     use_draft: bool
-    expected_tokens: int
-    prefill_tokens: int
     reason: str
 
 
@@ -114,12 +112,12 @@ def plan_draft(mode: str, prefill_tokens: int, expected_tokens: int, overlapped:
     """Use the draft model for this request? ``mode``: "auto" (by the rule above) or "always".
     The constants were measured on CPUs only: a pair on another device keeps its draft."""
     if mode == "always":
-        return DraftPlan(True, expected_tokens, prefill_tokens, "always")
+        return DraftPlan(True, "always")
     if not on_cpu:
-        return DraftPlan(True, expected_tokens, prefill_tokens, "not on the CPU: the constants are CPU measurements")
+        return DraftPlan(True, "not on the CPU: the constants are CPU measurements")
     gain = expected_tokens * gain_per_token
     cost = 0.0 if overlapped else prefill_tokens * prefill_per_token  # an overlapped prefill costs no wait
     where = " (prefill overlapped)" if overlapped else ""
     if gain >= cost:
-        return DraftPlan(True, expected_tokens, prefill_tokens, f"gain {gain:.2f} >= prefill {cost:.2f} target forwards{where}")
-    return DraftPlan(False, expected_tokens, prefill_tokens, f"gain {gain:.2f} < prefill {cost:.2f} target forwards{where}")
+        return DraftPlan(True, f"gain {gain:.2f} >= prefill {cost:.2f} target forwards{where}")
+    return DraftPlan(False, f"gain {gain:.2f} < prefill {cost:.2f} target forwards{where}")

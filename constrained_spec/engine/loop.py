@@ -183,6 +183,7 @@ class SpeculativeDecoder:
             self.expected_tokens = expected = expected_new_tokens(self.max_new_tokens, self.output_bound)
             plan = plan_draft(self.config.draft_plan, draft_tokens, expected, overlap, on_cpu(self.target, self.draft),
                               gain_per_token=self.config.draft_gain_per_token)
+            self.stats.draft_plan_reason = plan.reason
             if not plan.use_draft:
                 self._leave_out_draft()
                 overlap = False

@@ -39,6 +39,7 @@ class DecodeStats:
     draft_prefill_seconds: float = 0.0  # the draft's own prefill (inside prefill_seconds)
     prefill_overlapped: bool = False  # the draft prefilled beside the target (engine.prefill)
     draft_skipped: bool = False  # the draft model was left out at the start: too short an output to repay its prefill (engine.draft_plan)
+    draft_plan_reason: str = ""  # the plan's figures in words, where it was made ("gain 0.00 < prefill 8.10 target forwards")
     draft_joined_at: int | None = None  # generated tokens when a left-out draft joined (its late prefill is decode time)
     wall_seconds: float = 0.0
     stop_reason: str = ""

@@ -155,6 +155,7 @@ def test_a_left_out_draft_joins_where_the_free_proposers_find_little(gpt2_tokeni
         result = dec.run(prompt)
         stats = result.stats
         assert stats.draft_skipped and stats.draft_joined_at is not None and stats.draft_joined_at >= JOIN_MIN_TOKENS
+        assert stats.draft_plan_reason.startswith("gain 0.00 < prefill")
         assert stats.draft_forwards > 0
         runs.append(result.token_ids)
     if temperature:
