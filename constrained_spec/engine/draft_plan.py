@@ -28,8 +28,12 @@ then reads the prompt and the output so far) as soon as
 
     remaining expected tokens * gain at this coverage >= draft prefill tokens * DRAFT_PREFILL_PER_TOKEN,
 
-with the gain :func:`gain_at_coverage`, a line in 1 / coverage through those two measurements. It
-joins once and stays.
+with the gain :func:`gain_at_coverage`, a line in 1 / coverage through those two measurements.
+Coverage cannot tell structure the draft predicts well (a grammar's nested JSON) from prose it
+predicts badly, so the join is a trial: once the draft has decoded as much again, its tokens per
+cost unit (:func:`decode_cost`: a verify of n rows and the draft's forwards, in target forwards)
+are weighed against the same measure before it joined, and it leaves for good where it lowers them
+(:func:`draft_pays`). It joins at most once.
 
 The inputs are the prompt's length, the grammar, the budget, the devices, the tokens decoded and
 the forwards they took, and constants, never a clock: a seed reproduces its sample whatever the machine's load (timing-driven choices, like
@@ -73,6 +77,13 @@ JOIN_MIN_VERIFIES = 4
 #: draft saved 0.40 (``results/bench-cfg-s15-t2``): 0.40 / (1 / 1.31 - 1 / 2.0) = 1.5
 BREAK_EVEN_COVERAGE = 2.0
 GAIN_SLOPE = 1.5
+#: the decode costs the join's trial weighs, in one-token target forwards: each verify row past the
+#: first, and one draft forward. The default pair, two threads on this project's 2-core AVX512 host,
+#: 800 tokens of context: the fp16w target 113 ms for one token and 216 ms for six, the int8w draft
+#: 43 ms (``python benchmarks/dtype_probe.py --models qwen2.5-coder-1.5b qwen2.5-coder-0.5b --dtypes
+#: fp16w int8w --new 1 3 6 9 12 16 --context 800 --threads 2``)
+VERIFY_ROW_COST = 0.18
+DRAFT_FORWARD_COST = 0.38
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,22 @@ def join_draft(generated: int, target_forwards: int, expected_tokens: int, prefi
         return False
     gain = max(gain_per_token, gain_at_coverage(generated / target_forwards))
     return gain > 0 and (expected_tokens - generated) * gain >= prefill_tokens * prefill_per_token
+
+
+def decode_cost(target_forwards: int, verified_drafts: int, draft_forwards: int) -> float:
+    """Decode cost in one-token target forwards: verifies, their drafted rows, draft forwards."""
+    return target_forwards + VERIFY_ROW_COST * verified_drafts + DRAFT_FORWARD_COST * draft_forwards
+
+
+def draft_pays(before: tuple[int, float], since: tuple[int, float]) -> bool | None:
+    """The join's trial: (tokens, :func:`decode_cost`) before the draft joined and since. None
+    while the trial has too little evidence (``JOIN_MIN_TOKENS`` tokens since the join); else
+    whether the draft's tokens per cost are at least those before it."""
+    tokens_before, cost_before = before
+    tokens_since, cost_since = since
+    if tokens_since < JOIN_MIN_TOKENS or cost_since <= 0 or cost_before <= 0:
+        return None
+    return tokens_since / cost_since >= tokens_before / cost_before
 
 
 def plan_draft(mode: str, prefill_tokens: int, expected_tokens: int, overlapped: bool, on_cpu: bool = True,

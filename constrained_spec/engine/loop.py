@@ -27,7 +27,7 @@ import torch
 from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.block import DraftBlock, TimedMatcher
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
-from constrained_spec.engine.draft_plan import expected_new_tokens, join_draft, plan_draft
+from constrained_spec.engine.draft_plan import decode_cost, draft_pays, expected_new_tokens, join_draft, plan_draft
 from constrained_spec.engine.lookup_gate import LookupGate
 from constrained_spec.engine.prefill import draft_prefill_length, on_cpu, overlap_pays, prefill_pair
 from constrained_spec.engine.proposers import DraftContext, DraftModelProposer, Proposal, Proposer
@@ -112,6 +112,8 @@ class SpeculativeDecoder:
         self.output_bound = output_bound
         #: the draft model and its proposer while the plan keeps them out; they may join later
         self.held_draft: tuple[SequenceModel, DraftModelProposer] | None = None
+        #: (generated tokens, decode cost) when a held draft joined: its trial's baseline
+        self.join_point: tuple[int, float] | None = None
         self.expected_tokens = max_new_tokens  # the plan's estimate of this request's output length
 
     # -- helpers ---------------------------------------------------------------------------
@@ -127,6 +129,31 @@ class SpeculativeDecoder:
         self.draft, self.model, self.lookup_gate = None, None, None
         self.k = self.k if self.free else 0
         self.stats.draft_skipped = True
+
+    def _decode_so_far(self) -> tuple[int, float]:
+        """Generated tokens and their decode cost in target forwards (``draft_plan.decode_cost``)."""
+        st = self.stats
+        return st.generated_tokens, decode_cost(st.target_forwards, st.drafted_tokens, st.draft_forwards)
+
+    def _review_draft(self) -> None:
+        """After a step: the held draft joins where the free proposers cover little; a joined draft
+        whose tokens cost more than the tokens before it did leaves for good (``engine.draft_plan``)."""
+        if self.held_draft is not None:
+            if self._draft_should_join():
+                self._bring_in_draft()
+        elif self.join_point is not None and self.model is not None:
+            tokens, cost = self._decode_so_far()
+            before = self.join_point
+            if draft_pays(before, (tokens - before[0], cost - before[1])) is False:
+                self._drop_draft()
+
+    def _drop_draft(self) -> None:
+        """A joined draft that did not pay leaves for good; its cache is freed."""
+        assert self.draft is not None
+        self.draft.reset()
+        self.draft, self.model, self.lookup_gate, self.join_point = None, None, None, None
+        self.k = self.k if self.free else 0
+        self.stats.draft_left_at = self.stats.generated_tokens
 
     def _draft_should_join(self) -> bool:
         """Whether the held draft should join now (``engine.draft_plan.join_draft``: the free
@@ -150,6 +177,7 @@ class SpeculativeDecoder:
         self.lookup_gate = LookupGate() if self.config.lookup_gate else None
         self.k = self.config.num_draft_tokens
         self.stats.draft_joined_at = self.stats.generated_tokens
+        self.join_point = self._decode_so_far()
 
     @property
     def generated(self) -> list[int]:
@@ -196,8 +224,7 @@ class SpeculativeDecoder:
             if remaining <= 0:
                 break
             count = self.step(remaining)
-            if self._draft_should_join():
-                self._bring_in_draft()
+            self._review_draft()
             if self.hooks.on_tokens is not None:
                 new = [t for t in self.committed[len(self.committed) - count :] if not self.matcher.is_eos(t)]
                 if new:

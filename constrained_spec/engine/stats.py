@@ -41,6 +41,7 @@ class DecodeStats:
     draft_skipped: bool = False  # the draft model was left out at the start: too short an output to repay its prefill (engine.draft_plan)
     draft_plan_reason: str = ""  # the plan's figures in words, where it was made ("gain 0.00 < prefill 8.10 target forwards")
     draft_joined_at: int | None = None  # generated tokens when a left-out draft joined (its late prefill is decode time)
+    draft_left_at: int | None = None  # generated tokens when a joined draft left again: its tokens cost more than before
     wall_seconds: float = 0.0
     stop_reason: str = ""
 

@@ -15,6 +15,8 @@ from constrained_spec.engine.draft_plan import (
     EXPECTED_UNBOUNDED,
     JOIN_MIN_TOKENS,
     JOIN_MIN_VERIFIES,
+    decode_cost,
+    draft_pays,
     expected_new_tokens,
     gain_at_coverage,
     join_draft,
@@ -75,6 +77,19 @@ def test_a_late_join_weighs_the_free_proposers_coverage_against_the_prefill():
     # too little evidence yet
     assert not join_draft(JOIN_MIN_TOKENS - 1, JOIN_MIN_TOKENS - 1, 256, 0)
     assert not join_draft(4 * JOIN_MIN_TOKENS, JOIN_MIN_VERIFIES - 1, 256, 0)
+
+
+def test_the_joined_draft_stays_only_while_its_tokens_cost_less():
+    """The trial weighs tokens per decode cost (verifies, their rows, draft forwards) since the join
+    against before it; too few tokens since the join: no verdict yet."""
+    assert decode_cost(10, 0, 0) == 10
+    assert decode_cost(10, 40, 40) > decode_cost(10, 40, 0) > decode_cost(10, 0, 0)
+    before = (32, decode_cost(25, 10, 0))  # about 1.2 tokens per cost unit without the draft
+    good = (40, decode_cost(10, 40, 40))  # four tokens a verify with the draft
+    bad = (40, decode_cost(30, 40, 40))  # the draft's tokens mostly rejected
+    assert draft_pays(before, good) is True
+    assert draft_pays(before, bad) is False
+    assert draft_pays(before, (JOIN_MIN_TOKENS - 1, 100.0)) is None
 
 
 def test_the_option_is_checked():
@@ -163,3 +178,28 @@ def test_a_left_out_draft_joins_where_the_free_proposers_find_little(gpt2_tokeni
     else:
         plain = make_decoder(target, None, automaton, SamplingPolicy(temperature=0.0), num_draft_tokens=0, max_new_tokens=200).run(prompt)
         assert runs[0] == plain.token_ids
+
+
+@pytest.mark.parametrize("draft_seed,stays", [(1, True), (2, False)], ids=["draft-is-target", "unrelated-draft"])
+def test_a_joined_draft_stays_only_where_it_pays(draft_seed, stays):
+    """After its join, a draft equal to the target (every token kept) stays to the end; an unrelated
+    draft, whose tokens are mostly rejected, costs more per token than decoding did before it and
+    leaves after its trial. Greedy output equals target-only either way (debug checks on)."""
+    from synthetic import PrefixModel, letters_vocab
+
+    automaton = AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(r"[abc]{80,120}")
+    prompt = [(5 * i + 2) % 9 for i in range(400)]
+    target, draft = PrefixModel(10, seed=1), PrefixModel(10, seed=draft_seed)
+    dec = make_decoder(target, draft, automaton, SamplingPolicy(temperature=0.0), num_draft_tokens=4, max_new_tokens=150,
+                       debug_checks=True, draft_plan="auto", prefill_overlap="off", output_bound=120)
+    result = dec.run(prompt)
+    stats = result.stats
+    assert stats.draft_skipped and stats.draft_joined_at is not None and stats.draft_forwards > 0
+    if stays:
+        assert stats.draft_left_at is None
+    else:
+        assert stats.draft_left_at is not None and stats.draft_left_at >= stats.draft_joined_at + JOIN_MIN_TOKENS
+        assert draft.length == 0  # its cache freed
+    plain = make_decoder(PrefixModel(10, seed=1), None, automaton, SamplingPolicy(temperature=0.0), num_draft_tokens=0,
+                         max_new_tokens=150).run(prompt)
+    assert result.token_ids == plain.token_ids
