@@ -498,7 +498,7 @@ def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature:
     rec.update(
         ok=True, valid=valid, text=result.text, token_ids=list(result.token_ids), stats=s.as_dict(),
         generated_tokens=gen_tokens, tokens_per_second=s.tokens_per_second, wall_s=s.wall_seconds,
-        prefill_s=s.prefill_seconds, draft_prefill_s=s.draft_prefill_seconds, prefill_overlapped=s.prefill_overlapped, draft_skipped=s.draft_skipped, draft_joined_at=s.draft_joined_at, draft_left_at=s.draft_left_at, decode_s=decode_s, target_forwards=s.target_forwards,
+        prefill_s=s.prefill_seconds, draft_prefill_s=s.draft_prefill_seconds, prefill_overlapped=s.prefill_overlapped, draft_skipped=s.draft_skipped, decode_s=decode_s, target_forwards=s.target_forwards,
         draft_forwards=s.draft_forwards, drafted_tokens=s.drafted_tokens, accepted_tokens=s.accepted_tokens,
         forced_tokens=s.forced_tokens, steps=s.steps, acceptance_rate=s.acceptance_rate if s.drafted_tokens else None,
         mean_accepted_len=(s.accepted_tokens / s.target_forwards) if (s.target_forwards and mode.k) else None,

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, SCHEMA_HINT_STYLES, DecodeConfig, ModelConfig, fields_of
 from constrained_spec.engine.batching import BatchCoordinator
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
+from constrained_spec.engine.draft_plan import default_gain
 from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.engine.proposers import GrammarStringProposer, GrammarStrings, PromptLookupProposer, PromptText, Proposer
 from constrained_spec.engine.stats import DecodeHooks, DecodeStats
@@ -525,6 +526,7 @@ class Generator:
                 decoder = SpeculativeDecoder(self.target, self.draft if use_draft else None, compiled.matcher(), policy, config,
                                              draft_length=self.draft_length if config.adaptive else None,
                                              output_bound=compiled.output_bound if use_draft and config.draft_plan == "auto" else None,
+                                             draft_gain=default_gain(compiled.spec.kind),
                                              **options)
                 result = _decode(decoder, ids)
         else:  # a row of the batch: the same loop over views of the batched models (no lock)

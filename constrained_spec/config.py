@@ -52,9 +52,11 @@ PREFILL_OVERLAP = ("auto", "on", "off")
 #: ``DecodeConfig.draft_plan``: whether a request uses the draft model, by its end-to-end cost
 #: (``engine.draft_plan``: "auto") or always
 DRAFT_PLANS = ("auto", "always")
-#: ``DecodeConfig.draft_gain_per_token``'s default (its measurement: ``engine.draft_plan``); kept here
-#: too so the config imports no torch
+#: the draft model's gain per generated token where ``DecodeConfig.draft_gain_per_token`` is None:
+#: by the kind of constraint, for JSON Schema, Pydantic and regex outputs and for Lark grammars'
+#: (their measurements: ``engine.draft_plan``); kept here too so the config imports no torch
 DRAFT_GAIN_PER_TOKEN = 0.0
+DRAFT_GAIN_PER_TOKEN_LARK = 0.4
 
 
 def _check(ok: bool, message: str) -> None:
@@ -80,11 +82,12 @@ class DecodeConfig:
     prefill the draft on a second thread while the target prefills, "auto" where torch's threads
     leave cores idle (``engine.prefill``; exact: the caches are the same); ``draft_plan``: "auto"
     leaves the draft model out of a request whose expected output is too short to repay the draft's
-    prefill (``engine.draft_plan``: prompt length, grammar bound, budget; no clock), and brings it in
-    later where the free proposers turn out to cover few tokens per target forward (tokens and
-    forwards so far; no clock either), "always" uses it whenever the proposers name it; ``draft_gain_per_token``: the target forwards the draft model
-    saves per generated token beyond the free proposers, which that rule weighs (measured about 0 for
-    the default pair on this project's CPU host: ``engine.draft_plan``).
+    prefill (``engine.draft_plan``: prompt length, grammar bound, budget; no clock), "always" uses
+    it whenever the proposers name it; ``draft_gain_per_token``: the target forwards the draft model
+    saves per generated token beyond the free proposers, which that rule weighs (None: by the kind of
+    constraint, as measured for the default pair on this project's CPU host: about 0 for JSON Schema,
+    where grammar strings and prompt lookup leave the draft little, 0.4 for a Lark grammar's output,
+    where they find little; ``engine.draft_plan``).
     """
 
     num_draft_tokens: int = NUM_DRAFT_TOKENS
@@ -101,7 +104,7 @@ class DecodeConfig:
     lookup_gate: bool = True
     prefill_overlap: str = "auto"
     draft_plan: str = "auto"
-    draft_gain_per_token: float = DRAFT_GAIN_PER_TOKEN
+    draft_gain_per_token: float | None = None
 
     def __post_init__(self) -> None:
         _check(isinstance(self.num_draft_tokens, int) and 0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS,
@@ -117,8 +120,9 @@ class DecodeConfig:
         _check(self.lookup_min_ngram >= 1, f"lookup_min_ngram must be >= 1, got {self.lookup_min_ngram!r}")
         _check(isinstance(self.draft_window, int) and self.draft_window >= 0, f"draft_window must be an integer >= 0, got {self.draft_window!r}")
         _check(self.prefill_overlap in PREFILL_OVERLAP, f"prefill_overlap must be one of {PREFILL_OVERLAP}, got {self.prefill_overlap!r}")
-        _check(isinstance(self.draft_gain_per_token, (int, float)) and -1.0 <= self.draft_gain_per_token <= 1.0,
-               f"draft_gain_per_token must be a number in [-1, 1], got {self.draft_gain_per_token!r}")
+        gain = self.draft_gain_per_token
+        _check(gain is None or (isinstance(gain, (int, float)) and -1.0 <= gain <= 1.0),
+               f"draft_gain_per_token must be None or a number in [-1, 1], got {gain!r}")
         _check(self.draft_plan in DRAFT_PLANS, f"draft_plan must be one of {DRAFT_PLANS}, got {self.draft_plan!r}")
         _check(self.verify_backend in VERIFY_BACKENDS, f"unknown verify backend {self.verify_backend!r}; choose from {VERIFY_BACKENDS}")
 

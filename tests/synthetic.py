@@ -69,7 +69,7 @@ def make_decoder(target, draft, matcher, policy, *, num_draft_tokens: int = 4, m
                  debug_checks: bool = False, generator=None, grammar_strings=None, lookup: bool = False, draft_length=None,
                  restrict_head: bool = True, draft_confidence: float = 0.0, lookup_min_ngram: int = 3, on_tokens=None, draft_window: int = 0,
                  text_lookup=None, decoder_class=SpeculativeDecoder, lookup_gate: bool = True, prefill_overlap: str = "auto",
-                 draft_plan: str = "always", draft_gain_per_token: float = 0.0, **extra) -> SpeculativeDecoder:
+                 draft_plan: str = "always", draft_gain_per_token: float | None = None, **extra) -> SpeculativeDecoder:
     """A :class:`SpeculativeDecoder` from the loop's options as keywords (the tests' shorthand):
     ``grammar_strings`` / ``lookup`` / ``text_lookup`` become the free proposers, in the API's order;
     ``matcher`` may be a compiled automaton. ``draft_plan`` defaults to "always" here, so a test's

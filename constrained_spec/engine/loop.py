@@ -27,7 +27,7 @@ import torch
 from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.block import DraftBlock, TimedMatcher
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
-from constrained_spec.engine.draft_plan import decode_cost, draft_pays, expected_new_tokens, join_draft, plan_draft
+from constrained_spec.engine.draft_plan import DRAFT_GAIN_PER_TOKEN, expected_new_tokens, plan_draft
 from constrained_spec.engine.lookup_gate import LookupGate
 from constrained_spec.engine.prefill import draft_prefill_length, on_cpu, overlap_pays, prefill_pair
 from constrained_spec.engine.proposers import DraftContext, DraftModelProposer, Proposal, Proposer
@@ -52,7 +52,8 @@ class SpeculativeDecoder:
     the draft model, when given, proposes where none of them does. ``draft_length``: adaptive k
     (``config.num_draft_tokens`` is then the cap). ``draft_cap``: k -> the draft length for this
     step (a batch lowers it as rows join: ``engine.batching``). ``output_bound``: the most bytes the
-    grammar's language allows (None: unbounded or unknown), for ``config.draft_plan``.
+    grammar's language allows (None: unbounded or unknown), and ``draft_gain``: the draft's gain
+    per token for this kind of output (``draft_plan.default_gain``), for ``config.draft_plan``.
     """
 
     def __init__(
@@ -72,6 +73,7 @@ class SpeculativeDecoder:
         allowed_mask: Callable[[GrammarMatcher], torch.Tensor] | None = None,
         draft_cap: Callable[[int], int] | None = None,
         output_bound: int | None = None,
+        draft_gain: float | None = None,
     ) -> None:
         if max_new_tokens < 1:
             raise ConfigError("max_new_tokens must be >= 1")
@@ -110,11 +112,9 @@ class SpeculativeDecoder:
         self.prompt_len = 0
         self.draft_offset = 0  # committed tokens before the draft's cache (``draft_window``)
         self.output_bound = output_bound
-        #: the draft model and its proposer while the plan keeps them out; they may join later
-        self.held_draft: tuple[SequenceModel, DraftModelProposer] | None = None
-        #: (generated tokens, decode cost) when a held draft joined: its trial's baseline
-        self.join_point: tuple[int, float] | None = None
-        self.expected_tokens = max_new_tokens  # the plan's estimate of this request's output length
+        #: the draft's gain per token the plan weighs: the config's, else the caller's for this
+        #: constraint's kind (``draft_plan.default_gain``), else the JSON Schema figure
+        self.draft_gain = next(g for g in (config.draft_gain_per_token, draft_gain, DRAFT_GAIN_PER_TOKEN) if g is not None)
 
     # -- helpers ---------------------------------------------------------------------------
     def _uniform(self, n: int, device: torch.device) -> torch.Tensor:
@@ -122,62 +122,10 @@ class SpeculativeDecoder:
         return torch.rand(n, generator=self.gen).to(device, non_blocking=True)
 
     def _leave_out_draft(self) -> None:
-        """This request starts without the draft model: free proposers (if any) and the target. The
-        draft is held for a late join (:meth:`_bring_in_draft`)."""
-        if self.draft is not None and self.model is not None:
-            self.held_draft = (self.draft, self.model)
+        """This request runs without the draft model: free proposers (if any) and the target."""
         self.draft, self.model, self.lookup_gate = None, None, None
         self.k = self.k if self.free else 0
         self.stats.draft_skipped = True
-
-    def _decode_so_far(self) -> tuple[int, float]:
-        """Generated tokens and their decode cost in target forwards (``draft_plan.decode_cost``)."""
-        st = self.stats
-        return st.generated_tokens, decode_cost(st.target_forwards, st.drafted_tokens, st.draft_forwards)
-
-    def _review_draft(self) -> None:
-        """After a step: the held draft joins where the free proposers cover little; a joined draft
-        whose tokens cost more than the tokens before it did leaves for good (``engine.draft_plan``)."""
-        if self.held_draft is not None:
-            if self._draft_should_join():
-                self._bring_in_draft()
-        elif self.join_point is not None and self.model is not None:
-            tokens, cost = self._decode_so_far()
-            before = self.join_point
-            if draft_pays(before, (tokens - before[0], cost - before[1])) is False:
-                self._drop_draft()
-
-    def _drop_draft(self) -> None:
-        """A joined draft that did not pay leaves for good; its cache is freed."""
-        assert self.draft is not None
-        self.draft.reset()
-        self.draft, self.model, self.lookup_gate, self.join_point = None, None, None, None
-        self.k = self.k if self.free else 0
-        self.stats.draft_left_at = self.stats.generated_tokens
-
-    def _draft_should_join(self) -> bool:
-        """Whether the held draft should join now (``engine.draft_plan.join_draft``: the free
-        proposers' coverage so far against the draft's prefill of the prompt and output)."""
-        if self.held_draft is None or self.matcher.is_terminated():
-            return False
-        return join_draft(self.stats.generated_tokens, self.stats.target_forwards, self.expected_tokens,
-                          draft_prefill_length(len(self.committed), self.draft_offset),
-                          gain_per_token=self.config.draft_gain_per_token)
-
-    def _bring_in_draft(self) -> None:
-        """The held draft joins: it prefills the committed tokens from its window on (all but the
-        newest, which its first proposal feeds), and proposes from the next step on."""
-        assert self.held_draft is not None
-        draft, model = self.held_draft
-        self.held_draft = None
-        draft.reset()
-        if len(self.committed) - 1 > self.draft_offset:
-            draft.prefill(self.committed[self.draft_offset : -1])
-        self.draft, self.model = draft, model
-        self.lookup_gate = LookupGate() if self.config.lookup_gate else None
-        self.k = self.config.num_draft_tokens
-        self.stats.draft_joined_at = self.stats.generated_tokens
-        self.join_point = self._decode_so_far()
 
     @property
     def generated(self) -> list[int]:
@@ -208,9 +156,9 @@ class SpeculativeDecoder:
         draft_tokens = draft_prefill_length(len(prompt_ids), self.draft_offset)
         overlap = overlap_pays(self.target, self.draft, self.config.prefill_overlap, draft_tokens)
         if self.model is not None and self.draft_cap is None:  # a batch row keeps its slot's draft rows in step
-            self.expected_tokens = expected = expected_new_tokens(self.max_new_tokens, self.output_bound)
+            expected = expected_new_tokens(self.max_new_tokens, self.output_bound)
             plan = plan_draft(self.config.draft_plan, draft_tokens, expected, overlap, on_cpu(self.target, self.draft),
-                              gain_per_token=self.config.draft_gain_per_token)
+                              gain_per_token=self.draft_gain)
             self.stats.draft_plan_reason = plan.reason
             if not plan.use_draft:
                 self._leave_out_draft()
@@ -224,7 +172,6 @@ class SpeculativeDecoder:
             if remaining <= 0:
                 break
             count = self.step(remaining)
-            self._review_draft()
             if self.hooks.on_tokens is not None:
                 new = [t for t in self.committed[len(self.committed) - count :] if not self.matcher.is_eos(t)]
                 if new:

@@ -38,10 +38,8 @@ class DecodeStats:
     prefill_seconds: float = 0.0
     draft_prefill_seconds: float = 0.0  # the draft's own prefill (inside prefill_seconds)
     prefill_overlapped: bool = False  # the draft prefilled beside the target (engine.prefill)
-    draft_skipped: bool = False  # the draft model was left out at the start: too short an output to repay its prefill (engine.draft_plan)
+    draft_skipped: bool = False  # the draft model was left out: too short an output to repay its prefill (engine.draft_plan)
     draft_plan_reason: str = ""  # the plan's figures in words, where it was made ("gain 0.00 < prefill 8.10 target forwards")
-    draft_joined_at: int | None = None  # generated tokens when a left-out draft joined (its late prefill is decode time)
-    draft_left_at: int | None = None  # generated tokens when a joined draft left again: its tokens cost more than before
     wall_seconds: float = 0.0
     stop_reason: str = ""
 
@@ -59,8 +57,8 @@ class DecodeStats:
         decode = self.wall_seconds - self.prefill_seconds
         return self.generated_tokens / decode if decode > 0 else 0.0
 
-    def as_dict(self) -> dict[str, float | int | str | None]:
-        d: dict[str, float | int | str | None] = asdict(self)
+    def as_dict(self) -> dict[str, float | int | str]:
+        d: dict[str, float | int | str] = asdict(self)
         d["acceptance_rate"] = round(self.acceptance_rate, 4)
         d["tokens_per_target_forward"] = round(self.tokens_per_target_forward, 4)
         d["tokens_per_second"] = round(self.tokens_per_second, 3)

@@ -11,15 +11,11 @@ from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.draft_plan import (
     BYTES_PER_TOKEN,
     DRAFT_GAIN_PER_TOKEN,
+    DRAFT_GAIN_PER_TOKEN_LARK,
     DRAFT_PREFILL_PER_TOKEN,
     EXPECTED_UNBOUNDED,
-    JOIN_MIN_TOKENS,
-    JOIN_MIN_VERIFIES,
-    decode_cost,
-    draft_pays,
+    default_gain,
     expected_new_tokens,
-    gain_at_coverage,
-    join_draft,
     plan_draft,
 )
 from constrained_spec.errors import ConfigError
@@ -55,41 +51,21 @@ def test_the_rule_weighs_the_gain_against_the_prefill():
 
 
 def test_the_measured_default_uses_the_draft_on_a_cpu_only_where_its_prefill_is_hidden():
-    assert DRAFT_GAIN_PER_TOKEN == DecodeConfig().draft_gain_per_token == 0.0
+    assert DecodeConfig().draft_gain_per_token is None  # by the kind of constraint
+    assert default_gain("json") == default_gain("pydantic") == default_gain("regex") == DRAFT_GAIN_PER_TOKEN == 0.0
     assert not plan_draft("auto", 200, EXPECTED_UNBOUNDED, overlapped=False).use_draft
     assert plan_draft("auto", 200, EXPECTED_UNBOUNDED, overlapped=True).use_draft
     assert plan_draft("auto", 0, 5, overlapped=False).use_draft  # nothing to prefill: nothing to repay
 
 
-def test_a_late_join_weighs_the_free_proposers_coverage_against_the_prefill():
-    """The draft joins a request that started without it where the free proposers cover few tokens
-    per forward, the output has far to go and the prompt is short enough to prefill again."""
-    # the two measurements the gain line was fitted on (module text): JSON ~2 tokens a forward, CFG ~1.3
-    assert gain_at_coverage(2.06) < 0 < gain_at_coverage(1.31)
-    assert abs(gain_at_coverage(1.31) - 0.40) < 0.05
-    assert gain_at_coverage(1.0) > gain_at_coverage(1.5) > gain_at_coverage(1.9)
-    low = dict(generated=32, target_forwards=30)  # about one token a forward: the free proposers find little
-    assert join_draft(**low, expected_tokens=256, prefill_tokens=200)
-    assert not join_draft(**low, expected_tokens=256, prefill_tokens=20_000)  # a prefill the rest cannot repay
-    assert not join_draft(**low, expected_tokens=36, prefill_tokens=200)  # too little left
-    assert not join_draft(generated=32, target_forwards=15, expected_tokens=256, prefill_tokens=0)  # JSON-like coverage: no gain
-    assert join_draft(generated=32, target_forwards=15, expected_tokens=256, prefill_tokens=200, gain_per_token=GAIN)
-    # too little evidence yet
-    assert not join_draft(JOIN_MIN_TOKENS - 1, JOIN_MIN_TOKENS - 1, 256, 0)
-    assert not join_draft(4 * JOIN_MIN_TOKENS, JOIN_MIN_VERIFIES - 1, 256, 0)
-
-
-def test_the_joined_draft_stays_only_while_its_tokens_cost_less():
-    """The trial weighs tokens per decode cost (verifies, their rows, draft forwards) since the join
-    against before it; too few tokens since the join: no verdict yet."""
-    assert decode_cost(10, 0, 0) == 10
-    assert decode_cost(10, 40, 40) > decode_cost(10, 40, 0) > decode_cost(10, 0, 0)
-    before = (32, decode_cost(25, 10, 0))  # about 1.2 tokens per cost unit without the draft
-    good = (40, decode_cost(10, 40, 40))  # four tokens a verify with the draft
-    bad = (40, decode_cost(30, 40, 40))  # the draft's tokens mostly rejected
-    assert draft_pays(before, good) is True
-    assert draft_pays(before, bad) is False
-    assert draft_pays(before, (JOIN_MIN_TOKENS - 1, 100.0)) is None
+def test_a_lark_grammars_output_keeps_the_draft_unless_short_after_a_long_prompt():
+    """The free proposers find little in a Lark grammar's output (nothing forced, little to copy), so
+    its measured gain is positive: the draft is used for an unbounded output after a 1,000-token
+    prompt, left out of a 20-token budget after a 2,000-token one."""
+    gain = default_gain("lark")
+    assert gain == DRAFT_GAIN_PER_TOKEN_LARK > 0
+    assert plan_draft("auto", 1000, expected_new_tokens(512, None), overlapped=False, gain_per_token=gain).use_draft
+    assert not plan_draft("auto", 2000, expected_new_tokens(20, None), overlapped=False, gain_per_token=gain).use_draft
 
 
 def test_the_option_is_checked():
@@ -98,6 +74,7 @@ def test_the_option_is_checked():
         DecodeConfig(draft_plan="never")
     with pytest.raises(ConfigError, match="draft_gain_per_token"):
         DecodeConfig(draft_gain_per_token=float("nan"))
+    assert DecodeConfig(draft_gain_per_token=0.3).draft_gain_per_token == 0.3
 
 
 @pytest.fixture(scope="module")
@@ -152,54 +129,20 @@ def test_the_plan_reads_no_clock_so_a_seed_repeats_its_sample(gpt2_tokenizer, ti
     assert runs[0] == runs[1]
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
-def test_a_left_out_draft_joins_where_the_free_proposers_find_little(gpt2_tokenizer, tiny_pair, record_grammar, temperature):
-    """Free text after a ~400-token prompt, the measured default gain (0): the draft is left out at
-    the start, the free proposers cover about a token per forward on tiny random models, so it joins
-    after ``JOIN_MIN_TOKENS``, prefills the prompt and the output so far, and proposes. The caches stay
-    in step (debug checks); greedy output equals target-only; a seeded sample repeats."""
-    regex = r"[a-z ]{120,300}"
-    automaton = record_grammar.compile(regex)
-    target, draft = HFModel(tiny_pair[0]), HFModel(tiny_pair[1])
-    prompt = gpt2_tokenizer(LONG_PROMPT + "Answer:")["input_ids"]
-    runs = []
-    for _ in range(2 if temperature else 1):
-        dec = make_decoder(target, draft, automaton, SamplingPolicy(temperature=temperature), num_draft_tokens=4,
-                           max_new_tokens=200, debug_checks=True, draft_plan="auto", prefill_overlap="off",
-                           output_bound=max_output_bytes(regex), generator=torch.Generator().manual_seed(3))
-        result = dec.run(prompt)
-        stats = result.stats
-        assert stats.draft_skipped and stats.draft_joined_at is not None and stats.draft_joined_at >= JOIN_MIN_TOKENS
-        assert stats.draft_plan_reason.startswith("gain 0.00 < prefill")
-        assert stats.draft_forwards > 0
-        runs.append(result.token_ids)
-    if temperature:
-        assert runs[0] == runs[1]
-    else:
-        plain = make_decoder(target, None, automaton, SamplingPolicy(temperature=0.0), num_draft_tokens=0, max_new_tokens=200).run(prompt)
-        assert runs[0] == plain.token_ids
+def test_the_generator_weighs_each_kind_of_output_by_its_own_gain(tiny_generator):
+    """Through ``Generator.run`` on tiny models (CPU, no overlap, the default plan): a Lark grammar's
+    unbounded output uses the draft, a short JSON answer after the same prompt leaves it out, and
+    ``draft_gain_per_token`` set in the config overrides the kind's figure."""
+    from constrained_spec import CFG
 
-
-@pytest.mark.parametrize("draft_seed,stays", [(1, True), (2, False)], ids=["draft-is-target", "unrelated-draft"])
-def test_a_joined_draft_stays_only_where_it_pays(draft_seed, stays):
-    """After its join, a draft equal to the target (every token kept) stays to the end; an unrelated
-    draft, whose tokens are mostly rejected, costs more per token than decoding did before it and
-    leaves after its trial. Greedy output equals target-only either way (debug checks on)."""
-    from synthetic import PrefixModel, letters_vocab
-
-    automaton = AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(r"[abc]{80,120}")
-    prompt = [(5 * i + 2) % 9 for i in range(400)]
-    target, draft = PrefixModel(10, seed=1), PrefixModel(10, seed=draft_seed)
-    dec = make_decoder(target, draft, automaton, SamplingPolicy(temperature=0.0), num_draft_tokens=4, max_new_tokens=150,
-                       debug_checks=True, draft_plan="auto", prefill_overlap="off", output_bound=120)
-    result = dec.run(prompt)
-    stats = result.stats
-    assert stats.draft_skipped and stats.draft_joined_at is not None and stats.draft_forwards > 0
-    if stays:
-        assert stats.draft_left_at is None
-    else:
-        assert stats.draft_left_at is not None and stats.draft_left_at >= stats.draft_joined_at + JOIN_MIN_TOKENS
-        assert draft.length == 0  # its cache freed
-    plain = make_decoder(PrefixModel(10, seed=1), None, automaton, SamplingPolicy(temperature=0.0), num_draft_tokens=0,
-                         max_new_tokens=150).run(prompt)
-    assert result.token_ids == plain.token_ids
+    gen = tiny_generator(draft_plan="auto", prefill_overlap="off", max_new_tokens=60)
+    prompt = LONG_PROMPT + "Answer:"
+    grammar = CFG('start: item~1..40\nitem: "a" | "b" | " "\n')
+    lark = gen.run(prompt, grammar)
+    assert not lark.stats.draft_skipped and lark.stats.draft_forwards > 0, lark.stats.draft_plan_reason
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
+    short = gen.run(prompt, schema)
+    assert short.stats.draft_skipped and short.stats.draft_forwards == 0
+    assert short.stats.draft_plan_reason.startswith("gain 0.00 < prefill")
+    costly = tiny_generator(draft_plan="auto", prefill_overlap="off", max_new_tokens=60, draft_gain_per_token=-0.5)
+    assert costly.run(prompt, grammar).stats.draft_skipped
