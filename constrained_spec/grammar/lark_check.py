@@ -33,15 +33,82 @@ def check_imports(text: str) -> None:
                                f"built-in 'common' library (no grammar file is read)")
 
 
+#: the most alternatives one rule may expand into when lark loads it. lark flattens a rule's inline
+#: groups, optionals and ``~`` repeats into separate alternatives, so they multiply: ``("a"|"b")~1..40``
+#: is 2^41 alternatives, and lark's loader would run for ever on it (lark 1.3.1; a named rule
+#: repeated, ``item~1..40``, is 40). Real grammars stay far below: the project's and the shared
+#: corpus's largest rule expands into a few hundred.
+MAX_RULE_EXPANSIONS = 2_000
+#: lark splits a ``~`` repeat into sub-rules from this many repeats on (its REPEAT_BREAK_THRESHOLD)
+_REPEAT_SPLIT = 50
+
+
+def _alternatives(node: Any) -> int:
+    """How many alternatives lark's loader makes of ``node`` (a node of lark's own parse of a grammar),
+    capped just above :data:`MAX_RULE_EXPANSIONS`."""
+    from lark import Token, Tree
+
+    cap = MAX_RULE_EXPANSIONS + 1
+    if not isinstance(node, Tree):
+        return 1
+    kind, children = node.data, node.children
+    if kind == "expansions":
+        return min(cap, sum(_alternatives(c) for c in children))
+    if kind == "expansion":
+        count = 1
+        for child in children:
+            count = min(cap, count * _alternatives(child))
+        return count
+    if kind == "maybe":
+        return min(cap, _alternatives(children[0]) + 1)
+    if kind == "expr" and len(children) >= 2 and isinstance(children[1], Token):
+        inner, op = _alternatives(children[0]), str(children[1])
+        if op == "?":
+            return min(cap, inner + 1)
+        if op == "~":
+            low = int(children[2])
+            high = int(children[3]) if len(children) > 3 else low
+            if high >= _REPEAT_SPLIT:  # split into sub-rules of at most about ten copies each
+                return min(cap, inner ** min(high, 10))
+            return min(cap, sum(min(cap, inner**k) for k in range(low, high + 1)))
+        return 2 if op == "*" else 1  # * and + become a rule of their own (the group is checked there too)
+    return max((_alternatives(c) for c in children), default=1)
+
+
+def check_expansion_size(text: str) -> None:
+    """:class:`GrammarError` naming a rule that lark would expand into more than
+    :data:`MAX_RULE_EXPANSIONS` alternatives (see there). A grammar lark cannot parse passes here:
+    loading it gives lark's own error."""
+    try:
+        from lark.load_grammar import _parse_grammar  # lark's parse of the grammar text, before expansion
+    except ImportError:  # another lark: its loader stays the judge
+        return
+    try:
+        tree = _parse_grammar(text, "<grammar>")
+    except Exception:  # noqa: BLE001 - reported by the load that follows
+        return
+    for rule in tree.children:
+        if getattr(rule, "data", None) != "rule":
+            continue
+        name = str(rule.children[1])
+        for part in rule.iter_subtrees():
+            if part.data in ("expansions", "expr") and _alternatives(part) > MAX_RULE_EXPANSIONS:
+                raise GrammarError(f"rule {name!r} would expand into more than {MAX_RULE_EXPANSIONS:,} alternatives when lark "
+                                   f"loads it (inline groups, optionals and ~ repeats multiply); move a repeated group "
+                                   f"into a rule of its own, e.g. item~1..40 with item: \"a\" | \"b\"")
+
+
 def check_lark_grammar(text: str) -> Any:
     """lark's Earley parser for ``text`` (cached); :class:`GrammarError` naming what lark refuses.
 
-    Imports are checked first (:func:`check_imports`): only lark's ``common`` library."""
+    Imports are checked first (:func:`check_imports`): only lark's ``common`` library; then the size
+    lark would expand the rules into (:func:`check_expansion_size`)."""
     check_imports(text)
     with _LOCK:
         hit = _PARSERS.get(text)
     if hit is not None:
         return hit
+    check_expansion_size(text)
     from lark import Lark
     from lark.exceptions import LarkError
 

@@ -123,6 +123,7 @@ def test_a_streamed_grammar_reply_is_the_non_streamed_one(client):
     ("root ::= \"yes\" | \"no\"\n", "lark cannot load"),  # GBNF (vLLM with xgrammar) is not Lark
     ("start: X\n%import grammars.json.value\n", "not allowed"),  # no grammar file of the server's is read
     ("start: X\n%import .sibling.X\n", "not allowed"),
+    ('start: ("a" | "b" | " ")~1..40\n', "alternatives"),  # lark's loader would expand 3^40 alternatives, for ever
 ])
 @pytest.mark.parametrize("field", ["guided_grammar", "structured_outputs.grammar"])
 def test_a_grammar_that_cannot_be_compiled_is_a_400_naming_the_problem(client, grammar, needle, field):
