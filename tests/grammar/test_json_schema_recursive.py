@@ -536,3 +536,33 @@ def _node_regex(n) -> str:
         return "(?:" + "|".join(_node_regex(x) for x in n[1]) + ")"
     hi = "" if n[3] is None else n[3]
     return f"(?:{_node_regex(n[1])}){{{n[2]},{hi}}}"
+
+
+def test_dev_split_schema_whose_optional_keys_sit_in_an_alternation_gets_its_grammar(byte_vocab):
+    """Github_easy---o37788 (three optional fixed keys, ``$schema``, ``$scaleFactor`` and
+    ``$fallbackLanguage``, before pattern-named recursive values) kept its unrolled regex: the
+    fixed keys' alternation was one lexeme that could read on into ``,"`` where a pattern-named key
+    starts too. Each branch of an alternation is now cut at its optional parts like a sequence.
+    Values nested 6 deep (beyond the regex's unrolling), the bundle's tests and mutations are
+    judged as jsonschema judges them."""
+    bundle = _dev_bundle("o37788")
+    schema = bundle["schema"]
+    keys = ["ab1", "abc", "xyZ9", "qq2"]  # pattern-named keys, written after the fixed ones
+    order = ["$schema", "$scaleFactor", "$fallbackLanguage", *keys, "ios", "android", "inherit"]
+    grammar, spec = compiled_matcher(schema, byte_vocab)
+    assert spec.grammar is not None
+    assert re.fullmatch(spec.regex, dumps({"ab1": _selector(6)})) is None  # negative control: too deep for the regex
+    rng = random.Random(7)
+    texts = [dumps(t["data"]) for t in bundle["tests"]]
+    for d in (1, 2, 4, 6):
+        texts.append(dumps({"ab1": _selector(d)}))
+        texts.append(dumps({"$schema": "s", "$scaleFactor": "lower", "abc": _selector(d), "xyZ9": _selector(1)}))
+        texts.append(dumps({"$fallbackLanguage": "en-GB", "qq2": _selector(d)}))
+    texts += [m for t in texts[-6:] for m in mutations(rng, t, 15)]
+    judged = _judge_all(schema, order, texts, grammar, declared=set(order))
+    assert judged[True] >= 10 and judged[False] >= 20, judged
+
+
+def _selector(d: int) -> dict:
+    """o37788's platform selector nested ``d`` deep, ending in the inherit marker."""
+    return {"ios": _selector(d - 1), "android": _selector(d - 1)} if d > 1 else {"inherit": True}

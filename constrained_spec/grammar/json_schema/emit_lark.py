@@ -181,11 +181,20 @@ class _Builder:
 
     def term(self, items: list) -> Optional[tuple]:
         """The grammar expression of a placeholder-free sequence: one terminal, or in ``fine``
-        mode the runs between its optional parts and each optional part."""
+        mode the runs between its optional parts and each optional part (an alternation: each
+        branch so)."""
         if self.fine:
             flat: list = []
             for it in items:
                 flat.extend(self._flat(it) if it[0] == "seq" else [it])
+            if len(flat) == 1 and flat[0][0] == "alt":  # each branch cut on its own
+                branches = [self.term([b]) for b in flat[0][1]]
+                kept = [b for b in branches if b is not None]
+                if not kept:
+                    return None
+                if any(b == _EPS for b in kept):
+                    return self.one_term(items)  # a branch that reads nothing: no plain way to write it here
+                return ("alt", kept) if len(kept) > 1 else kept[0]
             if len(flat) > 1 and any(nullable(x) for x in flat):
                 chunks: list = []  # each run of parts that read something, and each optional part
                 for optional, group in itertools.groupby(flat, key=nullable):
