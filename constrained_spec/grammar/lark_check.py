@@ -43,9 +43,14 @@ MAX_RULE_EXPANSIONS = 2_000
 _REPEAT_SPLIT = 50
 
 
+class _TooMany(Exception):
+    """A group lark would expand into more than :data:`MAX_RULE_EXPANSIONS` alternatives."""
+
+
 def _alternatives(node: Any) -> int:
     """How many alternatives lark's loader makes of ``node`` (a node of lark's own parse of a grammar),
-    capped just above :data:`MAX_RULE_EXPANSIONS`."""
+    capped just above :data:`MAX_RULE_EXPANSIONS`; :class:`_TooMany` for a group under ``*`` or
+    ``+`` (which lark makes a rule of its own) over the cap. One pass over the tree."""
     from lark import Token, Tree
 
     cap = MAX_RULE_EXPANSIONS + 1
@@ -66,19 +71,21 @@ def _alternatives(node: Any) -> int:
         if op == "?":
             return min(cap, inner + 1)
         if op == "~":
-            low = int(children[2])
-            high = int(children[3]) if len(children) > 3 else low
+            low = int(str(children[2]))
+            high = int(str(children[3])) if len(children) > 3 else low
             if high >= _REPEAT_SPLIT:  # split into sub-rules of at most about ten copies each
                 return min(cap, inner ** min(high, 10))
             return min(cap, sum(min(cap, inner**k) for k in range(low, high + 1)))
-        return 2 if op == "*" else 1  # * and + become a rule of their own (the group is checked there too)
+        if inner >= cap:
+            raise _TooMany
+        return 2 if op == "*" else 1  # * and + make the group a rule of its own
     return max((_alternatives(c) for c in children), default=1)
 
 
 def check_expansion_size(text: str) -> None:
     """:class:`GrammarError` naming a rule that lark would expand into more than
-    :data:`MAX_RULE_EXPANSIONS` alternatives (see there). A grammar lark cannot parse passes here:
-    loading it gives lark's own error."""
+    :data:`MAX_RULE_EXPANSIONS` alternatives (see there), or nested too deeply to count. A grammar
+    lark cannot parse passes here: loading it gives lark's own error."""
     try:
         from lark.load_grammar import _parse_grammar  # lark's parse of the grammar text, before expansion
     except ImportError:  # another lark: its loader stays the judge
@@ -91,11 +98,16 @@ def check_expansion_size(text: str) -> None:
         if getattr(rule, "data", None) != "rule":
             continue
         name = str(rule.children[1])
-        for part in rule.iter_subtrees():
-            if part.data in ("expansions", "expr") and _alternatives(part) > MAX_RULE_EXPANSIONS:
-                raise GrammarError(f"rule {name!r} would expand into more than {MAX_RULE_EXPANSIONS:,} alternatives when lark "
-                                   f"loads it (inline groups, optionals and ~ repeats multiply); move a repeated group "
-                                   f"into a rule of its own, e.g. item~1..40 with item: \"a\" | \"b\"")
+        try:
+            too_many = _alternatives(rule.children[-1]) > MAX_RULE_EXPANSIONS
+        except _TooMany:
+            too_many = True
+        except RecursionError:
+            raise GrammarError(f"rule {name!r} nests its groups too deeply to load") from None
+        if too_many:
+            raise GrammarError(f"rule {name!r} would expand into more than {MAX_RULE_EXPANSIONS:,} alternatives when lark "
+                               f"loads it (inline groups, optionals and ~ repeats multiply); move a repeated group "
+                               f"into a rule of its own, e.g. item~1..40 with item: \"a\" | \"b\"")
 
 
 def check_lark_grammar(text: str) -> Any:

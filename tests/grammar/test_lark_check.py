@@ -19,10 +19,11 @@ HOSTILE = [
     "start: " + " ".join(['"a"?'] * 30) + "\n",  # 30 optionals in one rule: 2^30
     "start: " + " ".join(['["a" | "b"]'] * 20) + "\n",  # 20 optional groups of two: 3^20
     'start: (("a" | "b") ("c" | "d"))~5..45\n',  # nested groups under a repeat
+    'start: ("x" ("a" | "b")~20)*\n',  # a group under * becomes a rule of its own, expanded the same way
 ]
 
 
-@pytest.mark.parametrize("grammar", HOSTILE, ids=["repeat-group", "optionals", "maybe-groups", "nested-repeat"])
+@pytest.mark.parametrize("grammar", HOSTILE, ids=["repeat-group", "optionals", "maybe-groups", "nested-repeat", "under-star"])
 def test_a_grammar_lark_would_expand_without_end_is_refused_at_once(grammar):
     start = time.monotonic()
     with pytest.raises(GrammarError, match="alternatives") as info:
