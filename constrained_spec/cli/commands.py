@@ -266,8 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"proposal sources: a comma list of {', '.join(PROPOSERS)}, or all, or none "
                         "(default: all with a draft model, none with --draft none)")
     g.add_argument("--draft-plan", default="auto", choices=DRAFT_PLANS,
-                   help="auto (default): use the draft model only where it repays its prefill (on a CPU: where the prefill "
-                        "runs beside the target's); always: whenever the proposers name it")
+                   help="auto (default): use the draft model only where it repays its prefill (on a CPU, for JSON: where the "
+                        "prefill runs beside the target's; a Lark grammar's output keeps it); always: whenever the proposers name it")
     g.add_argument("--temperature", type=non_negative_float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=non_negative_int, default=0, help="0 = no top-k cut (default)")
     g.add_argument("--top-p", type=probability, default=1.0, help="in (0, 1]; 1 = no nucleus cut (default)")

@@ -11,8 +11,15 @@ import re
 import threading
 from typing import Any
 
+from lark import Token, Tree
+
 from constrained_spec.errors import GrammarError, OutputValidationError
 from constrained_spec.lru import LRUCache
+
+try:  # lark splits a ``~`` repeat into sub-rules from this many repeats on
+    from lark.load_grammar import REPEAT_BREAK_THRESHOLD as _REPEAT_SPLIT
+except ImportError:  # another lark: its value in 1.3.1
+    _REPEAT_SPLIT = 50
 
 _PARSERS: LRUCache[str, Any] = LRUCache(64)
 _LOCK = threading.Lock()
@@ -39,8 +46,6 @@ def check_imports(text: str) -> None:
 #: repeated, ``item~1..40``, is 40). Real grammars stay far below: the project's and the shared
 #: corpus's largest rule expands into a few hundred.
 MAX_RULE_EXPANSIONS = 2_000
-#: lark splits a ``~`` repeat into sub-rules from this many repeats on (its REPEAT_BREAK_THRESHOLD)
-_REPEAT_SPLIT = 50
 
 
 class _TooMany(Exception):
@@ -51,8 +56,6 @@ def _alternatives(node: Any) -> int:
     """How many alternatives lark's loader makes of ``node`` (a node of lark's own parse of a grammar),
     capped just above :data:`MAX_RULE_EXPANSIONS`; :class:`_TooMany` for a group under ``*`` or
     ``+`` (which lark makes a rule of its own) over the cap. One pass over the tree."""
-    from lark import Token, Tree
-
     cap = MAX_RULE_EXPANSIONS + 1
     if not isinstance(node, Tree):
         return 1
