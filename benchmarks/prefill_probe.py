@@ -7,7 +7,7 @@ and each split (0: one forward), it times ``HFModel.prefill`` of 100 / 500 / 100
 and reports the median. It also reports how far the bf16 twin's keys/values and next-token logits
 are from the decode model's own prefill on the longest prompt (max abs difference, argmax kept).
 
-    python benchmarks/prefill_probe.py --threads 1 --out results/prefill-probe-s10.json
+    python benchmarks/prefill_probe.py --threads 1 --out results/prefill-probe.json
     python benchmarks/prefill_probe.py --models target --settings same bf16 --splits 0 128 --lengths 500
 
 Wall times mean something only on an otherwise idle machine.

@@ -18,7 +18,7 @@ from constrained_spec.models.sources import DEFAULT_DRAFT, DEFAULT_TARGET
 #: the proposal sources a Generator can use: the draft model, strings the grammar forces, prompt lookup
 PROPOSERS = ("draft", "grammar", "lookup")
 #: the default draft length: the best fixed k with every proposer on the 8-prompt bench
-#: (results/bench-s4-sweep: k2..k6 gave 1.57 / 1.90 / 1.92 / 2.13 / 1.67x target-only)
+#: (docs/results/2026-11-29-tuned-fixed-k-sweep: k2..k6 gave 1.57 / 1.90 / 1.92 / 2.13 / 1.67x target-only)
 NUM_DRAFT_TOKENS = 5
 #: the most proposals one step may verify (a request's k is capped here: a verify forward grows with it)
 MAX_DRAFT_TOKENS = 64

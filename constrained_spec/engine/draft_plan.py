@@ -39,17 +39,18 @@ from constrained_spec import config
 #: (``DecodeConfig.draft_gain_per_token`` overrides it): the default pair on CPUs. Measured on the 8
 #: tuned prompts (the default mode with the draft always used against grammar strings + prompt
 #: lookup alone, decode seconds per token over target-only's, median over prompts): -0.001 with one
-#: thread, -0.088 greedy and -0.028 at T = 0.7 with two (``results/bench-tuned-s14-plan-*``). On
+#: thread, -0.088 greedy and -0.028 at T = 0.7 with two (2026-12-02,
+#: ``docs/results/2026-12-02-tuned-draft-gain``). On
 #: this AVX512 host a 6-token verify costs 1.98x a one-token forward and a draft forward about a
 #: third of one, so the draft's tokens pay for their forwards and no more: 0, and on a CPU the draft
-#: is used only where its prefill costs no wait (overlapped). Where a verify is flatter (session
-#: 1's AVX2 host: 1.4x) the draft pays; set the field there.
+#: is used only where its prefill costs no wait (overlapped). Where a verify is flatter (the
+#: AVX2 host measured on 2026-12-01: 1.4x) the draft pays; set the field there.
 DRAFT_GAIN_PER_TOKEN = config.DRAFT_GAIN_PER_TOKEN
 #: the same for a Lark grammar's output: the 3 CFG prompts (SQL, nested JSON, arithmetic), two
 #: threads, greedy, decode seconds per token without the draft (grammar strings + prompt lookup:
 #: 1.31 tokens per target forward) against with it, over target-only's seconds per forward: 0.40
-#: (``results/bench-cfg-s15-t2``: 1.14x against 1.83x decode; again in ``results/bench-cfg-s15-trial-t2``:
-#: nested JSON 1.33x against 1.96x, SQL 0.76x against 1.46x)
+#: (``docs/results/2026-12-02-cfg-draft-gain``: 1.14x against 1.83x decode; again the same day, beside a
+#: late-join trial: nested JSON 1.33x against 1.96x, SQL 0.76x against 1.46x)
 DRAFT_GAIN_PER_TOKEN_LARK = config.DRAFT_GAIN_PER_TOKEN_LARK
 #: the draft's prefill per prompt token, in one-token target forwards: int8w 0.5B draft against the
 #: fp16w 1.5B target, 0.020 with one thread and 0.019 with two (median over the same 8 prompts)

@@ -14,7 +14,7 @@ tokens per cost, both measured on this request:
 * a draft forward's cost as a share of a verify: a constant, not the request's timings, so that
   the choice, and with it a seeded sample, depends on tokens alone and a seed reproduces its
   sample. The default pair measures 0.14-0.19 on this CPU (one thread: a draft forward 38-51 ms,
-  a verify of up to 6 rows 267-302 ms, ``results/bench-cfg-s11``).
+  a verify of up to 6 rows 267-302 ms, the CFG workload on 2026-12-01).
 
 A block of ``m`` positions led by ``L`` lookup tokens (then model tokens) is expected to give
 ``1 + sum_j prod_{i<j} rate_i`` tokens for ``1 + (m - L) * r`` cost units (r: draft forward /

@@ -18,11 +18,12 @@ speculative decoding prefill the target through the same twin, so greedy identit
 modes holds for this model as it did before.
 
 Measured on this project's AVX512-BF16 host, one thread (``benchmarks/prefill_probe.py``,
-``results/prefill-probe-s10``): the 1.5B target prefills 100 / 500 / 1000 tokens in 2.95 / 15.3 /
+2026-12-01,
+``docs/results/2026-12-01-prefill-probe``): the 1.5B target prefills 100 / 500 / 1000 tokens in 2.95 / 15.3 /
 31.2 s with its fp16w weights and 1.60 / 8.2 / 15.2 s through the bf16 twin (2.62 GB more); its KV
 moves by at most 0.35 (of |KV| up to 357) and the next-token logits by 0.027. The int8w draft is
 faster in its own weights (3.3 s against 4.8 s for 1000 tokens). On the held-out workload
-(``results/bench-heldout-s10-bf16`` against ``-same``) every greedy output stayed token for token
+(2026-12-01, one thread, bf16 prefill against the decode weights) every greedy output stayed token for token
 the same and requests got 1.27x (target-only) / 1.31x (speculative) faster, median per prompt.
 On a CPU without native bf16 matmuls (AVX2 only) bf16 is slower: the option stays opt-in.
 """
