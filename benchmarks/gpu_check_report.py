@@ -6,7 +6,7 @@
 ``env`` writes ``OUT_DIR/env.json`` (GPU, driver, CUDA, torch, triton, transformers, outlines) and
 exits 1 unless torch sees a CUDA device, triton imports and ``TRITON_INTERPRET`` is unset.
 ``e2e`` reads a ``benchmarks/bench.py`` results folder, writes ``e2e_summary.md`` beside it (tok/s,
-ratios against target-only and the outlines peer, valid share, greedy identity, the issue's targets)
+ratios against target-only and the outlines peer, valid share, greedy identity, the speed targets)
 and exits 1 when a mode is missing (the peer skipped, say) or a project output does not validate.
 Greedy identity and the speed targets are reported, not enforced: in bf16 a k+1-token verify can
 round differently from one-token forwards and flip a near-tie (see ``models.dtypes.auto_dtype``).
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-#: the issue's targets on one H200 (reported as MET / MISSED)
+#: the speed targets set for one H200 (reported as MET / MISSED)
 TARGETS = {"greedy_vs_target": 2.5, "greedy_vs_peer": 3.0, "sampled_vs_target": 2.0}
 DEFAULT_MODE = "k5+grammar+lookup"  # the Generator's defaults: k = NUM_DRAFT_TOKENS (5), every proposer
 

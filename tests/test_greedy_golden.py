@@ -1,5 +1,5 @@
 """Greedy outputs of the 8 benchmark prompts on the default pair, token for token, against ids
-recorded before the issue-15 restructuring (``tests/data/greedy_golden.json``).
+recorded on 2026-12-01, before the code was split into rooms (``tests/data/greedy_golden.json``).
 
 Marked ``real_models`` (needs the real Qwen2.5-Coder pair; ``pytest -m real_models``). To record the
 file again on purpose: ``CONSTRAINED_SPEC_RECORD_GOLDEN=1 pytest -m real_models tests/test_greedy_golden.py``.

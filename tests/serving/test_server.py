@@ -488,7 +488,7 @@ def test_parallel_tool_calls_come_back_as_several_entries():
         assert [e["function"]["name"] for e in entries] == ["add", "get_weather"] and len({e["id"] for e in entries}) == 2
 
 
-# -- issue 14, section 3: the server refuses what it cannot serve, in OpenAI's shapes --------
+# -- the server refuses what it cannot serve, in OpenAI's shapes --------
 
 
 def assert_openai_error(r, status, code=None, param=None):
