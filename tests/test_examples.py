@@ -1,4 +1,4 @@
-"""The examples, run as the README shows them, on random tiny models: their printed output has the
+"""The examples, run as docs/examples.md shows them, on random tiny models: their printed output has the
 documented shape, and every value in it validates against a JSON Schema written here (jsonschema is
 the oracle, not the library's compiler).
 
