@@ -170,10 +170,10 @@ def _bound_terminals(parser: Any) -> None:
     (:class:`_TimedText`), and past it the parse stops. Where this lark keeps its matcher elsewhere,
     the parser is marked unbounded and :func:`parse_with_lark` does not run it under a budget.
     """
-    front = getattr(getattr(parser, "parser", None), "parser", None)
+    front: Any = getattr(getattr(parser, "parser", None), "parser", None)
     regexps = getattr(getattr(getattr(front, "term_matcher", None), "__self__", None), "regexps", None)
-    if not isinstance(regexps, dict):
-        parser._cs_unbounded = True  # noqa: SLF001 - our own mark on the cached parser
+    if front is None or not isinstance(regexps, dict):
+        parser._cs_unbounded = True  # our own mark on the cached parser
         return
 
     def match(term: Any, text: str, index: int = 0) -> Any:

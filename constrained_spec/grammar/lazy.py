@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 #: llguidance marks special tokens by this first byte; the grammar never allows them
 _SPECIAL = b"\xff"
-_TOO_COMPLEX = ("too complex", "limit", "too many", "fuel")
+_TOO_COMPLEX = ("too complex", "toocomplex", "limit", "too many", "fuel")  # "toocomplex": llguidance's Stop reasons
 
 
 class _TokenTable:
