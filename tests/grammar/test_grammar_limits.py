@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from lark import Lark
 
-from constrained_spec.errors import CompileLimitError, EmptyLanguageError, OutputValidationError
+from constrained_spec.errors import CompileLimitError, EmptyLanguageError, GrammarError, OutputValidationError
 from constrained_spec.grammar.lark_check import check_lark_grammar, parse_with_lark
 from constrained_spec.grammar.lazy import compile_grammar
 from constrained_spec.grammar.vocab import TokenVocabulary
@@ -113,3 +113,15 @@ def test_a_right_recursion_past_the_parser_limit_is_a_compile_limit_error():
         for _ in range(5000):
             matcher.advance(ord("a"))
     assert 1000 < matcher.length < 5000
+
+
+def test_the_import_scan_is_linear_and_still_refuses_imports():
+    """The ``%import`` scan read ``^\\s*`` over request text: quadratic on blank lines (11 s on 20,000)."""
+    from constrained_spec.grammar.lark_check import check_imports
+
+    start = time.perf_counter()
+    check_imports('start: "a"\n' + " \n" * 20_000)
+    assert time.perf_counter() - start < 1.0
+    for grammar in ("start: X\n  %import grammars.json.value\n", "start: X\n\f%import foo.X\n", "start: X\n\t%import\tfoo.X\n"):
+        with pytest.raises(GrammarError, match="not allowed"):
+            check_imports(grammar)

@@ -1,21 +1,21 @@
 """Requests built to stall the server through its grammar code (issue 32), on the tiny pair.
 
 Each repro answers in bounded time with the documented status: a backtracking pattern, a schema
-nested past Python's recursion limit in tool parameters, a cubic post-parse, an empty language, a
-regex past the engine's limits, and an ``if`` pattern that was wrongly called empty. Outputs are
-judged by ``jsonschema`` / ``re`` / ``lark``, not by the server.
+nested past Python's recursion limit in tool parameters, an empty language, a regex past the
+engine's limits, and an ``if`` pattern that was wrongly called empty. Outputs are judged by
+``jsonschema`` / ``re``, not by the server. (The cubic Lark post-parse is bounded in
+``tests/grammar/test_grammar_limits.py``: the tiny model rarely ends an unbounded language.)
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
-import re
 import threading
 import time
 
 import jsonschema
 import pytest
-from lark import Lark
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -64,7 +64,16 @@ def error_of(r, status, code):
     return err
 
 
-def test_a_backtracking_pattern_neither_freezes_the_request_nor_the_health_check(client):
+@pytest.fixture
+def watchdog():
+    """A backtracking ``re`` holds the GIL in C code, where no Python timeout can run: a hang is
+    ended by faulthandler's own thread, which dumps the stacks and exits the run after 120 s."""
+    faulthandler.dump_traceback_later(120, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def test_a_backtracking_pattern_neither_freezes_the_request_nor_the_health_check(client, watchdog):
     """40 a's and a b under ``^(a+)+$``: hours on Python's ``re``, which held the GIL (``/health`` 16 s)."""
     answer: dict = {}
 
@@ -104,20 +113,6 @@ def test_tool_parameters_nested_past_the_recursion_limit_are_a_400(client):
     ok_tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
     err = error_of(post(client, tools=ok_tools, response_format=json_format(deep_items(330)), max_tokens=8), 400, "invalid_schema")
     assert "levels deep" in err["message"]
-
-
-def test_an_ambiguous_grammar_answers_in_bounded_time(client):
-    """``x: x x | "a"``: lark's Earley post-parse is cubic (6 s and +120 MB on 93 characters)."""
-    grammar = 'start: x\nx: x x | "a"\n'
-    start = time.perf_counter()
-    r = post(client, guided_grammar=grammar, max_tokens=100, temperature=1.0, seed=3)
-    assert time.perf_counter() - start < 20
-    assert r.status_code in (200, 400), r.text
-    if r.status_code == 200:
-        text = r.json()["choices"][0]["message"]["content"]
-        assert re.fullmatch("a+", text)  # the language, judged without lark: a+ is x's language
-        if len(text) <= 12:
-            Lark(grammar, parser="earley").parse(text)
 
 
 def test_an_empty_language_and_a_regex_past_the_limits_are_400s_before_decoding(client):
