@@ -274,7 +274,7 @@ def pattern_fullmatch(pattern: str, text: str) -> bool:
 
 
 #: the most (state, state) configurations :func:`patterns_disjoint` explores before answering None
-MAX_PRODUCT_CONFIGS = 200_000
+MAX_PRODUCT_CONFIGS = 50_000
 
 _WAIT, _DONE = -1, -2  # search semantics: before the match starts / after it ended
 
