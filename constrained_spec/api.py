@@ -90,7 +90,7 @@ class GenerationResult:
     token_ids: list[int]
     stats: DecodeStats
     prompt_tokens: int = 0  # the prompt's length in tokens, chat template and schema hint included
-    tree: Any = None  # for a Lark grammar (CFG): lark's parse tree of ``text``
+    tree: Any = None  # for a Lark grammar (CFG): lark's parse tree of ``text`` (None past lark's parse budget)
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,11 @@ class CompiledConstraint:
         return self.grammar.matcher()
 
     def parse_tree(self, text: str) -> Any:
-        """lark's parse tree of ``text`` (kind lark): lark judges the language of a Lark grammar."""
+        """lark's parse tree of ``text`` (kind lark): lark judges the language of a Lark grammar.
+
+        None where lark's parse ran past its budget (linear in the text; an ambiguous grammar makes
+        Earley cubic): the text stands on the grammar engine's acceptance.
+        """
         from constrained_spec.grammar.lark_check import parse_with_lark
 
         return parse_with_lark(self.spec.regex, text)
@@ -540,7 +544,7 @@ class Generator:
                 batch.release(slot)
         text = self.vocab.decode(result.token_ids)
         tree = compiled.parse_tree(text) if compiled.spec.kind == "lark" else None
-        value = text if tree is not None else compiled.parse(text)
+        value = text if compiled.spec.kind == "lark" else compiled.parse(text)
         return GenerationResult(value, text, result.token_ids, result.stats, prompt_tokens=len(ids), tree=tree)
 
     def run_batch(self, requests: Sequence[dict[str, Any]], return_exceptions: bool = False) -> list[Any]:

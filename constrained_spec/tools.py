@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from constrained_spec.errors import ConstrainedSpecError
+from constrained_spec.grammar.nesting import MAX_SCHEMA_NESTING, check_nesting, nesting_depth
 
 __all__ = [
     "Tool",
@@ -150,6 +151,8 @@ def _check_parameters(name: str, params: Any) -> dict:
         raise ToolError(f"the parameters of tool {name!r} must be a JSON Schema object, got {type(params).__name__}")
     if params.get("type", "object") != "object":
         raise ToolError(f"the parameters of tool {name!r} must be an object schema (type 'object'), got type {params.get('type')!r}")
+    if nesting_depth(params, MAX_SCHEMA_NESTING) > MAX_SCHEMA_NESTING:  # the helpers below recurse on it
+        raise ToolError(f"the parameters of tool {name!r} nest objects/arrays more than {MAX_SCHEMA_NESTING} levels deep")
     return params
 
 
@@ -450,6 +453,8 @@ def tool_call_schema(
     """
     tool_list = normalize_tools(tools)
     choice = normalize_tool_choice(tool_choice, tool_list)
+    if content_schema is not None:
+        check_nesting(content_schema, "the content schema")  # _embeddable recurses on it
     if choice == "none":
         return reply_schema(content_schema)
     chosen = [t for t in tool_list if t.name == choice[1:]] if choice.startswith("=") else tool_list
@@ -618,6 +623,8 @@ def tool_prompt_messages(
     """
     tool_list = normalize_tools(tools)
     choice = normalize_tool_choice(tool_choice, tool_list)
+    if content_schema is not None:
+        check_nesting(content_schema, "the content schema")  # _embeddable recurses on it
     msgs = plain_messages([{"role": "user", "content": messages}] if isinstance(messages, str) else messages)
     lines = ["You can call these tools (JSON Schema of each tool's arguments):"]
     for t in tool_list:

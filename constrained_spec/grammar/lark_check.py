@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from typing import Any
 
 from lark import Token, Tree
 
-from constrained_spec.errors import GrammarError, OutputValidationError
+from constrained_spec.errors import EmptyLanguageError, GrammarError, OutputValidationError
 from constrained_spec.lru import LRUCache
 
 try:  # lark splits a ``~`` repeat into sub-rules from this many repeats on
@@ -27,7 +28,9 @@ _LOCK = threading.Lock()
 
 #: ``%import`` directives: only lark's built-in ``common`` library may be named (llguidance knows no
 #: other), so a grammar never makes lark look for files on this machine
-_IMPORT = re.compile(r"^\s*%import\s+(\.?[\w.]*)", re.MULTILINE)
+#: (whitespace other than a newline around ``%import``: ``\s*`` after ``^`` spans newlines, and a
+#: grammar of blank lines made the scan quadratic, 11 s on 20,000 lines)
+_IMPORT = re.compile(r"^[^\S\n]*%import[^\S\n]+(\.?[\w.]*)", re.MULTILINE)
 _ALLOWED_IMPORTS = ("common",)
 
 
@@ -128,23 +131,121 @@ def check_lark_grammar(text: str) -> Any:
     from lark.exceptions import LarkError
 
     try:
-        parser = Lark(text, parser="earley", start="start")
+        parser = Lark(text, parser="earley", start="start", regex=True)  # the ``regex`` module: matches can time out
     except LarkError as exc:
         raise GrammarError(f"lark cannot load the grammar: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from exc
     except Exception as exc:  # noqa: BLE001 - lark raises plain exceptions for some inputs (e.g. bad regexes)
         raise GrammarError(f"lark cannot load the grammar: {type(exc).__name__}: {exc}") from exc
+    check_productive(parser)
+    _bound_terminals(parser)
     with _LOCK:
         _PARSERS.put(text, parser)
     return parser
 
 
-def parse_with_lark(grammar: str, output: str) -> Any:
-    """lark's parse tree of ``output``; :class:`OutputValidationError` if lark rejects it."""
+def check_productive(parser: Any, start: str = "start") -> None:
+    """:class:`EmptyLanguageError` when rule ``start`` derives no finite string (its language is
+    empty: ``x: "a" x`` with no way out), found by the fixpoint of productive rules over lark's
+    loaded grammar; terminals count as productive."""
+    rules = getattr(parser, "rules", None)
+    if not rules:
+        return
+    productive: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for rule in rules:
+            name = str(rule.origin.name)
+            if name not in productive and all(sym.is_term or str(sym.name) in productive for sym in rule.expansion):
+                productive.add(name)
+                changed = True
+    if start not in productive:
+        raise EmptyLanguageError(f"rule {start!r} derives no finite text: every alternative of the rules it uses "
+                                 f"needs another rule that never ends (the grammar's language is empty)")
+
+
+def _bound_terminals(parser: Any) -> None:
+    """Make lark's Earley loop match each terminal within the parse's budget.
+
+    A terminal is a request's regex, matched by a backtracking engine (``/(a+)+b/`` at a run of a's
+    takes minutes): each match gets the time left until the deadline that the text carries
+    (:class:`_TimedText`), and past it the parse stops. Where this lark keeps its matcher elsewhere,
+    the parser is marked unbounded and :func:`parse_with_lark` does not run it under a budget.
+    """
+    front: Any = getattr(getattr(parser, "parser", None), "parser", None)
+    regexps = getattr(getattr(getattr(front, "term_matcher", None), "__self__", None), "regexps", None)
+    if front is None or not isinstance(regexps, dict):
+        parser._cs_unbounded = True  # our own mark on the cached parser
+        return
+
+    def match(term: Any, text: str, index: int = 0) -> Any:
+        deadline = getattr(text, "deadline", None)
+        if deadline is None:
+            return regexps[term.name].match(text, index)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _OverBudget
+        try:
+            return regexps[term.name].match(text, index, timeout=left)
+        except TimeoutError:
+            raise _OverBudget from None
+
+    front.term_matcher = match
+
+
+#: the seconds lark's Earley parser may spend on one finished output: a base plus a rate per
+#: character, i.e. linear in the output. Earley runs in about 0.3 ms a character on unambiguous
+#: grammars but is cubic on an ambiguous one (``x: x x | "a"`` takes 6 s on 93 characters); past the
+#: budget the parse is abandoned and the output stands on the engine's acceptance alone
+#: (:func:`parse_with_lark`)
+PARSE_BUDGET_BASE_S = 0.25
+PARSE_BUDGET_PER_CHAR_S = 0.001
+
+
+def parse_budget(output: str) -> float:
+    """The seconds lark may spend parsing ``output`` (see :data:`PARSE_BUDGET_BASE_S`)."""
+    return PARSE_BUDGET_BASE_S + PARSE_BUDGET_PER_CHAR_S * len(output)
+
+
+class _OverBudget(Exception):
+    pass
+
+
+class _TimedText(str):
+    """The output, read by lark's dynamic-lexer Earley loop one character per column: the loop asks
+    for the next character here, and past the deadline is stopped."""
+
+    deadline = 0.0
+
+    def __iter__(self) -> Any:
+        for ch in str.__iter__(self):
+            if time.monotonic() > self.deadline:
+                raise _OverBudget
+            yield ch
+
+
+def parse_with_lark(grammar: str, output: str, budget_s: float | None = -1.0) -> Any:
+    """lark's parse tree of ``output``; :class:`OutputValidationError` if lark rejects it.
+
+    ``None`` when lark's Earley parser needs more than ``budget_s`` seconds (default:
+    :func:`parse_budget`; an ambiguous grammar, where Earley is cubic): the caller then keeps the
+    output on the strength of the grammar engine that accepted it, token by token, in linear time.
+    ``budget_s=None``: no bound.
+    """
     from lark.exceptions import LarkError
 
     parser = check_lark_grammar(grammar)
+    text: str = output
+    if budget_s is not None and getattr(parser, "_cs_unbounded", False):
+        return None  # this lark's terminal matches cannot be bounded: the engine's acceptance stands
+    if budget_s is not None:
+        timed = _TimedText(output)
+        timed.deadline = time.monotonic() + (parse_budget(output) if budget_s < 0 else budget_s)
+        text = timed
     try:
-        return parser.parse(output)
+        return parser.parse(text)
+    except _OverBudget:
+        return None
     except LarkError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise OutputValidationError(f"the output is not in the grammar's language (lark): {first}") from exc

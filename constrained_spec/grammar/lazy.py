@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 #: llguidance marks special tokens by this first byte; the grammar never allows them
 _SPECIAL = b"\xff"
-_TOO_COMPLEX = ("too complex", "limit", "too many", "fuel")
+_TOO_COMPLEX = ("too complex", "toocomplex", "limit", "too many", "fuel")  # "toocomplex": llguidance's Stop reasons
 
 
 class _TokenTable:
@@ -210,7 +210,20 @@ def compile_grammar(kind: str, source: str, vocab: TokenVocabulary, encode: Call
     probe = grammar.matcher()
     if probe.is_dead() or (not probe.is_accepting() and not probe.allowed_ids().size):
         raise EmptyLanguageError(f"the {kind} admits no output this vocabulary can spell")
+    _probe_first_token(probe)
     return grammar
+
+
+def _probe_first_token(probe: "LazyMatcher") -> None:
+    """Read the forced text and take one allowed token on a probe matcher: a grammar whose lexer or
+    parser runs past llguidance's limits at once (``a{1000000}``: walking the forced a's builds too
+    many lexer states) fails here, at compile time, with :class:`CompileLimitError`, not in the
+    middle of a decode."""
+    probe.forced_bytes()  # the proposers read them first: llguidance walks the forced text
+    allowed = [int(t) for t in probe.allowed_ids() if not probe.is_eos(int(t))]
+    if allowed:
+        probe.advance(allowed[-1])  # raises CompileLimitError past a limit; a forbidden token cannot be
+        probe.allowed_ids()
 
 
 class LazyMatcher:
@@ -230,6 +243,28 @@ class LazyMatcher:
         self._words = (vocab.size + 31) // 32
         self._single = byte_tokens_for(vocab)  # byte -> a one-byte token, to spell bytes for llguidance
         self._cached: tuple[int, np.ndarray] | None = None  # (length, packed mask) of the current position; reset on every move
+        self._broken: Exception | None = None  # llguidance's failure, once it has failed: raised on every later move
+
+    def _failure(self) -> Exception:
+        """The error of llguidance's error state (kept: llguidance's error state is permanent).
+
+        Past one of llguidance's limits (a lexer or parser too complex for this output, a right
+        recursion nested too deep) it is :class:`CompileLimitError` naming llguidance's reason; any
+        other failure is the engine's own fault, a ``RuntimeError`` (never a client error).
+        """
+        if self._broken is None:
+            message = str(self._inner.get_error() or "").strip()
+            first = message.splitlines()[0] if message else "unknown error"
+            where = f"after {len(self._tokens)} tokens"
+            if any(word in message.lower() for word in _TOO_COMPLEX):
+                self._broken = CompileLimitError(f"the grammar ran past the grammar engine's limits {where}: {first}")
+            else:
+                self._broken = RuntimeError(f"llguidance failed {where}: {first}")
+        return self._broken
+
+    def _check(self) -> None:
+        if self._broken is not None:
+            raise self._broken
 
     @property
     def length(self) -> int:
@@ -258,8 +293,11 @@ class LazyMatcher:
         """uint32 [words]: the allowed tokens at this position (computed once per position)."""
         if self._cached is not None:
             return self._cached[1]
+        self._check()
         # after EOS this is the mask before it (the engine never samples there; as the automaton does)
         raw = self._inner.compute_bitmask()
+        if self._inner.is_error() and any(word in str(self._inner.get_error()).lower() for word in _TOO_COMPLEX):
+            raise self._failure()
         words = np.frombuffer(raw, dtype=np.uint32, count=self._words).copy()
         self._cached = (len(self._tokens), words)
         return words
@@ -288,9 +326,13 @@ class LazyMatcher:
         return int(nonzero[0]) * 32 + word.bit_length() - 1
 
     def forced_bytes(self, limit: int = FORCED_BYTES_LIMIT) -> bytes:
+        self._check()
         if self.is_terminated():
             return b""
-        return bytes(self._inner.compute_ff_bytes())[:limit]
+        forced = bytes(self._inner.compute_ff_bytes())[:limit]
+        if self._inner.is_error():
+            raise self._failure()
+        return forced
 
     def count_allowed(self, token_ids: Sequence[int]) -> int:
         if self.is_terminated():
@@ -341,6 +383,7 @@ class LazyMatcher:
         return None  # positions are parser stacks: no small key tells them apart
 
     def advance(self, token_id: int) -> None:
+        self._check()
         if self.is_terminated():
             raise GrammarError("token after EOS")
         token_id = int(token_id)
@@ -348,19 +391,22 @@ class LazyMatcher:
             if not self.is_accepting():
                 raise GrammarError(f"EOS before the text is complete (after {len(self._tokens)} tokens)")
         elif int(self._inner.validate_tokens([token_id])) != 1:
+            if self._inner.is_error():
+                raise self._failure()
             raise GrammarError(f"token {token_id} is not allowed after {len(self._tokens)} tokens")
         elif not self._inner.consume_token(token_id):
-            raise GrammarError(f"llguidance failed on token {token_id}: {self._inner.get_error()}")
+            raise self._failure()
         self._tokens.append(token_id)
         self._cached = None
 
     def rollback(self, length: int) -> None:
+        self._check()
         if not 0 <= length <= len(self._tokens):
             raise GrammarError(f"cannot roll back to length {length} from {len(self._tokens)}")
         drop = len(self._tokens) - length - int(self.is_terminated() and length < len(self._tokens))
         if length < len(self._tokens):
             if drop and not self._inner.rollback(drop):
-                raise GrammarError(f"llguidance could not roll back {drop} tokens: {self._inner.get_error()}")
+                raise self._failure()
             del self._tokens[length:]
             self._cached = None
             if drop:

@@ -83,11 +83,14 @@ def _classes() -> dict[str, type]:
 
 def validator_class(schema: Any, draft: str | None = None) -> type:
     """The jsonschema validator class for ``schema``: its ``$schema`` if it names a known draft,
-    else ``draft`` (default 2020-12)."""
+    else ``draft`` (default 2020-12); its regex keywords match in linear time
+    (:func:`~constrained_spec.grammar.pattern_keywords.linear_validator`)."""
     from jsonschema.validators import validator_for
 
+    from constrained_spec.grammar.pattern_keywords import linear_validator
+
     default = _classes()[normalize_draft(draft) or DEFAULT_DRAFT]
-    return validator_for(schema, default=default)
+    return linear_validator(validator_for(schema, default=default))
 
 
 # -- retrieval -----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ Modules, by concern:
 * :mod:`.emit_value`, :mod:`.emit_number`, :mod:`.emit_string`, :mod:`.emit_array`,
   :mod:`.emit_object`: emitters per JSON type;
 * :mod:`.regex_text` (regex text builders), :mod:`.regex_ops` (pattern AST helpers),
-  :mod:`.values` (JSON values), :mod:`.py_regex` (Python ``re`` checks): pure helpers;
+  :mod:`.values` (JSON values), :mod:`.py_regex` (linear-time pattern checks): pure helpers;
 * :mod:`.base` and :mod:`.compiler`: the state shared by the parts, and the core that
   composes them.
 """

@@ -35,6 +35,8 @@ class CompilerBase:
         self.draft = self.doc.draft
         self.ws = whitespace_regex(options)
         self.unenforced: list[str] = []
+        #: 'if' pointers whose 'else' side was dropped (its negation of 'if' is not supported)
+        self.dropped_else: list[str] = []
         self.ignored_formats: dict = {}  # pointer -> format name
         self.active: dict = {}  # id of a $ref target -> how many times it is being compiled now
         self.max_seen_depth = 0

@@ -8,7 +8,6 @@ turns the ``not`` forms the compiler can express into constraints of the leaf.
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from constrained_spec.errors import UnsupportedKeywordError
@@ -16,9 +15,10 @@ from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
 from constrained_spec.grammar.json_schema.ir import Flat
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS
-from constrained_spec.grammar.json_schema.py_regex import py_pattern_ok
+from constrained_spec.grammar.json_schema.py_regex import py_pattern_ok, py_search
 from constrained_spec.grammar.json_schema.regex_ops import first_chars_disjoint
 from constrained_spec.grammar.json_schema.values import ALL_TYPES, intersect_types, type_of
+from constrained_spec.grammar.linear_regex import patterns_disjoint
 
 __all__ = ["Combinators"]
 
@@ -224,7 +224,7 @@ class Combinators(CompilerBase):
         for o in f.owners:
             if name in o.names:
                 continue
-            if any(re.search(p, name) for p, _ in o.patterns if py_pattern_ok(p)):
+            if any(py_search(p, name) for p, _ in o.patterns if py_pattern_ok(p)):
                 continue
             if o.ap is not None and o.ap.schema is False:
                 return True
@@ -285,6 +285,13 @@ class Combinators(CompilerBase):
                     flat.required.append(p)
                 flat.props.setdefault(p, []).append(NegCtx(sub, nctx.ptr + "/properties/" + p, nctx.resolver))
                 types.intersection_update({"object"})
+                return
+            # not {pattern: P}: the strings that do not match P; exact where a pattern the strings
+            # already have admits no string that P matches (then the strings stay as they are)
+            if keys == {"pattern"} and isinstance(s["pattern"], str) and any(
+                patterns_disjoint(q, s["pattern"]) for q, _, _ in flat.patterns
+            ):
+                types.intersection_update({"string"})
                 return
             # not {required: [...]}
             if keys and keys <= {"required", "type"} and nf.required and (nf.types is None or nf.types == {"object"}):

@@ -172,6 +172,11 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
         except RecursionError as e:
             raise CompileLimitError("schema nesting too deep to compile") from e
         if r is None:
+            if self.dropped_else:  # the restriction, not the schema, may be what admits nothing
+                raise UnsupportedKeywordError(
+                    "if", self.dropped_else[0],
+                    "its 'else' side needs the negation of 'if', which is not supported, and the rest admits no value",
+                )
             raise EmptyLanguageError(
                 "the schema (as restricted by the compiler) accepts no value"
             )
@@ -352,6 +357,8 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
                     parts = self.flat_parts(f2)
                 except UnsupportedKeywordError as e:
                     if kind == "if" and bi == 1 and e.keyword == "not":
+                        if ptr not in self.dropped_else:
+                            self.dropped_else.append(ptr)
                         continue  # dropping the 'else' side is a sound restriction
                     raise
                 for r in parts:

@@ -50,8 +50,10 @@ class SchemaDocument:
     def __init__(self, schema: Union[dict, bool], options: SchemaOptions) -> None:
         from jsonschema import exceptions as js_exc
 
+        from constrained_spec.grammar.nesting import COMPOSE_MARGIN, MAX_SCHEMA_NESTING, check_nesting
         from constrained_spec.grammar.schema_refs import make_registry, validator_class
 
+        check_nesting(schema, cap=MAX_SCHEMA_NESTING + COMPOSE_MARGIN)  # before anything recurses on it
         try:
             cls = validator_class(schema, options.draft)
         except Exception as e:  # unknown $schema etc.
@@ -63,6 +65,9 @@ class SchemaDocument:
             raise SchemaError(f"schema is not valid JSON Schema: {e.message}", ptr) from e
         except Exception as e:
             raise SchemaError(f"schema could not be checked: {e}") from e
+        from constrained_spec.grammar.pattern_keywords import refuse_nonlinear_patterns
+
+        refuse_nonlinear_patterns(schema)  # no pattern is ever matched by a backtracking engine
         self.cls = cls
         self.root = schema
         self.validator = cls(schema, registry=make_registry(options.ref_allow, options.draft))

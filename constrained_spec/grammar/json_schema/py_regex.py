@@ -1,51 +1,39 @@
-"""Schema patterns read by Python ``re``: where the compiler must decide, at compile time,
-whether a pattern matches a given string (a property name, an enum value).
+"""Schema patterns matched at compile time: where the compiler must decide whether a pattern
+matches a given string (a property name, an enum value).
 
-Compiled patterns are cached; the cache is bounded because schemas arrive with requests in a
-long-running server.
+Every match runs in linear time (:mod:`constrained_spec.grammar.linear_regex`, ECMA-262 as the
+compiler reads it), never Python's backtracking ``re``: the strings come with requests. The
+module keeps its historical name; compiled patterns are cached (bounded) there.
 """
 
 from __future__ import annotations
 
-import functools
-import re
+from constrained_spec.grammar.linear_regex import PATTERN_CACHE_SIZE, compile_pattern, pattern_problem
 
-__all__ = ["compile_py", "py_pattern_ok", "py_fullmatch", "py_search", "universal_pattern", "line_pattern", "PY_RE_CACHE_SIZE"]
+__all__ = ["py_pattern_ok", "py_fullmatch", "py_search", "universal_pattern", "line_pattern", "PY_RE_CACHE_SIZE"]
 
 #: most compiled patterns kept (least recently used dropped first)
-PY_RE_CACHE_SIZE = 512
+PY_RE_CACHE_SIZE = PATTERN_CACHE_SIZE
 
 
 def py_pattern_ok(p: str) -> bool:
-    """Whether Python ``re`` compiles p."""
-    try:
-        compile_py(p)
-        return True
-    except re.error:
-        return False
-
-
-@functools.lru_cache(maxsize=PY_RE_CACHE_SIZE)
-def compile_py(p: str) -> re.Pattern:
-    """p compiled by Python ``re`` (cached, at most :data:`PY_RE_CACHE_SIZE` patterns; errors
-    are not cached); raises ``re.error``."""
-    return re.compile(p)
+    """Whether the linear-time engine reads p."""
+    return pattern_problem(p) is None
 
 
 def py_fullmatch(p: str, s: str) -> bool:
-    """Whether the anchored pattern p matches s; False when Python cannot compile it."""
-    try:
-        return compile_py(p).fullmatch(s) is not None
-    except re.error:
+    """Whether the anchored pattern p matches s; False when the engine cannot read it."""
+    if pattern_problem(p) is not None:
         return False
+    return compile_pattern(p).fullmatch(s)
 
 
 def py_search(p: str, s: str) -> bool:
-    """Whether pattern p matches somewhere in s (the jsonschema semantics)."""
-    try:
-        return compile_py(p).search(s) is not None
-    except re.error:
-        return True  # conservative: assume it matches
+    """Whether pattern p matches somewhere in s (the jsonschema semantics); True (conservative:
+    assume it matches) when the engine cannot read it."""
+    if pattern_problem(p) is not None:
+        return True
+    return compile_pattern(p).search(s)
 
 
 def universal_pattern(p: str) -> bool:
