@@ -4,8 +4,9 @@ A request's peak (a large compile, a long prompt's activations, a big body) is f
 but glibc's allocator keeps freed pages in its arenas (one per thread that allocated, up to
 8 x cores): the resident set stays at the high-water mark although nothing holds it.
 :class:`IdleTrimmer` calls ``malloc_trim(0)`` (glibc) from a background thread once the server
-has been idle for ``interval`` seconds after serving something, which returns those pages to the
-system. Where the C library is not glibc it does nothing.
+has been idle for ``interval`` seconds after serving something, and under steady load at least
+every ``BUSY_TRIM_EVERY`` intervals, which returns those pages to the system. Where the C library
+is not glibc it does nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ __all__ = ["DEFAULT_TRIM_INTERVAL", "IdleTrimmer", "trim_memory"]
 
 #: seconds of idleness (after some work) before freed memory is given back
 DEFAULT_TRIM_INTERVAL = 10.0
+#: under steady load (never idle), freed memory is given back at least this often, in trim intervals
+BUSY_TRIM_EVERY = 6
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,8 +50,8 @@ def trim_memory() -> bool:
 
 class IdleTrimmer:
     """Runs :func:`trim_memory` once the server has been idle ``interval`` seconds since it last
-    did something. ``busy()`` says whether work is under way (requests, compiles); ``touch()``
-    marks work done."""
+    did something (or ``BUSY_TRIM_EVERY`` intervals after the last trim, under steady load).
+    ``busy()`` says whether work is under way (requests, compiles); ``touch()`` marks work done."""
 
     def __init__(self, busy: Callable[[], bool], interval: float = DEFAULT_TRIM_INTERVAL) -> None:
         self.busy = busy
@@ -56,6 +59,7 @@ class IdleTrimmer:
         self.trims = 0
         self._last_work = time.monotonic()
         self._dirty = False
+        self._last_trim = time.monotonic()
         self._task: asyncio.Task | None = None
 
     def touch(self) -> None:
@@ -72,9 +76,12 @@ class IdleTrimmer:
             await asyncio.sleep(tick)
             if self.busy():
                 self.touch()
-            elif self._dirty and time.monotonic() - self._last_work >= self.interval:
+            now = time.monotonic()
+            idle = now - self._last_work >= self.interval
+            if self._dirty and (idle or now - self._last_trim >= BUSY_TRIM_EVERY * self.interval):
                 self._dirty = False
                 await asyncio.get_running_loop().run_in_executor(None, trim_memory)
+                self._last_trim = time.monotonic()
                 self.trims += 1
 
     async def stop(self) -> None:

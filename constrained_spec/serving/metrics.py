@@ -12,8 +12,8 @@ so many apps can live in one process. What it exposes (all names prefixed ``cons
 * ``generated_tokens_total`` (tokens committed, counted as they are), ``generation_tokens_per_second``
   (those of the last ``window`` seconds), ``drafted_tokens_total`` / ``accepted_tokens_total`` of
   finished generations and their ratio ``acceptance_rate``;
-* ``compile_duration_seconds`` (histogram): constraint compiles run (a constraint in the server's
-  compile cache is answered without one, :mod:`.compiles`);
+* ``compile_duration_seconds`` (histogram): each request's constraint compile, waiting in the
+  compile queue and compile-cache hits included (:mod:`.compiles`);
 * with continuous batching, read off the coordinator at scrape time: ``batch_rows_per_forward``
   (histogram), ``batch_active_rows``, ``batch_rounds_total``, ``batch_forward_seconds_total``,
   ``prefill_seconds_total``, ``prefill_tokens_total``, ``prefix_cache_reused_tokens_total``,
@@ -66,7 +66,7 @@ class ServerMetrics:
         self.generations = Counter(PREFIX + "generations", "Generations by how they ended.", ["outcome"], registry=r)
         self.latency = Histogram(PREFIX + "request_duration_seconds", "Chat-completion latency, first byte in to last byte out.",
                                  buckets=LATENCY_BUCKETS, registry=r)
-        self.compile_seconds = Histogram(PREFIX + "compile_duration_seconds", "Constraint compile time (compiles run; the server's cache hits are not compiles).",
+        self.compile_seconds = Histogram(PREFIX + "compile_duration_seconds", "Constraint compile time per request (compile-queue waits and cache hits included).",
                                          buckets=COMPILE_BUCKETS, registry=r)
         self.generated = Counter(PREFIX + "generated_tokens", "Tokens committed by generations, counted as they are.", registry=r)
         self.drafted = Counter(PREFIX + "drafted_tokens", "Draft tokens proposed by finished generations.", registry=r)

@@ -154,16 +154,12 @@ class Scheduler:
         compile_ = getattr(self.generator, "compile", None)
         if not callable(compile_):
             return output_type
-        observer = self.observer
-
-        def timed() -> Any:
-            t0 = time.perf_counter()
-            compiled = compile_(output_type)
-            if observer is not None:
-                observer.compiled(time.perf_counter() - t0)
-            return getattr(compiled, "spec", output_type)
-
-        return await self.compiles.compile(constraint_key(output_type), timed, cancel, deadline)
+        t0 = time.perf_counter()
+        spec = await self.compiles.compile(constraint_key(output_type), lambda: getattr(compile_(output_type), "spec", output_type),
+                                           cancel, deadline)
+        if self.observer is not None:
+            self.observer.compiled(time.perf_counter() - t0)
+        return spec
 
     async def generate(self, prompt: Any, output_type: Any, options: dict[str, Any], cancel: threading.Event,
                        timeout: float | None, on_tokens: Callable[[list[int]], None] | None = None) -> Any:
