@@ -174,6 +174,7 @@ class CompileAdmission:
             self._forget(job)
             job.future.cancel()
         else:
+            self._forget(job)  # a later request for the same constraint starts a compile of its own
             self._interrupt(job, "abandoned")
 
     def _interrupt(self, job: _Job, why: str) -> None:

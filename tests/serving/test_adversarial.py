@@ -125,12 +125,13 @@ def test_a_full_compile_queue_is_a_429_with_retry_after():
         r = c.post("/v1/chat/completions", json=schema_body("spin3"))
         assert_openai_error(r, 429, "compile_queue_full")
         assert r.headers["retry-after"] and r.json()["error"]["type"] == "rate_limit_error"
-        assert c.post("/v1/chat/completions", json=schema_body("spin1")).status_code in (200, 429)  # the same schema joins its compile
+        threads.append(background_post(c, schema_body("spin1"), results))  # the same schema joins its compile: no 429
+        time.sleep(0.3)
         gen.release.set()
         for t in threads:
             t.join(10)
-        assert [x.status_code for x in results] == [200, 200]
-    assert "spin3" not in gen.compiles
+        assert [x.status_code for x in results] == [200, 200, 200]
+    assert "spin3" not in gen.compiles and gen.compiles["spin1"] == 1
 
 
 def test_a_compile_past_its_budget_is_stopped_and_answered_with_a_400():
@@ -160,6 +161,9 @@ def test_an_abandoned_compile_is_stopped_and_frees_its_slot():
     t.join(5)
     assert status == [499]
     wait_for(lambda: app.state.compiles.running == 0 and app.state.compiles.waiting == 0, timeout=3)
+    gen.release.set()
+    with TestClient(app) as c:  # the same schema again compiles afresh, not joined to the stopped compile
+        assert c.post("/v1/chat/completions", json=schema_body("spin")).status_code == 200
 
 
 def test_the_2000_property_schema_fails_fast_before_any_compile():
@@ -175,6 +179,7 @@ def test_the_2000_property_schema_fails_fast_before_any_compile():
     assert gen.compiles == {}
 
 
+@pytest.mark.slow
 def test_the_2000_property_schema_is_refused_fast_by_the_real_compiler_too(tiny_generator):
     schema = {"type": "object", "properties": {f"p{i}": {} for i in range(2000)}}
     with TestClient(create_app(tiny_generator(max_new_tokens=20))) as c:
@@ -183,6 +188,24 @@ def test_the_2000_property_schema_is_refused_fast_by_the_real_compiler_too(tiny_
             "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
         assert_openai_error(r, 400, "compile_limit")
         assert time.monotonic() - start < 3.0
+
+
+# -- item 5: freed memory goes back -----------------------------------------------------------
+
+
+def test_freed_memory_is_given_back_once_the_server_is_idle():
+    from constrained_spec.serving.memory import trim_memory
+
+    if not trim_memory():
+        pytest.skip("no malloc_trim here (not glibc)")
+    app = create_app(SpinCompileGenerator(), trim_interval=0.2)
+    with TestClient(app) as c:
+        time.sleep(0.5)
+        assert app.state.trimmer.trims == 0  # nothing served yet: nothing to give back
+        assert c.post("/v1/chat/completions", json=schema_body("a")).status_code == 200
+        wait_for(lambda: app.state.trimmer.trims == 1, timeout=3)
+        time.sleep(0.5)
+        assert app.state.trimmer.trims == 1  # idle since: once
 
 
 # -- item 3: a body arrives in bounded time, from a bounded number of senders ----------------
