@@ -9,7 +9,7 @@ from typing import Sequence
 
 from constrained_spec.cli.args import add_model_arguments, model_config
 from constrained_spec.config import DRAFT_PLANS, NUM_DRAFT_TOKENS, SCHEMA_HINT_STYLES, DecodeConfig
-from constrained_spec.serving.compiles import DEFAULT_COMPILE_BUDGET, DEFAULT_MAX_COMPILE_QUEUE
+from constrained_spec.serving.compiles import DEFAULT_COMPILE_BUDGET, DEFAULT_MAX_COMPILE_QUEUE, DEFAULT_MAX_COMPILES_PER_CLIENT
 from constrained_spec.serving.limits import (
     API_KEY_ENV,
     DEFAULT_BODY_TIMEOUT,
@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-compile-queue", type=int, default=DEFAULT_MAX_COMPILE_QUEUE,
                    help=f"compiles that may wait beyond the running ones, 429 beyond (default {DEFAULT_MAX_COMPILE_QUEUE}); "
                         "a constraint compiled before never waits")
+    p.add_argument("--max-compiles-per-client", type=int, default=DEFAULT_MAX_COMPILES_PER_CLIENT,
+                   help=f"requests of one client (by address) that may wait on compiles at once, 429 beyond (default {DEFAULT_MAX_COMPILES_PER_CLIENT})")
     p.add_argument("--compile-budget", type=float, default=DEFAULT_COMPILE_BUDGET,
                    help=f"seconds one compile may run before it is stopped, 400 compile_limit (default {DEFAULT_COMPILE_BUDGET:g}; 0: none)")
     p.add_argument("--max-schema-properties", type=int, default=MAX_SCHEMA_PROPERTIES,
@@ -81,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 def admission_options(args: argparse.Namespace) -> dict:
     """The compile-admission and body-read options of ``create_app`` (0 seconds: no limit)."""
     return dict(compile_threads=args.compile_threads, max_compile_queue=args.max_compile_queue,
+                max_compiles_per_client=args.max_compiles_per_client,
                 compile_budget=args.compile_budget or None, max_schema_properties=args.max_schema_properties,
                 body_timeout=args.body_timeout or None, max_body_readers=args.max_body_readers)
 

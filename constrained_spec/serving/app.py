@@ -16,7 +16,12 @@ except ImportError:  # pragma: no cover - without the serve extra, create_app sa
     Request = Any  # type: ignore[misc,assignment]
 
 from constrained_spec.errors import TokenBudgetExceeded
-from constrained_spec.serving.compiles import DEFAULT_COMPILE_BUDGET, DEFAULT_MAX_COMPILE_QUEUE, CompileAdmission
+from constrained_spec.serving.compiles import (
+    DEFAULT_COMPILE_BUDGET,
+    DEFAULT_MAX_COMPILE_QUEUE,
+    DEFAULT_MAX_COMPILES_PER_CLIENT,
+    CompileAdmission,
+)
 from constrained_spec.serving.completion import Plan, make_plan, partial_message, reply_message, stats_extra
 from constrained_spec.serving.errors import APIError, api_error, error_response, http_error, validation_error
 from constrained_spec.serving.grammars import grammar_texts, tools_for_schema_limit
@@ -106,6 +111,7 @@ def create_app(
     compile_threads: int = 2,
     max_grammar_chars: int | None = MAX_GRAMMAR_CHARS,
     max_compile_queue: int = DEFAULT_MAX_COMPILE_QUEUE,
+    max_compiles_per_client: int | None = DEFAULT_MAX_COMPILES_PER_CLIENT,
     compile_budget: float | None = DEFAULT_COMPILE_BUDGET,
     max_schema_properties: int | None = MAX_SCHEMA_PROPERTIES,
     body_timeout: float | None = DEFAULT_BODY_TIMEOUT,
@@ -122,7 +128,9 @@ def create_app(
     ``max_body_bytes`` / ``max_schema_chars`` / ``max_grammar_chars``: the request body, schema
     and grammar caps (None: none).
     ``compile_threads``: threads that compile constraints, off the generation worker;
-    ``max_compile_queue``: compiles that may wait beyond those (429 beyond); ``compile_budget``:
+    ``max_compile_queue``: compiles that may wait beyond those (429 beyond);
+    ``max_compiles_per_client``: requests of one client (by address) waiting on compiles at once
+    (429 beyond; None: no limit); ``compile_budget``:
     seconds one compile may run before it is stopped (400 ``compile_limit``; None: no budget);
     ``max_schema_properties``: properties the request's schemas may declare in all, 400
     ``compile_limit`` beyond, before any compile (None: no limit) (:mod:`.compiles`).
@@ -136,7 +144,8 @@ def create_app(
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     name = model_name or served_model_name(generator)
-    compiles = CompileAdmission(threads=max(compile_threads, 1), max_waiting=max_compile_queue, budget=compile_budget)
+    compiles = CompileAdmission(threads=max(compile_threads, 1), max_waiting=max_compile_queue, budget=compile_budget,
+                                per_client=max_compiles_per_client)
     scheduler = Scheduler(generator, max_queue=max_queue, request_timeout=request_timeout, compiles=compiles)
     queue = scheduler.queue
 
@@ -230,7 +239,8 @@ def create_app(
         streaming = False  # once the SSE response is returned, the watcher runs until the stream ends
         try:
             try:
-                output_type = await scheduler.compile(plan.output_type, deadline, cancel)
+                client = request.client.host if request.client else None
+                output_type = await scheduler.compile(plan.output_type, deadline, cancel, client)
             except Exception as exc:  # noqa: BLE001
                 raise request_error(exc, plan) from exc
             remaining = scheduler.remaining(deadline)

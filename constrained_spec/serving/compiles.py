@@ -8,6 +8,9 @@ workers). What :class:`CompileAdmission` adds:
 * one compile per constraint in flight: requests for the same one wait on the same compile;
 * a bounded queue: beyond the running compiles at most ``max_waiting`` wait, more are refused
   (:class:`~.refusals.CompileQueueFull`, 429 with ``Retry-After``);
+* a bound per client: one client (by address) may have ``per_client`` requests waiting on
+  compiles at once (:class:`~.refusals.ClientCompilesFull`, 429), so that one client cannot
+  take the whole queue; with the budget, that bounds the compile time a client can cost;
 * a budget: a compile that runs longer than ``budget`` seconds is stopped
   (:class:`CompileBudgetExceeded`, a :class:`~constrained_spec.errors.CompileLimitError`: 400
   ``compile_limit``);
@@ -36,9 +39,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from constrained_spec.errors import CompileLimitError
-from constrained_spec.serving.refusals import Cancelled, CompileQueueFull, QueueTimeout
+from constrained_spec.serving.refusals import Cancelled, ClientCompilesFull, CompileQueueFull, QueueTimeout
 
-__all__ = ["CACHE_SIZE", "DEFAULT_COMPILE_BUDGET", "DEFAULT_MAX_COMPILE_QUEUE", "CompileAdmission", "CompileBudgetExceeded",
+__all__ = ["CACHE_SIZE", "DEFAULT_COMPILE_BUDGET", "DEFAULT_MAX_COMPILE_QUEUE", "DEFAULT_MAX_COMPILES_PER_CLIENT", "CompileAdmission", "CompileBudgetExceeded",
            "CompileInterrupted", "constraint_key"]
 
 #: compiled constraints the server keeps in front of the compile queue
@@ -47,6 +50,8 @@ CACHE_SIZE = 64
 DEFAULT_COMPILE_BUDGET = 30.0
 #: compiles that may wait beyond the running ones (429 beyond)
 DEFAULT_MAX_COMPILE_QUEUE = 8
+#: requests of one client that may wait on compiles at once (429 beyond)
+DEFAULT_MAX_COMPILES_PER_CLIENT = 4
 #: how often a waiting request looks at its cancel flag and deadline
 POLL_SECONDS = 0.05
 
@@ -100,12 +105,14 @@ class CompileAdmission:
     """The compile queue of one app (see the module's docstring). Its methods run on the event loop."""
 
     def __init__(self, threads: int = 2, max_waiting: int = DEFAULT_MAX_COMPILE_QUEUE, budget: float | None = DEFAULT_COMPILE_BUDGET,
-                 cache_size: int = CACHE_SIZE) -> None:
+                 cache_size: int = CACHE_SIZE, per_client: int | None = DEFAULT_MAX_COMPILES_PER_CLIENT) -> None:
         if threads < 1 or max_waiting < 0:
             raise ValueError("threads must be >= 1 and max_waiting >= 0")
         self.threads = threads
         self.max_waiting = max_waiting
         self.budget = budget
+        self.per_client = per_client
+        self.by_client: dict[str, int] = {}  # requests of each client waiting on a compile now
         self.cache_size = cache_size
         self.cache: OrderedDict[str, Any] = OrderedDict()  # least recently used first; touched on the loop only
         self.running = 0  # compiles on a thread now (changed under _lock)
@@ -119,15 +126,18 @@ class CompileAdmission:
         return len(self._waiting)
 
     async def compile(self, key: str | None, fn: Callable[[], Any], cancel: threading.Event | None = None,
-                      deadline: float | None = None) -> Any:
+                      deadline: float | None = None, client: str | None = None) -> Any:
         """``fn()`` (a compile) run on a compile thread, or its cached result under ``key``.
 
-        :class:`CompileQueueFull` when the queue is full, :class:`Cancelled` once ``cancel`` is
+        :class:`CompileQueueFull` when the queue is full, :class:`ClientCompilesFull` when
+        ``client`` waits on ``per_client`` compiles already, :class:`Cancelled` once ``cancel`` is
         set, :class:`QueueTimeout` past ``deadline`` (``time.monotonic``), what ``fn`` raised,
         or :class:`CompileBudgetExceeded`."""
         if key is not None and key in self.cache:
             self.cache.move_to_end(key)
             return self.cache[key]
+        if client is not None and self.per_client is not None and self.by_client.get(client, 0) >= self.per_client:
+            raise ClientCompilesFull(self.per_client)
         job = self._jobs.get(key) if key is not None else None
         if job is None:
             if self.running >= self.threads and len(self._waiting) >= self.max_waiting:
@@ -139,6 +149,8 @@ class CompileAdmission:
             self._waiting.append(job)
             self._pump()
         job.waiters += 1
+        if client is not None:
+            self.by_client[client] = self.by_client.get(client, 0) + 1
         try:
             while not job.future.done():
                 left = None if deadline is None else deadline - time.monotonic()
@@ -150,6 +162,10 @@ class CompileAdmission:
             return job.future.result()
         finally:
             job.waiters -= 1
+            if client is not None:
+                left_waiting = self.by_client.pop(client) - 1
+                if left_waiting:
+                    self.by_client[client] = left_waiting
             if job.waiters == 0 and not job.future.done():
                 self._abandon(job)
 

@@ -5,7 +5,7 @@ hierarchy (:mod:`constrained_spec.errors`, and :class:`~constrained_spec.tools.T
 to one status and code (:data:`ERROR_CODES`): bad schemas, grammars, tools and prompts are 400,
 a value that fails post-validation 422, a model or sampling failure 500. The serving layer's own
 conditions (:data:`SERVING_ERRORS`) are 401 (two ``Authorization`` headers), 408 (a body too slow
-to arrive), 429 (full queue, full compile queue, too many bodies being read at once; with
+to arrive), 429 (full queue, full compile queue, a client's compiles, too many bodies being read at once; with
 ``Retry-After``), 499 (client gone) and 504 (timeout). Anything else, a plain
 ``ValueError`` included, is a bug: a 500 whose body names nothing internal, logged with its
 traceback.
@@ -37,6 +37,7 @@ from constrained_spec.serving.refusals import (
     BodyReadersFull,
     BodyTimeout,
     Cancelled,
+    ClientCompilesFull,
     CompileQueueFull,
     QueueFull,
     QueueTimeout,
@@ -76,6 +77,7 @@ SERVING_ERRORS: dict[type[Exception], tuple[int, str, str]] = {
     BodyTimeout: (408, INVALID, "request_timeout"),
     QueueFull: (429, RATE, "queue_full"),
     CompileQueueFull: (429, RATE, "compile_queue_full"),
+    ClientCompilesFull: (429, RATE, "too_many_compiles"),
     BodyReadersFull: (429, RATE, "too_many_uploads"),
     Cancelled: (499, INVALID, "client_closed_request"),
     QueueTimeout: (504, "timeout_error", "timeout"),
@@ -157,6 +159,9 @@ def serving_message(exc: Exception, request_timeout: float | None = None) -> str
         return f"the server is busy: {exc.max_queue} requests are already waiting; retry later"
     if isinstance(exc, CompileQueueFull):
         return f"the server is busy: {exc.max_waiting} constraint compiles are already waiting (max_compile_queue); retry later"
+    if isinstance(exc, ClientCompilesFull):
+        return (f"too many compiles: this client has {exc.limit} requests waiting on constraint compiles already "
+                "(max_compiles_per_client); retry later")
     if isinstance(exc, BodyReadersFull):
         return f"the server is busy: {exc.limit} requests are sending their bodies already (max_body_readers); retry later"
     if isinstance(exc, QueueTimeout):

@@ -5,7 +5,7 @@ Each maps to one HTTP status and code in :mod:`.errors` (``SERVING_ERRORS``).
 
 from __future__ import annotations
 
-__all__ = ["AmbiguousCredentials", "BodyReadersFull", "BodyTimeout", "Cancelled", "CompileQueueFull", "QueueFull", "QueueTimeout",
+__all__ = ["AmbiguousCredentials", "BodyReadersFull", "BodyTimeout", "Cancelled", "ClientCompilesFull", "CompileQueueFull", "QueueFull", "QueueTimeout",
            "ServingRefusal"]
 
 
@@ -55,3 +55,11 @@ class CompileQueueFull(ServingRefusal):
     def __init__(self, max_waiting: int) -> None:
         super().__init__(f"{max_waiting} constraint compiles are already waiting")
         self.max_waiting = max_waiting
+
+
+class ClientCompilesFull(ServingRefusal):
+    """One client has ``limit`` requests waiting on compiles already (429)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"this client has {limit} requests waiting on constraint compiles already")
+        self.limit = limit

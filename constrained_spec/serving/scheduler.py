@@ -145,18 +145,20 @@ class Scheduler:
         """Seconds left until ``deadline`` (never negative; None: no timeout)."""
         return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
-    async def compile(self, output_type: Any, deadline: float | None, cancel: threading.Event | None = None) -> Any:
+    async def compile(self, output_type: Any, deadline: float | None, cancel: threading.Event | None = None,
+                      client: str | None = None) -> Any:
         """``output_type`` compiled through the compile queue (:class:`CompileAdmission`: a cached
         constraint at once, else on a compile thread, off the workers): its OutputSpec, which
         ``generator.run`` finds in the compile cache; the output type itself where the generator
         cannot compile ahead. :class:`QueueTimeout` past ``deadline``, :class:`Cancelled` once
-        ``cancel`` is set (the compile stops if no other request waits for it)."""
+        ``cancel`` is set (the compile stops if no other request waits for it); ``client`` (its
+        address) is counted against the compiles one client may wait on."""
         compile_ = getattr(self.generator, "compile", None)
         if not callable(compile_):
             return output_type
         t0 = time.perf_counter()
         spec = await self.compiles.compile(constraint_key(output_type), lambda: getattr(compile_(output_type), "spec", output_type),
-                                           cancel, deadline)
+                                           cancel, deadline, client)
         if self.observer is not None:
             self.observer.compiled(time.perf_counter() - t0)
         return spec

@@ -134,6 +134,37 @@ def test_a_full_compile_queue_is_a_429_with_retry_after():
     assert "spin3" not in gen.compiles and gen.compiles["spin1"] == 1
 
 
+def test_one_client_cannot_take_the_whole_compile_queue():
+    from constrained_spec.serving.compiles import CompileAdmission
+    from constrained_spec.serving.errors import api_error
+    from constrained_spec.serving.refusals import ClientCompilesFull
+
+    release = threading.Event()
+
+    def slow():
+        while not release.is_set():
+            time.sleep(0.005)
+        return "done"
+
+    async def main():
+        admission = CompileAdmission(threads=4, max_waiting=8, per_client=2)
+        first = [asyncio.ensure_future(admission.compile(f"k{i}", slow, client="10.0.0.1")) for i in range(2)]
+        await asyncio.sleep(0.1)
+        with pytest.raises(ClientCompilesFull) as info:
+            await admission.compile("k2", slow, client="10.0.0.1")
+        other = asyncio.ensure_future(admission.compile("k3", slow, client="10.0.0.2"))  # another client is admitted
+        await asyncio.sleep(0.1)
+        assert admission.running == 3
+        release.set()
+        assert await asyncio.gather(*first, other) == ["done"] * 3
+        assert admission.by_client == {}
+        return info.value
+
+    refused = asyncio.run(asyncio.wait_for(main(), 10))
+    error = api_error(refused)
+    assert (error.status, error.code, error.type) == (429, "too_many_compiles", "rate_limit_error")
+
+
 def test_a_compile_past_its_budget_is_stopped_and_answered_with_a_400():
     gen = SpinCompileGenerator(spin_seconds=6.0)
     app = create_app(gen, compile_budget=0.5)
