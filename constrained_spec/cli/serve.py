@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"compiles that may wait beyond the running ones, 429 beyond (default {DEFAULT_MAX_COMPILE_QUEUE}); "
                         "a constraint compiled before never waits")
     p.add_argument("--max-compiles-per-client", type=int, default=DEFAULT_MAX_COMPILES_PER_CLIENT,
-                   help=f"requests of one client (by address) that may wait on compiles at once, 429 beyond (default {DEFAULT_MAX_COMPILES_PER_CLIENT})")
+                   help=f"new constraint compiles one client (by address) may have under way at once, 429 beyond (default {DEFAULT_MAX_COMPILES_PER_CLIENT})")
     p.add_argument("--compile-budget", type=float, default=DEFAULT_COMPILE_BUDGET,
                    help=f"seconds one compile may run before it is stopped, 400 compile_limit (default {DEFAULT_COMPILE_BUDGET:g}; 0: none)")
     p.add_argument("--max-schema-properties", type=int, default=MAX_SCHEMA_PROPERTIES,

@@ -129,8 +129,8 @@ def create_app(
     and grammar caps (None: none).
     ``compile_threads``: threads that compile constraints, off the generation worker;
     ``max_compile_queue``: compiles that may wait beyond those (429 beyond);
-    ``max_compiles_per_client``: requests of one client (by address) waiting on compiles at once
-    (429 beyond; None: no limit); ``compile_budget``:
+    ``max_compiles_per_client``: compiles one client (by address) may have under way at once
+    (joining another's counts not; 429 beyond; None: no limit); ``compile_budget``:
     seconds one compile may run before it is stopped (400 ``compile_limit``; None: no budget);
     ``max_schema_properties``: properties the request's schemas may declare in all, 400
     ``compile_limit`` beyond, before any compile (None: no limit) (:mod:`.compiles`).

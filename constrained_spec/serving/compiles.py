@@ -8,9 +8,10 @@ workers). What :class:`CompileAdmission` adds:
 * one compile per constraint in flight: requests for the same one wait on the same compile;
 * a bounded queue: beyond the running compiles at most ``max_waiting`` wait, more are refused
   (:class:`~.refusals.CompileQueueFull`, 429 with ``Retry-After``);
-* a bound per client: one client (by address) may have ``per_client`` requests waiting on
-  compiles at once (:class:`~.refusals.ClientCompilesFull`, 429), so that one client cannot
-  take the whole queue; with the budget, that bounds the compile time a client can cost;
+* a bound per client: one client (by address) may have started ``per_client`` compiles that
+  have not ended (:class:`~.refusals.ClientCompilesFull`, 429; joining a compile in flight does
+  not count), so that one client cannot take the whole queue; with the budget, that bounds the
+  compile time a client can cost at once;
 * a budget: a compile that runs longer than ``budget`` seconds is stopped
   (:class:`CompileBudgetExceeded`, a :class:`~constrained_spec.errors.CompileLimitError`: 400
   ``compile_limit``);
@@ -93,6 +94,7 @@ class _Job:
     key: str | None
     fn: Callable[[], Any]
     future: asyncio.Future
+    client: str | None = None  # who started it: counted against per_client until it ends
     waiters: int = 0
     state: str = "waiting"  # waiting -> running -> done (or dropped, never started)
     thread_id: int = 0
@@ -112,7 +114,7 @@ class CompileAdmission:
         self.max_waiting = max_waiting
         self.budget = budget
         self.per_client = per_client
-        self.by_client: dict[str, int] = {}  # requests of each client waiting on a compile now
+        self.by_client: dict[str, int] = {}  # compiles each client started that have not ended
         self.cache_size = cache_size
         self.cache: OrderedDict[str, Any] = OrderedDict()  # least recently used first; touched on the loop only
         self.running = 0  # compiles on a thread now (changed under _lock)
@@ -130,27 +132,27 @@ class CompileAdmission:
         """``fn()`` (a compile) run on a compile thread, or its cached result under ``key``.
 
         :class:`CompileQueueFull` when the queue is full, :class:`ClientCompilesFull` when
-        ``client`` waits on ``per_client`` compiles already, :class:`Cancelled` once ``cancel`` is
+        ``client`` has started ``per_client`` compiles that have not ended, :class:`Cancelled` once ``cancel`` is
         set, :class:`QueueTimeout` past ``deadline`` (``time.monotonic``), what ``fn`` raised,
         or :class:`CompileBudgetExceeded`."""
         if key is not None and key in self.cache:
             self.cache.move_to_end(key)
             return self.cache[key]
-        if client is not None and self.per_client is not None and self.by_client.get(client, 0) >= self.per_client:
-            raise ClientCompilesFull(self.per_client)
         job = self._jobs.get(key) if key is not None else None
-        if job is None:
+        if job is None:  # a new compile (joining one in flight costs nothing more)
+            if client is not None and self.per_client is not None and self.by_client.get(client, 0) >= self.per_client:
+                raise ClientCompilesFull(self.per_client)
             if self.running >= self.threads and len(self._waiting) >= self.max_waiting:
                 raise CompileQueueFull(self.max_waiting)
-            job = _Job(key, fn, asyncio.get_running_loop().create_future())
+            job = _Job(key, fn, asyncio.get_running_loop().create_future(), client=client)
+            if client is not None:
+                self.by_client[client] = self.by_client.get(client, 0) + 1
             job.future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even when nobody waits
             if key is not None:
                 self._jobs[key] = job
             self._waiting.append(job)
             self._pump()
         job.waiters += 1
-        if client is not None:
-            self.by_client[client] = self.by_client.get(client, 0) + 1
         try:
             while not job.future.done():
                 left = None if deadline is None else deadline - time.monotonic()
@@ -162,10 +164,6 @@ class CompileAdmission:
             return job.future.result()
         finally:
             job.waiters -= 1
-            if client is not None:
-                left_waiting = self.by_client.pop(client) - 1
-                if left_waiting:
-                    self.by_client[client] = left_waiting
             if job.waiters == 0 and not job.future.done():
                 self._abandon(job)
 
@@ -188,6 +186,7 @@ class CompileAdmission:
             self._waiting.remove(job)
             job.state = "dropped"
             self._forget(job)
+            self._release_client(job)
             job.future.cancel()
         else:
             self._forget(job)  # a later request for the same constraint starts a compile of its own
@@ -205,6 +204,7 @@ class CompileAdmission:
         if job.timer is not None:
             job.timer.cancel()
         self._forget(job)
+        self._release_client(job)
         if job.future.done():
             pass
         elif exc is not None and job.interrupted == "budget":
@@ -224,6 +224,12 @@ class CompileAdmission:
     def _forget(self, job: _Job) -> None:
         if job.key is not None and self._jobs.get(job.key) is job:
             del self._jobs[job.key]
+
+    def _release_client(self, job: _Job) -> None:
+        if job.client is not None:
+            left = self.by_client.pop(job.client, 1) - 1
+            if left > 0:
+                self.by_client[job.client] = left
 
     # -- on a compile thread ----------------------------------------------------------------
     def _work(self, job: _Job, loop: asyncio.AbstractEventLoop) -> None:

@@ -160,7 +160,7 @@ def serving_message(exc: Exception, request_timeout: float | None = None) -> str
     if isinstance(exc, CompileQueueFull):
         return f"the server is busy: {exc.max_waiting} constraint compiles are already waiting (max_compile_queue); retry later"
     if isinstance(exc, ClientCompilesFull):
-        return (f"too many compiles: this client has {exc.limit} requests waiting on constraint compiles already "
+        return (f"too many compiles: this client has {exc.limit} constraint compiles under way already "
                 "(max_compiles_per_client); retry later")
     if isinstance(exc, BodyReadersFull):
         return f"the server is busy: {exc.limit} requests are sending their bodies already (max_body_readers); retry later"

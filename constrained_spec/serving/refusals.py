@@ -58,8 +58,8 @@ class CompileQueueFull(ServingRefusal):
 
 
 class ClientCompilesFull(ServingRefusal):
-    """One client has ``limit`` requests waiting on compiles already (429)."""
+    """One client has started ``limit`` compiles that have not ended (429)."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(f"this client has {limit} requests waiting on constraint compiles already")
+        super().__init__(f"this client has {limit} constraint compiles under way already")
         self.limit = limit

@@ -153,10 +153,11 @@ def test_one_client_cannot_take_the_whole_compile_queue():
         with pytest.raises(ClientCompilesFull) as info:
             await admission.compile("k2", slow, client="10.0.0.1")
         other = asyncio.ensure_future(admission.compile("k3", slow, client="10.0.0.2"))  # another client is admitted
+        joined = asyncio.ensure_future(admission.compile("k0", slow, client="10.0.0.1"))  # joining a compile costs nothing more
         await asyncio.sleep(0.1)
-        assert admission.running == 3
+        assert admission.running == 3 and not joined.done()
         release.set()
-        assert await asyncio.gather(*first, other) == ["done"] * 3
+        assert await asyncio.gather(*first, other, joined) == ["done"] * 4
         assert admission.by_client == {}
         return info.value
 
