@@ -9,13 +9,17 @@ from typing import Sequence
 
 from constrained_spec.cli.args import add_model_arguments, model_config
 from constrained_spec.config import DRAFT_PLANS, NUM_DRAFT_TOKENS, SCHEMA_HINT_STYLES, DecodeConfig
+from constrained_spec.serving.compiles import DEFAULT_COMPILE_BUDGET, DEFAULT_MAX_COMPILE_QUEUE, DEFAULT_MAX_COMPILES_PER_CLIENT
 from constrained_spec.serving.limits import (
     API_KEY_ENV,
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_MAX_BODY_READERS,
     DEFAULT_MAX_QUEUE,
     DEFAULT_REQUEST_TIMEOUT,
     MAX_BODY_BYTES,
     MAX_GRAMMAR_CHARS,
     MAX_SCHEMA_CHARS,
+    MAX_SCHEMA_PROPERTIES,
 )
 
 __all__ = ["DEFAULT_MAX_BATCH_SIZE", "build_parser", "main"]
@@ -53,7 +57,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"largest response_format schema / tools as compact JSON, 400 beyond (default {MAX_SCHEMA_CHARS})")
     p.add_argument("--max-grammar-chars", type=int, default=MAX_GRAMMAR_CHARS,
                    help=f"largest grammar / regex text of a request in characters, 400 beyond (default {MAX_GRAMMAR_CHARS})")
-    p.add_argument("--compile-timeout", type=float, default=60.0, help="seconds one constraint may take to compile, 400 beyond (default 60)")
+    p.add_argument("--compile-timeout", type=float, default=60.0,
+                   help="seconds one token-automaton build may take (the automaton engine), 400 beyond (default 60)")
+    p.add_argument("--compile-threads", type=int, default=2, help="threads that compile constraints, off the generation workers (default 2)")
+    p.add_argument("--max-compile-queue", type=int, default=DEFAULT_MAX_COMPILE_QUEUE,
+                   help=f"compiles that may wait beyond the running ones, 429 beyond (default {DEFAULT_MAX_COMPILE_QUEUE}); "
+                        "a constraint compiled before never waits")
+    p.add_argument("--max-compiles-per-client", type=int, default=DEFAULT_MAX_COMPILES_PER_CLIENT,
+                   help=f"new constraint compiles one client (by address) may have under way at once, 429 beyond (default {DEFAULT_MAX_COMPILES_PER_CLIENT})")
+    p.add_argument("--compile-budget", type=float, default=DEFAULT_COMPILE_BUDGET,
+                   help=f"seconds one compile may run before it is stopped, 400 compile_limit (default {DEFAULT_COMPILE_BUDGET:g}; 0: none)")
+    p.add_argument("--max-schema-properties", type=int, default=MAX_SCHEMA_PROPERTIES,
+                   help=f"properties a request's schemas may declare in all, 400 compile_limit beyond, before compiling (default {MAX_SCHEMA_PROPERTIES})")
+    p.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT,
+                   help=f"seconds a request's whole body may take to arrive, 408 and the connection closed after (default {DEFAULT_BODY_TIMEOUT:g}; 0: none)")
+    p.add_argument("--max-body-readers", type=int, default=DEFAULT_MAX_BODY_READERS,
+                   help=f"requests that may be sending their bodies at once, 429 beyond (default {DEFAULT_MAX_BODY_READERS})")
     p.add_argument("--log-level", default="info")
     from constrained_spec.cli.ray_serve import add_ray_arguments
 
@@ -61,16 +80,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def admission_options(args: argparse.Namespace) -> dict:
+    """The compile-admission and body-read options of ``create_app`` (0 seconds: no limit)."""
+    return dict(compile_threads=args.compile_threads, max_compile_queue=args.max_compile_queue,
+                max_compiles_per_client=args.max_compiles_per_client,
+                compile_budget=args.compile_budget or None, max_schema_properties=args.max_schema_properties,
+                body_timeout=args.body_timeout or None, max_body_readers=args.max_body_readers)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Load the models, then run uvicorn until interrupted."""
     args = build_parser().parse_args(argv)  # before the heavy imports: --help and bad arguments stay fast
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    from constrained_spec.serving.app import public_model_id
     if args.ray:  # the replicas load the models; this process only deploys them
         from constrained_spec.cli.ray_serve import run_ray
 
-        return run_ray(args, dict(model_name=args.model_name or args.model, max_queue=args.max_queue, request_timeout=args.timeout,
+        return run_ray(args, dict(model_name=args.model_name or public_model_id(args.model), max_queue=args.max_queue, request_timeout=args.timeout,
                                   max_tokens_limit=args.max_tokens_limit, api_key=api_key, max_body_bytes=args.max_body_bytes,
-                                  max_schema_chars=args.max_schema_chars, max_grammar_chars=args.max_grammar_chars))
+                                  max_schema_chars=args.max_schema_chars, max_grammar_chars=args.max_grammar_chars, **admission_options(args)))
     import uvicorn
 
     from constrained_spec.api import Generator
@@ -80,10 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       max_new_tokens=args.max_new_tokens, compile_timeout=args.compile_timeout,
                                       max_batch_size=args.max_batch_size, batch_max_tokens=args.batch_max_tokens,
                                       prefix_cache_mb=args.prefix_cache_mb, schema_hint_style=args.schema_hint)
-    app = create_app(generator, model_name=args.model_name or args.model, max_queue=args.max_queue,
+    app = create_app(generator, model_name=args.model_name or public_model_id(args.model), max_queue=args.max_queue,
                      request_timeout=args.timeout, max_tokens_limit=args.max_tokens_limit, api_key=api_key,
                      max_body_bytes=args.max_body_bytes, max_schema_chars=args.max_schema_chars,
-                     max_grammar_chars=args.max_grammar_chars)
+                     max_grammar_chars=args.max_grammar_chars, **admission_options(args))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 

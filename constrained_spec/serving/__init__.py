@@ -34,22 +34,27 @@
 Errors use OpenAI's ``{"error": {"message", "type", "param", "code"}}`` body (:mod:`.errors`),
 request validation and unknown routes included: the project's errors map one to one to codes
 (schema, grammar, tool and prompt errors 400, a prompt over the context a 400
-``context_length_exceeded``, post-validation 422), a missing or wrong API key is 401, an unknown
-model 404, a full queue 429, a request that outlives ``request_timeout`` 504; anything else (a
+``context_length_exceeded``, post-validation 422), a missing, wrong or doubled API key is 401, an unknown
+model 404, a body too slow to arrive 408, a full queue or compile queue 429, a client gone 499, a
+request that outlives ``request_timeout`` 504; anything else (a
 plain ``ValueError`` included) is a 500 that names no internals, logged with its traceback.
 Invalid output is never returned.
 
-Limits (:mod:`.limits`): the API key, the body cap (413) and the schema and grammar caps (400). As
-many generations run at once as the generator has batch slots (``max_batch_size``: they decode
-together as rows of one batch), else one (:mod:`.scheduler`): more requests wait in a bounded
-queue; constraints compile off the generation workers; a timed-out or abandoned request stops
-after its current decode step and frees its row.
+Limits (:mod:`.limits`): the API key (exactly one ``Authorization`` header), the body cap (413),
+the body's read time (408) and the number of bodies read at once (429), the schema and grammar
+caps and the schema's property count (400). As many generations run at once as the generator has
+batch slots (``max_batch_size``: they decode together as rows of one batch), else one
+(:mod:`.scheduler`): more requests wait in a bounded queue; constraints compile off the
+generation workers through a bounded compile queue with a per-compile budget, behind a cache
+(:mod:`.compiles`); a timed-out or abandoned request stops after its current decode step and frees
+its row, an abandoned compile is stopped. Freed memory goes back to the system when idle
+(:mod:`.memory`).
 
 ``constrained-spec serve`` (:mod:`constrained_spec.cli.serve`) runs the server with uvicorn.
 
 Modules: :mod:`.protocol` (request model, request checks, response shapes), :mod:`.completion`
-(what a request generates, the reply message), :mod:`.errors`, :mod:`.limits`,
-:mod:`.scheduler`, :mod:`.streaming`, :mod:`.metrics` and :mod:`.app` (``create_app``).
+(what a request generates, the reply message), :mod:`.errors`, :mod:`.refusals`, :mod:`.limits`,
+:mod:`.scheduler`, :mod:`.compiles`, :mod:`.memory`, :mod:`.streaming`, :mod:`.metrics` and :mod:`.app` (``create_app``).
 """
 
 from __future__ import annotations

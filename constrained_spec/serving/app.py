@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 import time
 from typing import Any
@@ -15,20 +16,31 @@ except ImportError:  # pragma: no cover - without the serve extra, create_app sa
     Request = Any  # type: ignore[misc,assignment]
 
 from constrained_spec.errors import TokenBudgetExceeded
+from constrained_spec.serving.compiles import (
+    DEFAULT_COMPILE_BUDGET,
+    DEFAULT_MAX_COMPILE_QUEUE,
+    DEFAULT_MAX_COMPILES_PER_CLIENT,
+    CompileAdmission,
+)
 from constrained_spec.serving.completion import Plan, make_plan, partial_message, reply_message, stats_extra
 from constrained_spec.serving.errors import APIError, api_error, error_response, http_error, validation_error
 from constrained_spec.serving.grammars import grammar_texts, tools_for_schema_limit
 from constrained_spec.serving.limits import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_MAX_BODY_READERS,
     DEFAULT_MAX_QUEUE,
     DEFAULT_REQUEST_TIMEOUT,
     MAX_BODY_BYTES,
     MAX_GRAMMAR_CHARS,
     MAX_SCHEMA_CHARS,
+    MAX_SCHEMA_PROPERTIES,
     Guard,
     check_grammar_size,
     check_max_tokens,
+    check_schema_properties,
     check_schema_size,
 )
+from constrained_spec.serving.memory import DEFAULT_TRIM_INTERVAL, IdleTrimmer
 from constrained_spec.serving.metrics import install_metrics
 from constrained_spec.serving.protocol import (
     ChatCompletionRequest,
@@ -43,16 +55,28 @@ from constrained_spec.serving.protocol import (
 from constrained_spec.serving.scheduler import Scheduler, watch_disconnect
 from constrained_spec.serving.streaming import stream_completion
 
-__all__ = ["create_app", "served_model_name"]
+__all__ = ["create_app", "public_model_id", "served_model_name"]
+
+
+def public_model_id(name: str) -> str:
+    """``name`` as a model id that shows no file system path: a local folder or file (an absolute
+    or relative path, or one that exists here) by its last component; a hub id or a short name
+    as it is."""
+    text = str(name)
+    looks_local = os.path.isabs(text) or text.startswith(("./", "../", "~")) or os.sep in text and os.path.exists(text)
+    if looks_local:
+        return os.path.basename(os.path.normpath(os.path.expanduser(text))) or "constrained-spec"
+    return text
 
 
 def served_model_name(generator: Any) -> str:
-    """The id the server reports for ``generator``: its target model's name or path."""
+    """The id the server reports for ``generator``: its target model's name (a local path by its
+    last component, :func:`public_model_id`)."""
     target = getattr(generator, "target", None)
     for obj in (target, getattr(target, "model", None)):
         name = getattr(obj, "name_or_path", None) or getattr(getattr(obj, "config", None), "_name_or_path", None)
         if name:
-            return str(name)
+            return public_model_id(str(name))
     return "constrained-spec"
 
 
@@ -86,6 +110,13 @@ def create_app(
     max_schema_chars: int | None = MAX_SCHEMA_CHARS,
     compile_threads: int = 2,
     max_grammar_chars: int | None = MAX_GRAMMAR_CHARS,
+    max_compile_queue: int = DEFAULT_MAX_COMPILE_QUEUE,
+    max_compiles_per_client: int | None = DEFAULT_MAX_COMPILES_PER_CLIENT,
+    compile_budget: float | None = DEFAULT_COMPILE_BUDGET,
+    max_schema_properties: int | None = MAX_SCHEMA_PROPERTIES,
+    body_timeout: float | None = DEFAULT_BODY_TIMEOUT,
+    max_body_readers: int | None = DEFAULT_MAX_BODY_READERS,
+    trim_interval: float | None = DEFAULT_TRIM_INTERVAL,
 ) -> Any:
     """The FastAPI app serving ``generator`` (see :mod:`constrained_spec.serving`).
 
@@ -96,27 +127,48 @@ def create_app(
     ``api_key``: the bearer token every route but ``/health`` needs, ``/metrics`` included (None: no key).
     ``max_body_bytes`` / ``max_schema_chars`` / ``max_grammar_chars``: the request body, schema
     and grammar caps (None: none).
-    ``compile_threads``: threads that compile constraints, off the generation worker.
+    ``compile_threads``: threads that compile constraints, off the generation worker;
+    ``max_compile_queue``: compiles that may wait beyond those (429 beyond);
+    ``max_compiles_per_client``: compiles one client (by address) may have under way at once
+    (joining another's counts not; 429 beyond; None: no limit); ``compile_budget``:
+    seconds one compile may run before it is stopped (400 ``compile_limit``; None: no budget);
+    ``max_schema_properties``: properties the request's schemas may declare in all, 400
+    ``compile_limit`` beyond, before any compile (None: no limit) (:mod:`.compiles`).
+    ``body_timeout``: seconds the whole body may take to arrive (408 after; None: no limit);
+    ``max_body_readers``: requests reading their bodies at once (429 beyond; None: no limit).
+    ``trim_interval``: seconds idle after some work before freed memory is given back to the
+    system (:mod:`.memory`; None: never).
     """
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     name = model_name or served_model_name(generator)
-    scheduler = Scheduler(generator, max_queue=max_queue, request_timeout=request_timeout, compile_threads=compile_threads)
+    compiles = CompileAdmission(threads=max(compile_threads, 1), max_waiting=max_compile_queue, budget=compile_budget,
+                                per_client=max_compiles_per_client)
+    scheduler = Scheduler(generator, max_queue=max_queue, request_timeout=request_timeout, compiles=compiles)
     queue = scheduler.queue
+
+    trimmer = None if trim_interval is None else IdleTrimmer(
+        lambda: queue.pending > 0 or compiles.running > 0 or compiles.waiting > 0, trim_interval)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any):
+        if trimmer is not None:
+            trimmer.start()
         yield
+        if trimmer is not None:
+            await trimmer.stop()
         scheduler.shutdown()
 
     app = FastAPI(title="constrained-spec", description="Exact grammar-constrained speculative decoding, OpenAI-compatible.",
                   lifespan=lifespan)
     app.state.generator = generator
     app.state.queue = queue
+    app.state.compiles = compiles
+    app.state.trimmer = trimmer
     app.state.model_name = name
-    app.add_middleware(Guard, api_key=api_key, max_body_bytes=max_body_bytes)
+    app.add_middleware(Guard, api_key=api_key, max_body_bytes=max_body_bytes, body_timeout=body_timeout, max_body_readers=max_body_readers)
     install_metrics(app, scheduler)  # GET /metrics; outermost middleware: counts 401/413 too
 
     @app.exception_handler(APIError)
@@ -162,6 +214,8 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
         deadline = scheduler.deadline()
+        if trimmer is not None:
+            trimmer.touch()
         check_unsupported(req)
         if req.model is not None and req.model != name:
             raise unknown_model(req.model)
@@ -170,6 +224,7 @@ def create_app(
         max_tokens = req.max_completion_tokens or req.max_tokens
         check_max_tokens(max_tokens, max_tokens_limit)
         check_schema_size(req.response_format, tools_for_schema_limit(req.tools), max_schema_chars)
+        check_schema_properties(req.response_format, tools_for_schema_limit(req.tools), max_schema_properties)
         check_grammar_size(grammar_texts(req), max_grammar_chars)
         try:
             plan = make_plan(req, getattr(generator, "tokenizer", None))
@@ -184,7 +239,8 @@ def create_app(
         streaming = False  # once the SSE response is returned, the watcher runs until the stream ends
         try:
             try:
-                output_type = await scheduler.compile(plan.output_type, deadline)
+                client = request.client.host if request.client else None
+                output_type = await scheduler.compile(plan.output_type, deadline, cancel, client)
             except Exception as exc:  # noqa: BLE001
                 raise request_error(exc, plan) from exc
             remaining = scheduler.remaining(deadline)

@@ -4,7 +4,9 @@ The body is ``{"error": {"message", "type", "param", "code"}}``. Each class of t
 hierarchy (:mod:`constrained_spec.errors`, and :class:`~constrained_spec.tools.ToolError`) maps
 to one status and code (:data:`ERROR_CODES`): bad schemas, grammars, tools and prompts are 400,
 a value that fails post-validation 422, a model or sampling failure 500. The serving layer's own
-conditions are 429 (full queue), 499 (client gone) and 504 (timeout). Anything else, a plain
+conditions (:data:`SERVING_ERRORS`) are 401 (two ``Authorization`` headers), 408 (a body too slow
+to arrive), 429 (full queue, full compile queue, a client's compiles, too many bodies being read at once; with
+``Retry-After``), 499 (client gone) and 504 (timeout). Anything else, a plain
 ``ValueError`` included, is a bug: a 500 whose body names nothing internal, logged with its
 traceback.
 """
@@ -30,10 +32,19 @@ from constrained_spec.errors import (
     UnsupportedKeywordError,
     VocabularyMismatchError,
 )
-from constrained_spec.serving.scheduler import Cancelled, QueueFull, QueueTimeout
+from constrained_spec.serving.refusals import (
+    AmbiguousCredentials,
+    BodyReadersFull,
+    BodyTimeout,
+    Cancelled,
+    ClientCompilesFull,
+    CompileQueueFull,
+    QueueFull,
+    QueueTimeout,
+)
 from constrained_spec.tools import ToolError
 
-__all__ = ["APIError", "ERROR_CODES", "INTERNAL_ERROR_MESSAGE", "api_error", "error_response", "http_error", "validation_error"]
+__all__ = ["APIError", "ERROR_CODES", "INTERNAL_ERROR_MESSAGE", "SERVING_ERRORS", "api_error", "error_response", "http_error", "validation_error"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +69,18 @@ ERROR_CODES: dict[type[ConstrainedSpecError], tuple[int, str, str]] = {
     ModelLoadError: (500, SERVER, "model_error"),
     VocabularyMismatchError: (500, SERVER, "model_error"),
     SamplingError: (500, SERVER, "sampling_error"),
+}
+RATE = "rate_limit_error"
+#: the serving layer's own conditions -> (HTTP status, OpenAI error type, code), one to one
+SERVING_ERRORS: dict[type[Exception], tuple[int, str, str]] = {
+    AmbiguousCredentials: (401, INVALID, "invalid_api_key"),
+    BodyTimeout: (408, INVALID, "request_timeout"),
+    QueueFull: (429, RATE, "queue_full"),
+    CompileQueueFull: (429, RATE, "compile_queue_full"),
+    ClientCompilesFull: (429, RATE, "too_many_compiles"),
+    BodyReadersFull: (429, RATE, "too_many_uploads"),
+    Cancelled: (499, INVALID, "client_closed_request"),
+    QueueTimeout: (504, "timeout_error", "timeout"),
 }
 #: the text before the exception's own message, per class of ERROR_CODES
 PREFIXES: dict[type[ConstrainedSpecError], str] = {
@@ -121,15 +144,33 @@ def api_error(exc: BaseException, param: str | None = None, *, request_timeout: 
         return exc
     if isinstance(exc, ConstrainedSpecError):
         return project_error(exc, param)
-    if isinstance(exc, Cancelled):
-        return APIError(499, "the client closed the request", code="client_closed_request")
-    if isinstance(exc, QueueFull):
-        return APIError(429, f"the server is busy: {exc.max_queue} requests are already waiting; retry later",
-                        type="rate_limit_error", code="queue_full")
-    if isinstance(exc, QueueTimeout):
-        return APIError(504, f"the request did not finish within {request_timeout} s", type="timeout_error", code="timeout")
+    for cls, (status, kind, code) in SERVING_ERRORS.items():
+        if isinstance(exc, cls):
+            return APIError(status, serving_message(exc, request_timeout), type=kind, code=code)
     log.error("internal error while serving a request", exc_info=exc)
     return APIError(500, INTERNAL_ERROR_MESSAGE, type=SERVER)
+
+
+def serving_message(exc: Exception, request_timeout: float | None = None) -> str:
+    """The client's message of one of :data:`SERVING_ERRORS`."""
+    if isinstance(exc, Cancelled):
+        return "the client closed the request"
+    if isinstance(exc, QueueFull):
+        return f"the server is busy: {exc.max_queue} requests are already waiting; retry later"
+    if isinstance(exc, CompileQueueFull):
+        return f"the server is busy: {exc.max_waiting} constraint compiles are already waiting (max_compile_queue); retry later"
+    if isinstance(exc, ClientCompilesFull):
+        return (f"too many compiles: this client has {exc.limit} constraint compiles under way already "
+                "(max_compiles_per_client); retry later")
+    if isinstance(exc, BodyReadersFull):
+        return f"the server is busy: {exc.limit} requests are sending their bodies already (max_body_readers); retry later"
+    if isinstance(exc, QueueTimeout):
+        return f"the request did not finish within {request_timeout} s"
+    if isinstance(exc, BodyTimeout):
+        return f"the request body did not arrive within {exc.seconds:g} s (body_timeout)"
+    if isinstance(exc, AmbiguousCredentials):
+        return "more than one Authorization header: send exactly one, 'Authorization: Bearer <key>'"
+    return str(exc)
 
 
 def validation_error(errors: list[dict]) -> APIError:

@@ -4,15 +4,16 @@ Each app has its own :class:`~prometheus_client.CollectorRegistry` (never the pr
 so many apps can live in one process. What it exposes (all names prefixed ``constrained_spec_``):
 
 * ``requests_running`` / ``requests_waiting`` (gauges), ``batch_slots`` (generations at once);
-* ``requests_total{status}``: chat-completion requests by HTTP status (401, 413, 429 and 504
-  included); ``generations_total{outcome}``: generations by how they ended (``stop``, ``length``,
+* ``requests_total{status}``: chat-completion requests by HTTP status (401, 408, 413, 429 and
+  504 included; a client that left before any answer, mid-body included, is a 499); ``generations_total{outcome}``: generations by how they ended (``stop``, ``length``,
   ``cancelled``, ``timeout``, ``rejected``, ``error``);
 * ``request_duration_seconds`` (histogram): a chat completion from its first byte in to its last
   byte out (a stream's whole length);
 * ``generated_tokens_total`` (tokens committed, counted as they are), ``generation_tokens_per_second``
   (those of the last ``window`` seconds), ``drafted_tokens_total`` / ``accepted_tokens_total`` of
   finished generations and their ratio ``acceptance_rate``;
-* ``compile_duration_seconds`` (histogram): constraint compiles (compile-cache hits included);
+* ``compile_duration_seconds`` (histogram): each request's constraint compile, waiting in the
+  compile queue and compile-cache hits included (:mod:`.compiles`);
 * with continuous batching, read off the coordinator at scrape time: ``batch_rows_per_forward``
   (histogram), ``batch_active_rows``, ``batch_rounds_total``, ``batch_forward_seconds_total``,
   ``prefill_seconds_total``, ``prefill_tokens_total``, ``prefix_cache_reused_tokens_total``,
@@ -65,7 +66,7 @@ class ServerMetrics:
         self.generations = Counter(PREFIX + "generations", "Generations by how they ended.", ["outcome"], registry=r)
         self.latency = Histogram(PREFIX + "request_duration_seconds", "Chat-completion latency, first byte in to last byte out.",
                                  buckets=LATENCY_BUCKETS, registry=r)
-        self.compile_seconds = Histogram(PREFIX + "compile_duration_seconds", "Constraint compile time (cache hits included).",
+        self.compile_seconds = Histogram(PREFIX + "compile_duration_seconds", "Constraint compile time per request (compile-queue waits and cache hits included).",
                                          buckets=COMPILE_BUCKETS, registry=r)
         self.generated = Counter(PREFIX + "generated_tokens", "Tokens committed by generations, counted as they are.", registry=r)
         self.drafted = Counter(PREFIX + "drafted_tokens", "Draft tokens proposed by finished generations.", registry=r)
@@ -187,7 +188,7 @@ class MetricsMiddleware:
         if scope["type"] != "http" or scope.get("path") != CHAT_PATH:
             await self.app(scope, receive, send)
             return
-        start, status = time.perf_counter(), 500
+        start, status, left = time.perf_counter(), 0, False
 
         async def send_status(message: dict) -> None:
             nonlocal status
@@ -195,10 +196,17 @@ class MetricsMiddleware:
                 status = int(message["status"])
             await send(message)
 
+        async def watch_receive() -> dict:
+            nonlocal left
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                left = True
+            return message
+
         try:
-            await self.app(scope, receive, send_status)
-        finally:
-            self.metrics.request_done(status, time.perf_counter() - start)
+            await self.app(scope, watch_receive, send_status)
+        finally:  # no answer sent: the client left first (499, nginx's "client closed request"), else a failure (500)
+            self.metrics.request_done(status or (499 if left else 500), time.perf_counter() - start)
 
 
 def install_metrics(app: Any, scheduler: Scheduler) -> ServerMetrics | None:

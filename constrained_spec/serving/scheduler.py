@@ -5,7 +5,8 @@ A Generator without a batch holds one KV cache, so its generations run one by on
 worker thread. With continuous batching (``generator.batch``, ``max_batch_size > 1``) there are as
 many workers as batch slots: that many ``generator.run`` calls run at once and decode together as
 rows of one batch. Requests beyond the running ones wait in a queue of ``max_queue``. Constraints
-compile on their own threads, so a slow compile holds no other request. A timed-out request that
+compile through their own bounded queue on their own threads (:mod:`.compiles`), so a slow compile
+holds no other request, and a cached one never waits. A timed-out request that
 has not started is dropped; one already decoding stops after its current decode step (the
 ``on_tokens`` hook raises :class:`Cancelled`), which frees its batch row.
 """
@@ -19,25 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Coroutine, Protocol
 
 from constrained_spec.errors import TokenBudgetExceeded
+from constrained_spec.serving.compiles import CompileAdmission, constraint_key
+from constrained_spec.serving.refusals import Cancelled, QueueFull, QueueTimeout
 
 __all__ = ["Cancelled", "GenerationObserver", "GenerationQueue", "QueueFull", "QueueTimeout", "Scheduler", "batch_slots", "outcome_of",
            "watch_disconnect"]
-
-
-class QueueFull(Exception):
-    """The queue holds ``max_queue`` waiting requests already."""
-
-    def __init__(self, max_queue: int) -> None:
-        super().__init__(f"{max_queue} requests are already waiting")
-        self.max_queue = max_queue
-
-
-class QueueTimeout(Exception):
-    """A request outlived the timeout (waiting and/or decoding)."""
-
-
-class Cancelled(Exception):
-    """Raised from the ``on_tokens`` hook to stop a generation nobody waits for any more."""
 
 
 class GenerationQueue:
@@ -141,12 +128,12 @@ class Scheduler:
     """
 
     def __init__(self, generator: Any, *, max_queue: int, request_timeout: float | None, compile_threads: int = 2,
-                 observer: GenerationObserver | None = None) -> None:
+                 observer: GenerationObserver | None = None, compiles: CompileAdmission | None = None) -> None:
         self.generator = generator
         self.request_timeout = request_timeout
         self.observer = observer
         self.queue = GenerationQueue(max_queue=max_queue, timeout=request_timeout, workers=batch_slots(generator))
-        self._compile_pool = ThreadPoolExecutor(max_workers=max(compile_threads, 1), thread_name_prefix="constrained-spec-compile")
+        self.compiles = compiles if compiles is not None else CompileAdmission(threads=max(compile_threads, 1))
         self._tasks: set[asyncio.Future] = set()  # background generations (streams): kept referenced until done
 
     def deadline(self) -> float | None:
@@ -158,29 +145,23 @@ class Scheduler:
         """Seconds left until ``deadline`` (never negative; None: no timeout)."""
         return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
-    async def compile(self, output_type: Any, deadline: float | None) -> Any:
-        """``output_type`` compiled on a compile thread (off the workers): its OutputSpec, which
+    async def compile(self, output_type: Any, deadline: float | None, cancel: threading.Event | None = None,
+                      client: str | None = None) -> Any:
+        """``output_type`` compiled through the compile queue (:class:`CompileAdmission`: a cached
+        constraint at once, else on a compile thread, off the workers): its OutputSpec, which
         ``generator.run`` finds in the compile cache; the output type itself where the generator
-        cannot compile ahead. :class:`QueueTimeout` past ``deadline``."""
+        cannot compile ahead. :class:`QueueTimeout` past ``deadline``, :class:`Cancelled` once
+        ``cancel`` is set (the compile stops if no other request waits for it); ``client`` (its
+        address) is counted against the compiles one client may wait on."""
         compile_ = getattr(self.generator, "compile", None)
         if not callable(compile_):
             return output_type
-        observer = self.observer
-
-        def timed() -> Any:
-            t0 = time.perf_counter()
-            compiled = compile_(output_type)
-            if observer is not None:
-                observer.compiled(time.perf_counter() - t0)
-            return compiled
-
-        future = asyncio.get_running_loop().run_in_executor(self._compile_pool, timed)
-        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # an abandoned compile's error is not "never retrieved"
-        try:
-            compiled = await asyncio.wait_for(asyncio.shield(future), self.remaining(deadline))
-        except asyncio.TimeoutError as exc:
-            raise QueueTimeout() from exc
-        return getattr(compiled, "spec", output_type)
+        t0 = time.perf_counter()
+        spec = await self.compiles.compile(constraint_key(output_type), lambda: getattr(compile_(output_type), "spec", output_type),
+                                           cancel, deadline, client)
+        if self.observer is not None:
+            self.observer.compiled(time.perf_counter() - t0)
+        return spec
 
     async def generate(self, prompt: Any, output_type: Any, options: dict[str, Any], cancel: threading.Event,
                        timeout: float | None, on_tokens: Callable[[list[int]], None] | None = None) -> Any:
@@ -219,7 +200,7 @@ class Scheduler:
 
     def shutdown(self) -> None:
         self.queue.shutdown()
-        self._compile_pool.shutdown(wait=False, cancel_futures=True)
+        self.compiles.shutdown()
 
 
 async def watch_disconnect(request: Any, cancel: threading.Event, every: float = 0.05) -> None:
