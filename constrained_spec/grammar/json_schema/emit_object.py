@@ -12,7 +12,7 @@ from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
 from constrained_spec.grammar.json_schema.ir import EMPTY, Flat, Owner
-from constrained_spec.grammar.json_schema.options import LOCAL_OBJECT_CAP
+from constrained_spec.grammar.json_schema.options import DECLARED_PROPERTIES_NOTE, LOCAL_OBJECT_CAP
 from constrained_spec.grammar.json_schema.py_regex import line_pattern, py_search, universal_pattern
 from constrained_spec.grammar.json_schema.regex_text import alt, group, rep, sequence
 
@@ -152,7 +152,8 @@ class ObjectEmitter(CompilerBase):
             if need > 0:
                 self.unsupported(
                     "minProperties", flat.min_props_ptr,
-                    "minProperties larger than the declared properties (extra properties may repeat a name)",
+                    "minProperties larger than the declared properties (extra properties may repeat a name); "
+                    + DECLARED_PROPERTIES_NOTE,
                 )
         else:
             plus_extra = False
