@@ -50,8 +50,8 @@ class CompilerBase:
         self.rule_of: dict = {}  # conjunction key -> rule number
         self.rule_bodies: dict[int, Optional[str]] = {}  # rule number -> its regex (None: empty)
         self.open_keys: set = set()  # conjunctions being compiled now
-        #: JSON pointers of strings whose pattern and length bounds could not be written exactly
-        #: into one regex (the regex holds a sound part of their language: a narrowing)
+        #: JSON pointers where the regex holds a sound part of the language only (a narrowing):
+        #: strings whose pattern and length bounds one regex cannot hold, large all-optional objects
         self.length_narrowed: list[str] = []
         #: grammar mode: rule number -> (pattern regex, length regex) of a string lexeme the
         #: grammar spells as their intersection (``/p/ & /l/``), exact where the regex narrows

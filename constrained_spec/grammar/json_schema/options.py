@@ -145,9 +145,10 @@ class SchemaRegex:
     #: for a recursive schema: the Lark grammar of its whole language (recursion unbounded; None
     #: where the schema does not recur, or the grammar could not be built exactly)
     lark: Optional[str] = None
-    #: JSON pointers of strings whose ``pattern`` and length bounds ``regex`` cannot hold exactly
-    #: (it holds a sound part of their language); ``lark``, when set, spells each such string as
-    #: one lexeme ``pattern & length`` (exact; the lazy engine enforces it)
+    #: where ``regex`` holds only a sound part of the schema's language for its size: JSON pointers
+    #: of strings whose ``pattern`` and length bounds one regex cannot hold exactly, and of large
+    #: all-optional objects that must start with their first property (noted so); ``lark``, when
+    #: set, holds the whole language there (a ``%json`` string, objects as rules) for the lazy engine
     narrowed: tuple[str, ...] = ()
 
 
