@@ -115,7 +115,7 @@ def test_pattern_and_length_language_is_exact(case, data):
 
 
 @pytest.mark.slow
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(case=_case(), data=st.data())
 def test_pattern_and_length_language_is_exact_many(case, data):
     pattern, lo, hi = case
