@@ -27,7 +27,8 @@ Schemas run in worker processes (``--workers``); each schema has a time limit (`
 20 s: the compiler's own time budget, a SIGALRM in the worker, and a hard kill by the parent past
 three times that). Times are wall-clock on a shared machine: figures to read, nothing asserted.
 
-``python benchmarks/grammar_bench.py [--limit N] [--seed S] [--workers W] [--automaton-sample N] [--json OUT]``
+``python benchmarks/grammar_bench.py [--limit N] [--seed S] [--workers W] [--automaton-sample N] [--json OUT]
+[--additional-properties declared|spec]``
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def _on_alarm(signum, frame):  # noqa: ARG001
 class _Worker:
     """Per-process state: tokenizer, vocabulary, llguidance tokenizer (built once per process)."""
 
-    def __init__(self, tokenizer_name: str, timeout: float, match_timeout: float = 5.0) -> None:
+    def __init__(self, tokenizer_name: str, timeout: float, match_timeout: float = 5.0,
+                 additional_properties: str = "declared") -> None:
         import torch
 
         torch.set_num_threads(1)
@@ -96,7 +98,7 @@ class _Worker:
         self.greedy = greedy_encoder_for(self.vocab)
         self.timeout = timeout
         self.match_timeout = match_timeout
-        self.options = SchemaOptions(time_budget_s=timeout)
+        self.options = SchemaOptions(time_budget_s=timeout, additional_properties=additional_properties)
         self._automaton = None
         signal.signal(signal.SIGALRM, _on_alarm)
 
@@ -335,8 +337,9 @@ class _Worker:
         return len(ids)
 
 
-def _worker_main(conn, tokenizer_name: str, timeout: float, match_timeout: float) -> None:
-    worker = _Worker(tokenizer_name, timeout, match_timeout)
+def _worker_main(conn, tokenizer_name: str, timeout: float, match_timeout: float,
+                 additional_properties: str = "declared") -> None:
+    worker = _Worker(tokenizer_name, timeout, match_timeout, additional_properties)
     conn.send(("ready", None))
     while True:
         job = conn.recv()
@@ -356,8 +359,10 @@ def _worker_main(conn, tokenizer_name: str, timeout: float, match_timeout: float
 
 
 class _Pool:
-    def __init__(self, n: int, tokenizer_name: str, timeout: float, match_timeout: float) -> None:
+    def __init__(self, n: int, tokenizer_name: str, timeout: float, match_timeout: float,
+                 additional_properties: str = "declared") -> None:
         self.ctx = mp.get_context("spawn")
+        self.additional_properties = additional_properties
         self.match_timeout = match_timeout
         self.tokenizer_name = tokenizer_name
         self.timeout = timeout
@@ -366,7 +371,8 @@ class _Pool:
 
     def _spawn(self) -> dict:
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_worker_main, args=(child, self.tokenizer_name, self.timeout, self.match_timeout))
+        proc = self.ctx.Process(target=_worker_main, args=(child, self.tokenizer_name, self.timeout, self.match_timeout,
+                                                                 self.additional_properties))
         # not a daemon: the automaton engine builds in a child process of its own
         proc.start()
         child.close()
@@ -605,6 +611,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--automaton-sample", type=int, default=0, help="also compile N sampled dev schemas with the automaton engine")
     ap.add_argument("--sets", default="dev,jsts", help="comma list of: dev, jsts")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--additional-properties", default="declared", choices=["declared", "spec"],
+                    help="SchemaOptions.additional_properties: 'spec' also generates the additional properties a schema allows")
     args = ap.parse_args(argv)
 
     sets = [x.strip() for x in args.sets.split(",") if x.strip()]
@@ -636,7 +644,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             bar.update(1)
 
     start = time.time()
-    pool = _Pool(args.workers, args.tokenizer, args.timeout, args.match_timeout)
+    pool = _Pool(args.workers, args.tokenizer, args.timeout, args.match_timeout, args.additional_properties)
     try:
         pool.run(jobs, hard_limit=3 * args.timeout + 120.0, on_result=on_result)
     finally:

@@ -128,6 +128,7 @@ def schema_options(args: argparse.Namespace) -> Any:
     from constrained_spec.grammar.json_schema import SchemaOptions
 
     return SchemaOptions(whitespace=args.whitespace, property_order=args.property_order,
+                         additional_properties=getattr(args, "additional_properties", "declared"),
                          draft=getattr(args, "schema_draft", None))
 
 
@@ -275,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-new-tokens", type=positive_int, default=512)
     g.add_argument("--whitespace", default="compact", choices=["compact", "flexible"])
     g.add_argument("--property-order", default="schema", choices=["schema", "any"])
+    g.add_argument("--additional-properties", default="declared", choices=["declared", "spec"],
+                   help="declared (default): objects get only their declared properties; spec: also the additional "
+                        "properties the schema allows (where additionalProperties is absent)")
     g.add_argument("--schema-draft", default=None, choices=["2020-12", "2019-09", "7", "6", "4"],
                    help="JSON Schema draft of a schema without $schema (default 2020-12; a $schema in the schema wins)")
     g.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"], help="verify kernel")

@@ -52,6 +52,12 @@ class CompilerBase:
         self.rule_of: dict = {}  # conjunction key -> rule number
         self.rule_bodies: dict[int, Optional[str]] = {}  # rule number -> its regex (None: empty)
         self.open_keys: set = set()  # conjunctions being compiled now
+        #: JSON pointers where the regex holds a sound part of the language only (a narrowing):
+        #: strings whose pattern and length bounds one regex cannot hold, large all-optional objects
+        self.length_narrowed: list[str] = []
+        #: grammar mode: rule number -> (pattern regex, length regex) of a string lexeme the
+        #: grammar spells as their intersection (``/p/ & /l/``), exact where the regex narrows
+        self.and_lexemes: dict[int, tuple[str, str]] = {}
         # (the conjunction's subschemas, the recursion counts in force) -> its regex: a subschema
         # met again under the same counts (a recursive $ref's branches, unrolled) compiles once
         self.conjunction_regex: dict = {}

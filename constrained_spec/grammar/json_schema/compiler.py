@@ -40,6 +40,7 @@ from constrained_spec.grammar.json_schema.emit_value import ValueEmitter
 from constrained_spec.grammar.json_schema.ir import Flat
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS, Keywords
 from constrained_spec.grammar.json_schema.options import (
+    DECLARED_PROPERTIES_NOTE,
     MAX_BRANCH_COMBINATIONS,
     MAX_REF_CHAIN,
     REF_CYCLE_DEPTH,
@@ -77,7 +78,7 @@ def schema_to_regex(
         raise SchemaError(f"a schema must be an object or a boolean, not {type(schema).__name__}")
     start = time.monotonic()
     result, recursive = _schema_regex(schema, options, start)
-    if recursive and options.recursive_refs == "grammar":
+    if (recursive or result.narrowed) and options.recursive_refs == "grammar":
         lark = _schema_grammar(schema, options, start)
         if lark is not None:
             result = dataclasses.replace(result, lark=lark)
@@ -100,7 +101,7 @@ def _schema_grammar(schema: Union[dict, bool], options: SchemaOptions, start: fl
         return None
     if root is None or not comp.rule_bodies:
         return None
-    return build_lark(root, comp.rule_bodies)
+    return build_lark(root, comp.rule_bodies, comp.and_lexemes)
 
 
 def _schema_regex(schema: Union[dict, bool], options: SchemaOptions, start: float) -> tuple[SchemaRegex, bool]:
@@ -178,7 +179,8 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
                     "its 'else' side needs the negation of 'if', which is not supported, and the rest admits no value",
                 )
             raise EmptyLanguageError(
-                "the schema (as restricted by the compiler) accepts no value"
+                "the schema (as restricted by the compiler) accepts no value; where values need properties the "
+                "schema does not declare: " + DECLARED_PROPERTIES_NOTE
             )
         if len(r) > self.opts.max_regex_chars:
             e = CompileLimitError(
@@ -187,7 +189,11 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             e.kind = "size"
             raise e
         return SchemaRegex(
-            r, tuple(self.unenforced), self.max_seen_depth, tuple(sorted(self.ignored_formats.items()))
+            r,
+            tuple(self.unenforced),
+            self.max_seen_depth,
+            tuple(sorted(self.ignored_formats.items())),
+            narrowed=tuple(dict.fromkeys(self.length_narrowed)),
         )
 
     def absorb(self, flat: Flat, ctx: Ctx, positive: bool = True, depth: int = 0) -> None:

@@ -475,20 +475,41 @@ def _render(e: tuple) -> str:
     return g + quantifier(lo, hi)
 
 
-def build_lark(root: str, rules: dict[int, str]) -> Optional[str]:
+def build_lark(root: str, rules: dict[int, Optional[str]],
+               and_lexemes: Optional[dict[int, tuple[str, str]]] = None) -> Optional[str]:
     """The Lark grammar of ``root`` (a regex with placeholders) and the rule bodies ``rules``
     (rule number -> regex with placeholders); None where it cannot be built or llguidance's
     greedy lexer could lose strings of it. Terminals are as long as the regexes allow first; where
     greedy lexing could lose strings of those, the sequences are cut at their optional parts
-    (``_Builder.fine``) and checked again."""
-    return _build_lark(root, rules, fine=False) or _build_lark(root, rules, fine=True)
+    (``_Builder.fine``) and checked again.
+
+    A rule in ``and_lexemes`` (number -> (regex, JSON Schema of one string), placeholder-free) is
+    ``%json <schema>`` (llguidance compiles that string schema itself: a pattern and length bounds
+    intersected exactly, which one regex cannot spell) instead of its body; the greedy-lexing check
+    reads it as ``regex``, a superset of it with the same quotes."""
+    ands = and_lexemes or {}
+    return _build_lark(root, rules, ands, fine=False) or _build_lark(root, rules, ands, fine=True)
 
 
-def _build_lark(root: str, rules: dict[int, str], fine: bool) -> Optional[str]:
+def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tuple[str, str]],
+                fine: bool) -> Optional[str]:
     b = _Builder(fine)
+    and_text: dict[str, str] = {}  # name of a %json string -> its definition
     try:
         root_e = b.conv(ecma.parse(root))
-        bodies = {"r%d" % n: b.conv(ecma.parse(text)) for n, text in rules.items()}
+        bodies: dict[str, Optional[tuple]] = {}
+        for n, text in rules.items():
+            if n in ands:
+                wide, leaf = ands[n]
+                node = to_node(ecma.parse(wide))
+                if node is None:
+                    return None
+                name = "j%d" % n  # a rule: %json cannot define a terminal
+                b.nodes[name] = node
+                and_text[name] = "%json " + leaf
+                bodies["r%d" % n] = ("T", name)
+            elif text is not None:
+                bodies["r%d" % n] = b.conv(ecma.parse(text))
     except (_Mangled, ecma.PatternError, ValueError, RecursionError):
         return None
     if root_e is None:
@@ -522,6 +543,7 @@ def _build_lark(root: str, rules: dict[int, str], fine: bool) -> Optional[str]:
     lines = ["start: " + _render(root_e)]
     lines += [f"{r}: {_render(kept[r])}" for r in sorted(kept, key=lambda s: int(s[1:]))]
     lines += [f"{name}: {_lark_regex(text)}" for text, name in b.terminals.items() if name in used]
+    lines += [f"{name}: {text}" for name, text in and_text.items() if name in used]
     if any(not line.split(":", 1)[1].strip() for line in lines):
         return None
     return "\n".join(lines) + "\n"

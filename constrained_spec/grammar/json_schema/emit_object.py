@@ -11,8 +11,9 @@ from constrained_spec.errors import UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
+from constrained_spec.grammar.json_schema.emit_lark import placeholder
 from constrained_spec.grammar.json_schema.ir import EMPTY, Flat, Owner
-from constrained_spec.grammar.json_schema.options import LOCAL_OBJECT_CAP
+from constrained_spec.grammar.json_schema.options import DECLARED_PROPERTIES_NOTE, LOCAL_OBJECT_CAP
 from constrained_spec.grammar.json_schema.py_regex import line_pattern, py_search, universal_pattern
 from constrained_spec.grammar.json_schema.regex_text import alt, group, rep, sequence
 
@@ -39,8 +40,10 @@ class ObjectEmitter(CompilerBase):
         if limited is None:
             return EMPTY
         items, extras, plus_extra = limited
+        ptr = flat.sources[0][0].ptr if flat.sources else ""
         if self.opts.linear_objects and n_req == 0 and len(items) > 1:
             items[0][0] = "req"  # a sound restriction that keeps the regex linear
+            self.length_narrowed.append((ptr or "#") + " (first property required)")
         seq_items = [(it[0], it[1]) for it in items]
         for k, v, count in extras:
             e = k + ws + ":" + ws + group(v)
@@ -54,17 +57,56 @@ class ObjectEmitter(CompilerBase):
         ) and len(seq_items) > 1:
             body = self.any_order(seq_items, sep)
         else:
-            body = sequence(seq_items, sep, self.check_size)
-            if n_req == 0 and len(items) > 1:
+            all_optional = n_req == 0 and len(items) > 1
+            if all_optional and self.grammar_mode and self._large(seq_items, sep):
+                body = self.optional_sequence_rules(seq_items, sep)
+            else:
+                body = sequence(seq_items, sep, self.check_size)
+            if all_optional:
                 self.reducible = True
-            if body is not None and n_req == 0 and len(items) > 1 and len(body) > LOCAL_OBJECT_CAP:
+            if body is not None and all_optional and len(body) > LOCAL_OBJECT_CAP and not self.grammar_mode:
                 # all-optional objects cost O(n log n) copies; past a size, require the
-                # first property (a sound restriction) so that the regex stays linear
+                # first property (a sound restriction) so that the regex stays linear; the
+                # grammar (optional_sequence_rules) holds the whole language
                 seq_items[0] = ("req", seq_items[0][1])
                 body = sequence(seq_items, sep, self.check_size)
+                self.length_narrowed.append((ptr or "#") + " (first property required)")
         if body is None:
             return EMPTY
         return "\\{" + ws + body + ws + "\\}"
+
+    @staticmethod
+    def _large(seq_items: list, sep: str) -> bool:
+        """Whether the regex of an all-optional sequence would pass LOCAL_OBJECT_CAP."""
+        body = sequence(seq_items, sep)
+        return body is None or len(body) > LOCAL_OBJECT_CAP
+
+    def optional_sequence_rules(self, seq_items: list, sep: str) -> str:
+        """Grammar mode: an all-optional comma-separated sequence as rules, linear in its items:
+        each item a rule P_i, each tail T_i = (sep P_i)? T_(i+1) a rule, and the body
+        ``(P_1 T_2 | P_2 T_3 | ... | P_n)?`` (repeatable 'star' items likewise)."""
+
+        def rule(text: str) -> str:
+            n = len(self.rule_of)
+            self.rule_of[("object-part", n)] = n
+            self.rule_bodies[n] = text
+            return placeholder(n)
+
+        parts = []
+        for kind, x in seq_items:
+            if kind == "star":
+                e, cnt = x
+                p = rule(group(e))
+                parts.append((p, p + rep("(" + sep + p + ")", 0, None if cnt is None else cnt - 1),
+                              rep("(" + sep + p + ")", 0, cnt)))
+            else:
+                p = rule(group(x))
+                parts.append((p, p, "(" + sep + p + ")?"))
+        tails: list[str] = [""] * (len(parts) + 1)
+        for i in range(len(parts) - 1, 0, -1):
+            tails[i] = rule(parts[i][2] + tails[i + 1]) if i < len(parts) - 1 else parts[i][2]
+        firsts = [parts[i][1] + tails[i + 1] for i in range(len(parts))]
+        return "(" + "|".join(firsts) + ")?"
 
     def _members(self, flat: Flat) -> Optional[tuple[list, int, list]]:
         """The declared properties of flat as ([kind, "name":value regex, name] items, number
@@ -152,7 +194,8 @@ class ObjectEmitter(CompilerBase):
             if need > 0:
                 self.unsupported(
                     "minProperties", flat.min_props_ptr,
-                    "minProperties larger than the declared properties (extra properties may repeat a name)",
+                    "minProperties larger than the declared properties (extra properties may repeat a name); "
+                    + DECLARED_PROPERTIES_NOTE,
                 )
         else:
             plus_extra = False

@@ -3,15 +3,21 @@ lengths folded in), intersections of patterns, and strings other than a finite s
 
 from __future__ import annotations
 
+import json
 from typing import Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
+from constrained_spec.grammar.json_schema.emit_lark import placeholder
 from constrained_spec.grammar.json_schema.ir import EMPTY, Flat
+from constrained_spec.grammar.json_schema.length_cut import Inexact, cut
 from constrained_spec.grammar.json_schema.regex_ops import deriv, finite_strings, grow, nullable_node, shrink, trim_unanchored
 from constrained_spec.grammar.json_schema.regex_text import alt, group, rep
 
-__all__ = ["StringEmitter"]
+__all__ = ["StringEmitter", "LENGTH_CUT_CHARS"]
+
+#: longest regex an exact length cut of one pattern may take (past it, the cut counts as inexact)
+LENGTH_CUT_CHARS = 8_000
 
 
 class StringEmitter(CompilerBase):
@@ -36,6 +42,28 @@ class StringEmitter(CompilerBase):
                 return None if body is None else '"' + body + '"'
         if not pats:
             return '"' + rep(self.str_char, lo, hi) + '"'
+        mark = len(self.length_narrowed)
+        out = self._patterned(pats, lo, hi)
+        if len(self.length_narrowed) > mark and self.grammar_mode:
+            wide = self._patterned(pats, 0, None)
+            if wide is not None and len(pats) == 1:
+                leaf: dict = {"type": "string", "pattern": pats[0][0], "minLength": lo}
+                if hi is not None:
+                    leaf["maxLength"] = hi
+                return self.exact_string_rule(out, wide, leaf)
+        return out
+
+    def exact_string_rule(self, narrow: Optional[str], wide: str, leaf: dict) -> str:
+        """Grammar mode: a placeholder for a rule that reads one string of the schema ``leaf``
+        (llguidance's own ``%json`` string: pattern and length bounds intersected exactly)."""
+        n = len(self.rule_of)
+        self.rule_of[("exact-string", n)] = n
+        self.rule_bodies[n] = narrow
+        self.and_lexemes[n] = (wide, json.dumps(leaf, ensure_ascii=True, sort_keys=True))
+        return placeholder(n)
+
+    def _patterned(self, pats, lo: int, hi: Optional[int]) -> Optional[str]:
+        """The regex (quotes included) of the strings lo..hi long that match every pattern."""
         if len(pats) > 1:
             body = self.intersect_patterns(pats, lo, hi)
             if body is not False:
@@ -158,9 +186,12 @@ class StringEmitter(CompilerBase):
     def constrain_length(self, seq, lo: int, hi: Optional[int], ptr: str):
         """Restrict a pattern node so that every match has lo <= length <= hi.
 
-        Upper bounds shrink the node (a sub-language, so sound); lower bounds raise the
-        counts of fixed-width repetitions.  Raises (or records) 'minLength'/'maxLength'
-        when that is not possible."""
+        Exact where :func:`~.length_cut.cut` can write the window into the pattern within its
+        budget (and the result stays under :data:`LENGTH_CUT_CHARS`). Otherwise the old sound
+        shaping: upper bounds shrink the node (a sub-language), lower bounds raise the counts of
+        fixed-width repetitions; that is a narrowing, so it is recorded in ``length_narrowed``
+        (the caller gives the grammar an exact lexeme, pattern ``&`` length, where it can) and
+        raises (or records) 'minLength'/'maxLength' where not even that is possible."""
         mn, mx = ecma.node_len(seq)
         if mn >= lo and (hi is None or (mx is not None and mx <= hi)):
             return seq
@@ -168,6 +199,13 @@ class StringEmitter(CompilerBase):
             return None
         if mx is not None and mx < lo:
             return None
+        try:
+            exact = cut(seq, lo, hi)
+            if exact is not None and len(ecma.emit(exact) or "") > LENGTH_CUT_CHARS:
+                raise Inexact()
+            return exact
+        except Inexact:
+            self.length_narrowed.append(ptr or "#")
         node = seq
         if hi is not None and (mx is None or mx > hi):
             node = shrink(node, hi)

@@ -13,6 +13,7 @@ from typing import Optional
 __all__ = [
     "SchemaOptions",
     "SchemaRegex",
+    "DECLARED_PROPERTIES_NOTE",
     "whitespace_regex",
     "LOCAL_OBJECT_CAP",
     "UNROLL_BUDGET",
@@ -24,6 +25,12 @@ __all__ = [
     "MAX_ENUMERATED_MULTIPLES",
 ]
 
+#: the compiler's two default choices (not bugs), named in every refusal that may follow from them
+DECLARED_PROPERTIES_NOTE = (
+    "by default only declared properties are generated, in declared order (a choice, not the schema's "
+    "language: additional_properties='spec' (CLI --additional-properties spec) also generates the additional "
+    "properties the schema allows; property_order='any' allows other orders of small objects)"
+)
 #: size (characters) past which an all-optional object requires its first property, so that
 #: its regex stays linear (80_000 passes 8 more JSONSchemaBench schemas but triples their DFA
 #: build time)
@@ -62,6 +69,11 @@ class SchemaOptions:
     (:class:`CompileLimitError`).  ``time_budget_s``: compile time cap
     (:class:`CompileLimitError`).  ``any_value_depth``: nesting depth of free-form values
     (``{}``/``true`` schemas, arrays without ``items``).
+
+    ``additional_properties``: ``"declared"`` (default): an object whose schema declares properties
+    and has no ``additionalProperties``/``patternProperties`` gets only its declared properties (a
+    sound narrowing; free-form objects still get any); ``"spec"``: it also gets the additional
+    properties the schema allows (a larger regex, slower to compile).
 
     ``unknown_formats``: what to do with a ``format`` the compiler has no pattern for.
     ``"annotation"`` (default): a name that JSON Schema does not define (``"int32"``,
@@ -133,6 +145,11 @@ class SchemaRegex:
     #: for a recursive schema: the Lark grammar of its whole language (recursion unbounded; None
     #: where the schema does not recur, or the grammar could not be built exactly)
     lark: Optional[str] = None
+    #: where ``regex`` holds only a sound part of the schema's language for its size: JSON pointers
+    #: of strings whose ``pattern`` and length bounds one regex cannot hold exactly, and of large
+    #: all-optional objects that must start with their first property (noted so); ``lark``, when
+    #: set, holds the whole language there (a ``%json`` string, objects as rules) for the lazy engine
+    narrowed: tuple[str, ...] = ()
 
 
 def whitespace_regex(options: SchemaOptions) -> str:
