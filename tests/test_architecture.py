@@ -29,6 +29,7 @@ ALLOWED = {
     "tools": {"api", "grammar", "config"},
     "serving": {"api", "tools", "config", "grammar", "package"},
     "cli": {"api", "tools", "config", "grammar", "models", "serving", "package"},
+    "integrations": {"api", "grammar", "config", "package"},  # doors where users are: the public API only
 }
 #: what serving may reach: the public API only
 SERVING_PUBLIC = {"constrained_spec", "constrained_spec.api", "constrained_spec.errors", "constrained_spec.tools",

@@ -59,6 +59,8 @@ def example_env() -> dict[str, str]:
     env = dict(os.environ, CONSTRAINED_SPEC_EXAMPLE_MODELS="tiny", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
                PYTHONIOENCODING="utf-8")
     env.pop("CONSTRAINED_SPEC_API_KEY", None)
+    # this checkout's package first (an installed copy elsewhere must not stand in for it)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return env
 
 
@@ -201,3 +203,17 @@ def test_cfg_grammars_prints_texts_that_lark_parses() -> None:
         assert 1 <= int(m.group(3)) <= 24
         complete += 1
     assert len(lines) == 4 and complete >= 1, lines
+
+
+CITY_SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 30}, "country": {"type": "string", "maxLength": 30},
+                                                "size": {"enum": ["small", "medium", "large"]}},
+               "required": ["name", "country", "size"], "additionalProperties": False}
+
+
+def test_transformers_generate_prints_valid_values_and_equal_tokens() -> None:
+    lines = run_example("examples/transformers_generate.py")
+    assert [line.split(":")[0] for line in lines] == ["processor", "drop-in", "same tokens", "row 0", "row 1"], lines
+    for line in (lines[0], lines[1], lines[3]):
+        jsonschema.validate(json.loads(line.split(": ", 1)[1]), CITY_SCHEMA)
+    assert lines[2] == "same tokens: True"
+    assert re.fullmatch(r"(yes|no)\. [A-Z][a-z]{2,12}", lines[4].split(": ", 1)[1]), lines[4]
