@@ -13,7 +13,7 @@ import json
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequence
 
 from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, SCHEMA_HINT_STYLES, DecodeConfig, ModelConfig, fields_of
 from constrained_spec.engine.batching import BatchCoordinator
@@ -42,6 +42,9 @@ from constrained_spec.lru import LRUCache
 from constrained_spec.models.hf import wrap
 from constrained_spec.models.protocol import SequenceModel, restricted_head
 from constrained_spec.sampling import SamplingPolicy, make_generator
+
+if TYPE_CHECKING:
+    from constrained_spec.streams import StreamChunk
 
 __all__ = ["CFG", "Generator", "GenerationResult", "Regex", "GRAMMAR_ENGINES", "generate", "generate_json", "schema_hint", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
 
@@ -580,6 +583,26 @@ class Generator:
         workers = self.batch.slots if self.batch is not None else 1
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="constrained-spec-row") as pool:
             return list(pool.map(one, requests))
+
+    # -- streams and coroutines: constrained_spec.streams -----------------------------------------
+    def stream(self, prompt: str | list[dict] | list[int], output_type: Any, **options: Any) -> Iterator[StreamChunk]:
+        """:meth:`run` as an iterator of chunks (``.text``: the delta; ``.partial``: for JSON, the
+        value so far; the last, ``.done``, carries ``.result``); leaving the loop cancels the decode."""
+        from constrained_spec.streams import stream
+
+        return stream(self, prompt, output_type, **options)
+
+    async def arun(self, prompt: str | list[dict] | list[int], output_type: Any, **options: Any) -> GenerationResult:
+        """:meth:`run` awaited without blocking the event loop; cancelling the task cancels the decode."""
+        from constrained_spec.streams import arun
+
+        return await arun(self, prompt, output_type, **options)
+
+    def astream(self, prompt: str | list[dict] | list[int], output_type: Any, **options: Any) -> AsyncIterator[StreamChunk]:
+        """:meth:`stream` for ``async for``; the decode runs on a worker thread."""
+        from constrained_spec.streams import astream
+
+        return astream(self, prompt, output_type, **options)
 
     def generate(self, prompt: str | list[dict], output_type: Any, **options: Any) -> Any:
         """The value only: a Pydantic instance, a dict/list/... for a JSON Schema, a str for Regex."""

@@ -217,3 +217,24 @@ def test_transformers_generate_prints_valid_values_and_equal_tokens() -> None:
         jsonschema.validate(json.loads(line.split(": ", 1)[1]), CITY_SCHEMA)
     assert lines[2] == "same tokens: True"
     assert re.fullmatch(r"(yes|no)\. [A-Z][a-z]{2,12}", lines[4].split(": ", 1)[1]), lines[4]
+
+
+BOOK_SCHEMA = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 40}, "author": {"type": "string", "maxLength": 30},
+                                                "year": {"type": "integer", "minimum": 1450, "maximum": 2030}},
+               "required": ["title", "author", "year"], "additionalProperties": False}
+
+
+def test_stream_async_prints_growing_partials_then_valid_values() -> None:
+    from test_streams import is_json_prefix
+
+    lines = run_example("examples/stream_async.py")
+    partials = [json.loads(line.removeprefix("partial: ")) for line in lines if line.startswith("partial: ")]
+    rest = [line for line in lines if not line.startswith("partial: ")]
+    assert [line.split(":")[0] for line in rest] == ["final", "arun", "astream row 0", "astream row 1"], lines
+    final = json.loads(rest[0].removeprefix("final: "))
+    jsonschema.validate(final, BOOK_SCHEMA)
+    assert partials and all(is_json_prefix(p, final) for p in partials) and partials[-1] == final
+    m = re.fullmatch(r"arun: (\{.*\}) same as the stream: True", rest[1])
+    assert m and json.loads(m.group(1)) == final
+    for line in rest[2:]:
+        jsonschema.validate(json.loads(line.split(": ", 1)[1]), BOOK_SCHEMA)
