@@ -238,3 +238,32 @@ def test_stream_async_prints_growing_partials_then_valid_values() -> None:
     assert m and json.loads(m.group(1)) == final
     for line in rest[2:]:
         jsonschema.validate(json.loads(line.split(": ", 1)[1]), BOOK_SCHEMA)
+
+
+def _needs(package: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(package) is None:
+        pytest.skip(f"{package} is not installed (pip install 'constrained-spec[test]')")
+
+
+def test_instructor_client_in_process_prints_valid_models() -> None:
+    _needs("instructor")
+    lines = run_example("examples/instructor_client.py", "--in-process")
+    assert [line.split(":")[0] for line in lines] == ["TOOLS", "JSON_SCHEMA"], lines
+    for line in lines:
+        m = re.fullmatch(r"\w+: (\{.*\}) \((\d+) tokens\)", line)
+        assert m, line
+        jsonschema.validate(json.loads(m.group(1)), {**PERSON_SCHEMA, "properties": {
+            **PERSON_SCHEMA["properties"], "role": {"enum": ["engineer", "artist", "doctor"]}}, "required": ["name", "age", "role"]})
+
+
+def test_langchain_client_in_process_prints_valid_models() -> None:
+    _needs("langchain_openai")
+    lines = run_example("examples/langchain_client.py", "--in-process")
+    assert [line.split(":")[0] for line in lines] == ["json_schema", "function_calling"], lines
+    movie = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 40}, "year": {"type": "integer", "minimum": 1900, "maximum": 2030},
+                                              "genre": {"enum": ["drama", "comedy", "horror"]}},
+             "required": ["title", "year", "genre"], "additionalProperties": False}
+    for line in lines:
+        jsonschema.validate(json.loads(line.split(": ", 1)[1]), movie)
