@@ -236,6 +236,13 @@ def _masked_scores(model: Any, compiled: CompiledConstraint, prompt: list[int], 
     return out
 
 
+#: ``model.generate`` keywords a tokenizer's output or a caller may carry that change nothing here
+_IGNORED = ("token_type_ids", "use_cache")
+#: ``model.generate`` keywords with no counterpart in the speculative loop (allowed at their default, 1)
+_REFUSED = {"num_beams": "beam search is not exact sampling; use model.generate with the processor",
+            "num_return_sequences": "repeat the input rows instead (each row is its own request)"}
+
+
 def generate(model: Any, tokenizer: Any, input_ids: Any, output_type: Any, *, assistant_model: Any = None,
              attention_mask: Any = None, max_new_tokens: int | None = None, do_sample: bool | None = None,
              temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
@@ -263,6 +270,12 @@ def generate(model: Any, tokenizer: Any, input_ids: Any, output_type: Any, *, as
     ``adaptive``, ``draft_plan``...). Rows decode one after another; ``generator`` uses a
     :class:`~constrained_spec.Generator` of yours (its models) instead of one built over these.
     """
+    for name in _IGNORED:
+        decode_options.pop(name, None)
+    for name, why in _REFUSED.items():
+        if decode_options.get(name) not in (None, 1):
+            raise ConfigError(f"generate() does not take {name}={decode_options[name]!r}: {why}")
+        decode_options.pop(name, None)
     gen = generator or generator_for(model, tokenizer, assistant_model)
     config = getattr(model, "generation_config", None)
     sample = bool(_setting("do_sample", do_sample, config, False))

@@ -138,3 +138,23 @@ def test_drop_in_returns_a_row_cut_by_the_budget(models, gpt2_tokenizer):
     out = generate(target, gpt2_tokenizer, ids, SCHEMA, assistant_model=draft, max_new_tokens=3)
     _, reference = hf_greedy(target, gpt2_tokenizer, ids, SCHEMA, max_new_tokens=3)
     assert out.tolist() == reference.tolist() and out.shape[1] == ids.shape[1] + 3
+
+
+def test_drop_in_refuses_beams_by_name(models, gpt2_tokenizer):
+    from constrained_spec.errors import ConfigError
+    from constrained_spec.integrations.transformers import generate
+
+    with pytest.raises(ConfigError, match="num_beams"):
+        generate(models[0], gpt2_tokenizer, prompt(gpt2_tokenizer), SCHEMA, num_beams=2)
+
+
+def test_one_processor_serves_successive_calls_and_sampled_rows(models, gpt2_tokenizer):
+    target, _ = models
+    proc = processor(Regex(PATTERN), gpt2_tokenizer)
+    for text in ("Answer:", "Reply now, please:"):  # a new prompt starts the rows afresh
+        ids = prompt(gpt2_tokenizer, text)
+        torch.manual_seed(0)
+        out = target.generate(ids, logits_processor=[proc], do_sample=True, num_return_sequences=3, max_new_tokens=12)
+        assert out.shape[0] == 3
+        for row in range(3):
+            assert re.fullmatch(PATTERN, new_text(gpt2_tokenizer, out, ids, row)), new_text(gpt2_tokenizer, out, ids, row)
