@@ -180,58 +180,62 @@ def test_astream_decodes_rows_together_without_blocking_the_loop(generator):
 LONG = Regex("[a-z]{400}")
 
 
-def wait_until(condition, seconds=10.0):
+def wait_until(condition, seconds=20.0):
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
 
 
-def settled(calls):
-    """The number of decode steps once it has stopped growing."""
-    before = -1
-    while before != len(calls):
-        before = len(calls)
-        time.sleep(0.2)
-    return before
+class Gate:
+    """An on_tokens hook that counts the decode's steps and holds the second one until released, so
+    the consumer goes away while the decode is known to be mid-way (no race with a loaded host)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.first = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, ids) -> None:
+        self.calls += 1
+        self.first.set()
+        if self.calls == 2:
+            self.release.wait(20)
 
 
 def test_leaving_the_loop_frees_the_row_at_the_next_step(generator):
-    calls: list[int] = []
-    for chunk in generator.stream("Go.", LONG, max_new_tokens=450, on_tokens=lambda ids: calls.append(len(ids))):
-        if len(calls) >= 2:
-            break
+    gate = Gate()
+    for _ in generator.stream("Go.", LONG, max_new_tokens=450, on_tokens=gate):
+        break  # the stream closes here
+    gate.release.set()
     wait_until(lambda: generator.batch.active_rows == 0)
-    steps = settled(calls)
-    assert steps <= 4  # stopped, far from the 400 letters
+    time.sleep(0.3)
+    assert gate.calls <= 2  # the step after the consumer left raised: far from the 400 letters
     # negative control: a stream read to its end takes many more steps
-    full: list[int] = []
-    list(generator.stream("Go.", LONG, max_new_tokens=450, on_tokens=lambda ids: full.append(len(ids))))
-    assert len(full) > 20
+    full = Gate()
+    full.release.set()
+    list(generator.stream("Go.", LONG, max_new_tokens=450, on_tokens=full))
+    assert full.calls > 20
 
 
 def test_cancelling_the_tasks_frees_their_rows(generator):
-    calls: list[int] = []
-    first = threading.Event()
+    gates = [Gate(), Gate()]
 
-    def hook(ids):
-        calls.append(len(ids))
-        first.set()
-
-    async def consume():
-        async for _ in generator.astream("Go.", LONG, max_new_tokens=450, on_tokens=hook):
+    async def consume(gate):
+        async for _ in generator.astream("Go.", LONG, max_new_tokens=450, on_tokens=gate):
             pass
 
     async def main():
-        for coroutine in (consume(), generator.arun("Go.", LONG, max_new_tokens=450, on_tokens=hook)):
-            first.clear()
+        for gate, coroutine in zip(gates, (consume(gates[0]), generator.arun("Go.", LONG, max_new_tokens=450, on_tokens=gates[1]))):
             task = asyncio.create_task(coroutine)
-            while not first.is_set():
+            while not gate.first.is_set():
                 await asyncio.sleep(0.005)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
+            gate.release.set()
 
     asyncio.run(main())
     wait_until(lambda: generator.batch.active_rows == 0)
-    assert settled(calls) <= 10
+    time.sleep(0.3)
+    assert [gate.calls <= 2 for gate in gates] == [True, True]
