@@ -13,7 +13,7 @@ import json
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequence
 
 from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, SCHEMA_HINT_STYLES, DecodeConfig, ModelConfig, fields_of
 from constrained_spec.engine.batching import BatchCoordinator
@@ -32,7 +32,7 @@ from constrained_spec.errors import (
 )
 from constrained_spec.grammar import CFG, OutputSpec, Regex, output_spec
 from constrained_spec.grammar.automaton import AutomatonCompiler, CompiledAutomaton
-from constrained_spec.grammar.lazy import LazyGrammar, compile_grammar
+from constrained_spec.grammar.lazy import MAX_SOURCE_CHARS, LazyGrammar, compile_grammar
 from constrained_spec.grammar.length_bound import max_output_bytes
 from constrained_spec.grammar.matcher import AutomatonMatcher, GrammarMatcher
 from constrained_spec.grammar.schema_refs import validation_errors as validate_value
@@ -42,6 +42,9 @@ from constrained_spec.lru import LRUCache
 from constrained_spec.models.hf import wrap
 from constrained_spec.models.protocol import SequenceModel, restricted_head
 from constrained_spec.sampling import SamplingPolicy, make_generator
+
+if TYPE_CHECKING:
+    from constrained_spec.streams import StreamChunk
 
 __all__ = ["CFG", "Generator", "GenerationResult", "Regex", "GRAMMAR_ENGINES", "generate", "generate_json", "schema_hint", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
 
@@ -151,6 +154,28 @@ class CompiledConstraint:
                 f"generated value fails its schema at /{'/'.join(map(str, first.path))}: {first.message}"
             )
         return value
+
+
+def lazy_grammar(spec: OutputSpec, vocab: TokenVocabulary, encode: Callable[[str], list[int]],
+                 max_source_chars: int = MAX_SOURCE_CHARS) -> LazyGrammar:
+    """The lazy engine's grammar of ``spec`` for ``vocab`` (a Lark grammar checked by lark first; a
+    recursive schema by its Lark form, nesting unbounded; else its regex)."""
+    if spec.kind == "lark":
+        from constrained_spec.grammar.lark_check import check_lark_grammar
+
+        check_lark_grammar(spec.regex)  # lark must load what it is to judge
+        return compile_grammar("lark", spec.regex, vocab, encode, max_source_chars)
+    if spec.grammar is not None:  # a recursive schema: unbounded nesting
+        return compile_grammar("lark", spec.grammar, vocab, encode, max_source_chars)
+    return compile_grammar("regex", spec.regex, vocab, encode, max_source_chars)
+
+
+def compile_for_vocabulary(output_type: Any, vocab: TokenVocabulary, encode: Callable[[str], list[int]],
+                           schema_options: Any = None) -> CompiledConstraint:
+    """An output type compiled for ``vocab`` as a Generator with the default (lazy) engine compiles
+    it, without models: the transformers logits processor's path (``integrations.transformers``)."""
+    spec = output_type if isinstance(output_type, OutputSpec) else output_spec(output_type, schema_options)
+    return CompiledConstraint(spec, lazy_grammar(spec, vocab, encode))
 
 
 class _Loaded:
@@ -417,15 +442,8 @@ class Generator:
         """The grammar of ``spec`` for this vocabulary by this Generator's engine, built now (no
         memory cache: :meth:`compile` keeps those); ``disk_cache=False`` also keeps the automaton
         engine off its disk cache (a cold build, as the benchmark times it)."""
-        if spec.kind == "lark":
-            from constrained_spec.grammar.lark_check import check_lark_grammar
-
-            check_lark_grammar(spec.regex)  # lark must load what it is to judge
-            return compile_grammar("lark", spec.regex, self.vocab, self._encode, self.compiler.max_regex_chars)
-        if self.grammar_engine == "lazy" and spec.grammar is not None:  # a recursive schema: unbounded nesting
-            return compile_grammar("lark", spec.grammar, self.vocab, self._encode, self.compiler.max_regex_chars)
-        if self.grammar_engine == "lazy":
-            return compile_grammar("regex", spec.regex, self.vocab, self._encode, self.compiler.max_regex_chars)
+        if spec.kind == "lark" or self.grammar_engine == "lazy":
+            return lazy_grammar(spec, self.vocab, self._encode, self.compiler.max_regex_chars)
         compiler = self.compiler
         if not disk_cache:
             compiler = AutomatonCompiler(self.vocab, disk_cache=False, compile_timeout=compiler.compile_timeout)
@@ -434,19 +452,22 @@ class Generator:
     # -- prompts --------------------------------------------------------------------------------
     def prompt_ids(
         self,
-        prompt: str | list[dict],
+        prompt: str | list[dict] | list[int],
         spec: OutputSpec | None = None,
         schema_in_prompt: bool = True,
         tools: Sequence[dict] | None = None,
     ) -> list[int]:
-        """Token ids of the prompt, through the chat template when the tokenizer has one.
+        """Token ids of the prompt, through the chat template when the tokenizer has one; a list of
+        token ids is the prompt itself (no template, no schema hint).
 
         ``tools``: OpenAI tool dicts handed to the chat template (``apply_chat_template(...,
         tools=tools)``), for function calling with a template that renders tools itself;
         :func:`constrained_spec.tools.tool_prompt` gives them (and the messages to go with them)
         only for such templates. A tokenizer without a chat template cannot take them.
         """
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
+            return [int(t) for t in prompt]  # type: ignore[arg-type]  # token ids: the caller's own prompt, used as it is (no template, no hint)
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]  # type: ignore[arg-type]
         if schema_in_prompt and spec is not None and spec.schema is not None:
             messages[-1]["content"] = str(messages[-1]["content"]) + "\n\n" + schema_hint(spec.schema, style=self.schema_hint_style)
         if tools and not getattr(self.tokenizer, "chat_template", None):
@@ -464,7 +485,7 @@ class Generator:
     # -- match per request ----------------------------------------------------------------------
     def run(
         self,
-        prompt: str | list[dict],
+        prompt: str | list[dict] | list[int],
         output_type: Any,
         *,
         max_new_tokens: int | None = None,
@@ -566,6 +587,26 @@ class Generator:
         workers = self.batch.slots if self.batch is not None else 1
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="constrained-spec-row") as pool:
             return list(pool.map(one, requests))
+
+    # -- streams and coroutines: constrained_spec.streams -----------------------------------------
+    def stream(self, prompt: str | list[dict] | list[int], output_type: Any, **options: Any) -> Iterator[StreamChunk]:
+        """:meth:`run` as an iterator of chunks (``.text``: the delta; ``.partial``: for JSON, the
+        value so far; the last, ``.done``, carries ``.result``); leaving the loop cancels the decode."""
+        from constrained_spec.streams import stream
+
+        return stream(self, prompt, output_type, **options)
+
+    async def arun(self, prompt: str | list[dict] | list[int], output_type: Any, **options: Any) -> GenerationResult:
+        """:meth:`run` awaited without blocking the event loop; cancelling the task cancels the decode."""
+        from constrained_spec.streams import arun
+
+        return await arun(self, prompt, output_type, **options)
+
+    def astream(self, prompt: str | list[dict] | list[int], output_type: Any, **options: Any) -> AsyncIterator[StreamChunk]:
+        """:meth:`stream` for ``async for``; the decode runs on a worker thread."""
+        from constrained_spec.streams import astream
+
+        return astream(self, prompt, output_type, **options)
 
     def generate(self, prompt: str | list[dict], output_type: Any, **options: Any) -> Any:
         """The value only: a Pydantic instance, a dict/list/... for a JSON Schema, a str for Regex."""

@@ -55,3 +55,24 @@ def make_generator(args: argparse.Namespace, **options):
                          cache_dir=tempfile.mkdtemp(prefix="constrained-spec-example-"), progress=False, **options)
     draft = args.draft or DEFAULT_DRAFT
     return Generator(args.model or DEFAULT_TARGET, None if draft.lower() == "none" else draft, **options)
+
+
+def load_transformers(args: argparse.Namespace):
+    """(target, draft, tokenizer) as a transformers user loads them: ``AutoModelForCausalLM`` from
+    the hub ids (``--model``/``--draft``; default the Qwen2.5-Coder pair), or the ``--tiny`` pair."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if use_tiny(args):
+        from constrained_spec.models.tokenizer_assets import ensure_vocab_tokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(ensure_vocab_tokenizer("gpt-2")))
+        models = [tiny_model(len(tokenizer), 1), tiny_model(len(tokenizer), 2)]
+        for model in models:  # a tiny Llama's config names id 2 as EOS: use the tokenizer's
+            model.generation_config.eos_token_id = model.generation_config.pad_token_id = tokenizer.eos_token_id
+            model.generation_config.bos_token_id = None
+        return models[0], models[1], tokenizer
+    target_id = args.model or "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+    draft_id = args.draft or "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+    tokenizer = AutoTokenizer.from_pretrained(target_id)
+    draft = None if draft_id.lower() == "none" else AutoModelForCausalLM.from_pretrained(draft_id)
+    return AutoModelForCausalLM.from_pretrained(target_id), draft, tokenizer

@@ -25,10 +25,12 @@ ALLOWED = {
     "models": {"config"},
     "config": {"models"},  # config reads the default model names and dtype choices (models.sources/dtypes: light)
     "engine": {"grammar", "models", "sampling", "config"},
-    "api": {"engine", "grammar", "models", "sampling", "config"},
+    "api": {"engine", "grammar", "models", "sampling", "config", "streams"},
+    "streams": set(),  # stream / arun / astream over a Generator it is handed (duck-typed)
     "tools": {"api", "grammar", "config"},
     "serving": {"api", "tools", "config", "grammar", "package"},
     "cli": {"api", "tools", "config", "grammar", "models", "serving", "package"},
+    "integrations": {"api", "grammar", "config", "package"},  # doors where users are: the public API only
 }
 #: what serving may reach: the public API only
 SERVING_PUBLIC = {"constrained_spec", "constrained_spec.api", "constrained_spec.errors", "constrained_spec.tools",

@@ -59,6 +59,8 @@ def example_env() -> dict[str, str]:
     env = dict(os.environ, CONSTRAINED_SPEC_EXAMPLE_MODELS="tiny", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
                PYTHONIOENCODING="utf-8")
     env.pop("CONSTRAINED_SPEC_API_KEY", None)
+    # this checkout's package first (an installed copy elsewhere must not stand in for it)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return env
 
 
@@ -201,3 +203,67 @@ def test_cfg_grammars_prints_texts_that_lark_parses() -> None:
         assert 1 <= int(m.group(3)) <= 24
         complete += 1
     assert len(lines) == 4 and complete >= 1, lines
+
+
+CITY_SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 30}, "country": {"type": "string", "maxLength": 30},
+                                                "size": {"enum": ["small", "medium", "large"]}},
+               "required": ["name", "country", "size"], "additionalProperties": False}
+
+
+def test_transformers_generate_prints_valid_values_and_equal_tokens() -> None:
+    lines = run_example("examples/transformers_generate.py")
+    assert [line.split(":")[0] for line in lines] == ["processor", "drop-in", "same tokens", "row 0", "row 1"], lines
+    for line in (lines[0], lines[1], lines[3]):
+        jsonschema.validate(json.loads(line.split(": ", 1)[1]), CITY_SCHEMA)
+    assert lines[2] == "same tokens: True"
+    assert re.fullmatch(r"(yes|no)\. [A-Z][a-z]{2,12}", lines[4].split(": ", 1)[1]), lines[4]
+
+
+BOOK_SCHEMA = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 40}, "author": {"type": "string", "maxLength": 30},
+                                                "year": {"type": "integer", "minimum": 1450, "maximum": 2030}},
+               "required": ["title", "author", "year"], "additionalProperties": False}
+
+
+def test_stream_async_prints_growing_partials_then_valid_values() -> None:
+    from test_streams import is_json_prefix
+
+    lines = run_example("examples/stream_async.py")
+    partials = [json.loads(line.removeprefix("partial: ")) for line in lines if line.startswith("partial: ")]
+    rest = [line for line in lines if not line.startswith("partial: ")]
+    assert [line.split(":")[0] for line in rest] == ["final", "arun", "astream row 0", "astream row 1"], lines
+    final = json.loads(rest[0].removeprefix("final: "))
+    jsonschema.validate(final, BOOK_SCHEMA)
+    assert partials and all(is_json_prefix(p, final) for p in partials) and partials[-1] == final
+    m = re.fullmatch(r"arun: (\{.*\}) same as the stream: True", rest[1])
+    assert m and json.loads(m.group(1)) == final
+    for line in rest[2:]:
+        jsonschema.validate(json.loads(line.split(": ", 1)[1]), BOOK_SCHEMA)
+
+
+def _needs(package: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(package) is None:
+        pytest.skip(f"{package} is not installed (pip install 'constrained-spec[test]')")
+
+
+def test_instructor_client_in_process_prints_valid_models() -> None:
+    _needs("instructor")
+    lines = run_example("examples/instructor_client.py", "--in-process")
+    assert [line.split(":")[0] for line in lines] == ["TOOLS", "JSON_SCHEMA"], lines
+    for line in lines:
+        m = re.fullmatch(r"\w+: (\{.*\}) \((\d+) tokens\)", line)
+        assert m, line
+        jsonschema.validate(json.loads(m.group(1)), {**PERSON_SCHEMA, "properties": {
+            **PERSON_SCHEMA["properties"], "role": {"enum": ["engineer", "artist", "doctor"]}}, "required": ["name", "age", "role"]})
+
+
+def test_langchain_client_in_process_prints_valid_models() -> None:
+    _needs("langchain_openai")
+    lines = run_example("examples/langchain_client.py", "--in-process")
+    assert [line.split(":")[0] for line in lines] == ["json_schema", "function_calling"], lines
+    movie = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 40}, "year": {"type": "integer", "minimum": 1900, "maximum": 2030},
+                                              "genre": {"enum": ["drama", "comedy", "horror"]}},
+             "required": ["title", "year", "genre"], "additionalProperties": False}
+    for line in lines:
+        jsonschema.validate(json.loads(line.split(": ", 1)[1]), movie)

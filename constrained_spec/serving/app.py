@@ -211,6 +211,12 @@ def create_app(
             raise unknown_model(model_id)
         return model_card()
 
+    @app.post("/v1/responses")
+    async def responses() -> Any:  # refused by name: no client this server is tested with needs it
+        raise APIError(404, "the OpenAI Responses API (/v1/responses) is not served here: use /v1/chat/completions; its "
+                       "response_format {'type': 'json_schema', 'json_schema': {...}} is what text.format json_schema asks "
+                       "(LangChain: ChatOpenAI(use_responses_api=False), its default)", code="unsupported_endpoint")
+
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
         deadline = scheduler.deadline()

@@ -37,6 +37,9 @@ REFUSED = {
     "web_search_options": "this server has no web search",
     "reasoning_effort": "not a reasoning model",
     "verbosity": "the constraint decides the length",
+    # vLLM's older JSON and choice parameters (its grammar and regex ones are served: serving.grammars)
+    "guided_json": "vLLM's parameter; use response_format {'type': 'json_schema', 'json_schema': {'name': ..., 'schema': ...}}",
+    "guided_choice": "vLLM's parameter; write the choices as a grammar: structured_outputs {'grammar': 'start: \"a\" | \"b\"'}",
 }
 #: the seeds a random generator takes (a signed or unsigned 64-bit integer)
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1

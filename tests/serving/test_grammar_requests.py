@@ -172,7 +172,7 @@ def test_a_custom_tools_grammar_counts_against_the_grammar_cap_not_the_schema_ca
     ({"structured_outputs": {"grammer": YES_NO}}, "structured_outputs.grammer", "unrecognized"),
     ({"structured_outputs": {"grammar": ""}}, "structured_outputs.grammar", "non-empty"),
     ({"structured_outputs": "start: x"}, "structured_outputs", "dictionary"),  # the request model refuses it
-    ({"guided_json": {"type": "object"}}, "guided_json", "unrecognized"),
+    ({"guided_json": {"type": "object"}}, "guided_json", "response_format"),  # refused by name, with what to use
     ({"response_format": {"type": "grammar", "grammar": YES_NO}}, "response_format", "grammar"),  # vLLM has no such type either
 ])
 def test_grammar_requests_it_cannot_serve_are_400s_naming_the_field(client, body, param, needle):

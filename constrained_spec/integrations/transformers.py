@@ -1,0 +1,341 @@
+"""transformers' door: a ``LogitsProcessor`` for ``model.generate`` and an exact speculative drop-in.
+
+:class:`ConstrainedLogitsProcessor` masks the scores of every row by its own grammar, compiled by
+the same path and matched by the same matchers as the engine (the lazy engine: llguidance)::
+
+    processor = ConstrainedLogitsProcessor(Person, tokenizer)            # or a schema, Regex, CFG
+    out = model.generate(**inputs, logits_processor=[processor], max_new_tokens=200)
+    value = processor.parse(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))
+
+:func:`generate` runs the engine's exact speculative loop (draft, verify, accept, roll back) with
+the assistant model as the draft, and returns what ``model.generate`` returns: a tensor of token
+ids (prompt included; finished rows padded), or a ``GenerateDecoderOnlyOutput`` with
+``return_dict_in_generate=True``::
+
+    out = generate(model, tokenizer, output_type=Person, assistant_model=draft, **inputs)
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Sequence
+
+import torch
+from transformers import LogitsProcessor
+
+from constrained_spec.api import CompiledConstraint, Generator, compile_for_vocabulary
+from constrained_spec.errors import ConfigError, GrammarError, TokenBudgetExceeded
+from constrained_spec.grammar.matcher import GrammarMatcher
+from constrained_spec.grammar.vocab import TokenVocabulary, build_vocabulary
+from constrained_spec.lru import LRUCache
+
+__all__ = ["ConstrainedLogitsProcessor", "generate"]
+
+
+#: vocabularies built for tokenizers, while the tokenizer lives: a processor per call costs no rebuild
+_VOCABS: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...] | None, TokenVocabulary]] = weakref.WeakKeyDictionary()
+
+
+def _vocabulary(tokenizer: Any, eos_token_ids: Sequence[int] | None) -> TokenVocabulary:
+    key = None if eos_token_ids is None else tuple(eos_token_ids)
+    try:
+        held = _VOCABS.setdefault(tokenizer, {})
+    except TypeError:  # not weakly referenceable: build it each time
+        return build_vocabulary(tokenizer, None, eos_token_ids)
+    if key not in held:
+        held[key] = build_vocabulary(tokenizer, None, eos_token_ids)
+    return held[key]
+
+
+def _output_types(output_type: Any) -> list[Any]:
+    """One output type, or a list (tuple) of them, one per input row. A JSON Schema is never a list."""
+    return list(output_type) if isinstance(output_type, (list, tuple)) else [output_type]
+
+
+def _compile_all(types: list[Any], vocab: TokenVocabulary, encode: Any, schema_options: Any) -> list[CompiledConstraint]:
+    """Each output type compiled once (equal ones share their compiled grammar)."""
+    by_repr: dict[str, CompiledConstraint] = {}
+    out = []
+    for output_type in types:
+        key = repr(output_type) if not isinstance(output_type, type) else f"{output_type.__module__}.{output_type.__qualname__}"
+        if key not in by_repr:
+            by_repr[key] = compile_for_vocabulary(output_type, vocab, encode, schema_options)
+        out.append(by_repr[key])
+    return out
+
+
+class _Row:
+    """One row's matcher and the generated tokens it has taken (EOS included)."""
+
+    def __init__(self, matcher: GrammarMatcher) -> None:
+        self.matcher = matcher
+        self.tokens: list[int] = []
+
+    def sync(self, generated: list[int]) -> None:
+        """Bring the matcher to ``generated`` (beam search may reorder rows: roll back to the common
+        prefix, then advance); tokens after an EOS (a finished row's padding) are ignored."""
+        common = 0
+        for mine, theirs in zip(self.tokens, generated):
+            if mine != theirs:
+                break
+            common += 1
+        if common == len(self.tokens) and self.matcher.is_terminated():
+            return
+        if common < len(self.tokens):
+            self.matcher.rollback(common)
+            del self.tokens[common:]
+        for token in generated[common:]:
+            try:
+                self.matcher.advance(token)
+            except GrammarError as exc:
+                raise GrammarError(f"model.generate chose token {token}, which the grammar forbids here: is a logits "
+                                   f"processor after ConstrainedLogitsProcessor changing the scores? ({exc})") from exc
+            self.tokens.append(token)
+            if self.matcher.is_terminated():
+                break
+
+
+class ConstrainedLogitsProcessor(LogitsProcessor):
+    """A transformers ``LogitsProcessor`` that allows, in each row, only the tokens its grammar allows.
+
+    ``output_type``: a JSON Schema (dict or JSON text), a Pydantic model class, a
+    :class:`~constrained_spec.Regex` or a :class:`~constrained_spec.CFG` (a Lark grammar); or a list
+    of them, one per input row (with ``num_return_sequences``/``num_beams`` > 1, each input's rows
+    share its type). EOS (``eos_token_ids``, default: the tokenizer's) is allowed only where the
+    output is complete; after it a row may only repeat EOS (``model.generate`` pads finished rows).
+    Pass the model's EOS here if its ``generation_config.eos_token_id`` is not the tokenizer's, so
+    that ``generate`` stops where the grammar ends.
+
+    One processor follows one ``generate`` call at a time; a new prompt starts it afresh. Put it
+    last among the processors: a later one that moves the scores could pick a forbidden token
+    (an error names that case). Use :meth:`parse` to turn a row's text into the validated value.
+    """
+
+    def __init__(self, output_type: Any, tokenizer: Any, *, eos_token_ids: Sequence[int] | None = None,
+                 schema_options: Any = None, vocab: TokenVocabulary | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.vocab = vocab or _vocabulary(tokenizer, eos_token_ids)
+        self._types = _output_types(output_type)
+        if not self._types:
+            raise ConfigError("ConstrainedLogitsProcessor needs at least one output type")
+        self.compiled = _compile_all(self._types, self.vocab, self._encode, schema_options)
+        self._rows: list[_Row] = []
+        self._prompt: torch.Tensor | None = None
+        self._eos = torch.tensor(self.vocab.eos_token_ids, dtype=torch.long)
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def reset(self) -> None:
+        """Forget the rows: the next call starts a new generation."""
+        self._rows, self._prompt = [], None
+
+    def _start(self, input_ids: torch.Tensor) -> None:
+        batch = int(input_ids.shape[0])
+        if batch % len(self.compiled):
+            raise ConfigError(f"{len(self.compiled)} output types for {batch} rows: give one per input row")
+        per = batch // len(self.compiled)  # num_return_sequences / num_beams rows per input
+        self._rows = [_Row(self.compiled[r // per].matcher()) for r in range(batch)]
+        self._prompt = input_ids.detach().clone()
+
+    def _is_new(self, input_ids: torch.Tensor) -> bool:
+        prompt = self._prompt
+        if prompt is None or input_ids.shape[0] != prompt.shape[0] or input_ids.shape[1] < prompt.shape[1]:
+            return True
+        return not torch.equal(input_ids[:, : prompt.shape[1]], prompt.to(input_ids.device))
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._is_new(input_ids):
+            self._start(input_ids)
+        assert self._prompt is not None
+        start = int(self._prompt.shape[1])
+        width = int(scores.shape[-1])
+        allowed = torch.zeros((len(self._rows), width), dtype=torch.bool)
+        generated = input_ids[:, start:].tolist()
+        for r, row in enumerate(self._rows):
+            row.sync(generated[r])
+            if row.matcher.is_terminated():
+                allowed[r, self._eos[self._eos < width]] = True
+                continue
+            mask = row.matcher.allowed_mask()
+            n = min(width, int(mask.shape[0]))
+            allowed[r, :n] = mask[:n]
+            if row.matcher.is_accepting():  # every EOS id ends a complete output, as in the engine
+                allowed[r, self._eos[self._eos < width]] = True
+        return scores.masked_fill(~allowed.to(scores.device), float("-inf"))  # type: ignore[return-value]
+
+    def parse(self, text: str, row: int = 0) -> Any:
+        """The value of a finished row's text (a Pydantic instance, a JSON value, or the text for a
+        regex or grammar), validated as the engine validates; ``row`` picks the row's output type."""
+        per = max(1, len(self._rows) // len(self.compiled)) if self._rows else 1
+        return self.compiled[min(row // per, len(self.compiled) - 1)].parse(text)
+
+    def is_done(self) -> list[bool]:
+        """Per row: whether its grammar has ended (EOS taken)."""
+        return [row.matcher.is_terminated() for row in self._rows]
+
+
+# -- the drop-in for assisted generation -----------------------------------------------------------
+
+#: Generators the drop-in keeps, by (model, assistant, tokenizer) identity: a few, least recently used first out
+_GENERATORS: LRUCache[tuple[int, int, int], tuple[Any, Generator]] = LRUCache(2)
+
+
+def generator_for(model: Any, tokenizer: Any, assistant_model: Any = None, **options: Any) -> Generator:
+    """The :class:`~constrained_spec.Generator` over these loaded models that :func:`generate` uses
+    (kept for the next call with the same objects; ``options`` apply when it is built)."""
+    key = (id(model), id(assistant_model), id(tokenizer))
+    held = _GENERATORS.get(key)
+    if held is not None and held[0] == (model, assistant_model, tokenizer):
+        return held[1]
+    options.setdefault("progress", False)
+    generator = Generator(model, assistant_model, tokenizer=tokenizer, **options)
+    # the tuple keeps the objects alive while cached, so their ids cannot be reused by others
+    _GENERATORS.put(key, ((model, assistant_model, tokenizer), generator))
+    return generator
+
+
+def _rows_of(input_ids: Any, attention_mask: Any) -> tuple[torch.Tensor, list[list[int]]]:
+    """The input as a [B, T] tensor and each row's prompt tokens (padding left out by the mask)."""
+    ids = torch.as_tensor(input_ids)
+    if ids.dim() == 1:
+        ids = ids[None]
+    if attention_mask is None:
+        return ids, ids.tolist()
+    mask = torch.as_tensor(attention_mask).reshape(ids.shape).bool()
+    return ids, [row[keep].tolist() for row, keep in zip(ids.cpu(), mask.cpu())]
+
+
+def _setting(name: str, given: Any, config: Any, default: Any) -> Any:
+    if given is not None:
+        return given
+    value = getattr(config, name, None)
+    return default if value is None else value
+
+
+@torch.inference_mode()
+def _masked_scores(model: Any, compiled: CompiledConstraint, prompt: list[int], new: list[int], temperature: float) -> list[torch.Tensor]:
+    """The target's logits at each new token's position, the grammar mask applied (-inf outside):
+    one forward over the whole row; divided by ``temperature`` when it is > 0."""
+    device = next(model.parameters()).device
+    logits = model(input_ids=torch.tensor([prompt + new], device=device)).logits[0, len(prompt) - 1: len(prompt) - 1 + len(new)].float()
+    matcher = compiled.matcher()
+    out = []
+    eos = torch.tensor(matcher.vocab.eos_token_ids, dtype=torch.long)
+    for position, token in enumerate(new):
+        allowed = torch.zeros(logits.shape[-1], dtype=torch.bool)
+        mask = matcher.allowed_mask()
+        n = min(allowed.shape[0], int(mask.shape[0]))
+        allowed[:n] = mask[:n]
+        if matcher.is_accepting():
+            allowed[eos[eos < allowed.shape[0]]] = True
+        row = logits[position].masked_fill(~allowed.to(logits.device), float("-inf"))
+        out.append(row / temperature if temperature > 0 else row)
+        if not matcher.is_terminated():
+            matcher.advance(token)
+    return out
+
+
+#: ``model.generate`` keywords a tokenizer's output or a caller may carry that change nothing here
+_IGNORED = ("token_type_ids", "use_cache")
+#: ``model.generate`` keywords with no counterpart in the speculative loop (allowed at their default, 1)
+_REFUSED = {"num_beams": "beam search is not exact sampling; use model.generate with the processor",
+            "num_return_sequences": "repeat the input rows instead (each row is its own request)"}
+
+
+def generate(model: Any, tokenizer: Any, input_ids: Any, output_type: Any, *, assistant_model: Any = None,
+             attention_mask: Any = None, max_new_tokens: int | None = None, do_sample: bool | None = None,
+             temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+             seed: int | None = None, num_assistant_tokens: int | None = None, pad_token_id: int | None = None,
+             return_dict_in_generate: bool = False, output_scores: bool = False, generator: Generator | None = None,
+             **decode_options: Any) -> Any:
+    """``model.generate(input_ids, assistant_model=draft, logits_processor=[ConstrainedLogitsProcessor(...)])``
+    by the engine's exact speculative loop: every row's output follows its ``output_type`` (one, or
+    a list with one per row) and is distributed exactly as the target's constrained sampling would
+    give it (greedy: the same tokens as ``model.generate`` with the processor).
+
+    Returns a ``LongTensor`` [B, T + new]: each input row (padding kept), its new tokens (EOS
+    included where the grammar ended), then ``pad_token_id`` up to the longest row; or with
+    ``return_dict_in_generate=True`` a ``GenerateDecoderOnlyOutput`` whose ``scores`` (with
+    ``output_scores=True``) hold per new token the target's logits with the grammar mask applied
+    (-inf outside; divided by the temperature when sampling; top-k/top-p not applied), one extra
+    forward per row. A row that runs out of ``max_new_tokens`` before its grammar completes is
+    returned as far as it got, as ``model.generate`` would.
+
+    ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``max_new_tokens`` and ``pad_token_id``
+    default to ``model.generation_config``'s, as in transformers; ``seed`` seeds the sampling
+    (transformers uses torch's global generator; here each call draws from its own).
+    ``num_assistant_tokens``: the draft length (the engine's ``num_draft_tokens``). Other keywords
+    are :class:`~constrained_spec.config.DecodeConfig` fields for this call (``proposers``,
+    ``adaptive``, ``draft_plan``...). Rows decode one after another; ``generator`` uses a
+    :class:`~constrained_spec.Generator` of yours (its models) instead of one built over these.
+    """
+    for name in _IGNORED:
+        decode_options.pop(name, None)
+    for name, why in _REFUSED.items():
+        if decode_options.get(name) not in (None, 1):
+            raise ConfigError(f"generate() does not take {name}={decode_options[name]!r}: {why}")
+        decode_options.pop(name, None)
+    gen = generator or generator_for(model, tokenizer, assistant_model)
+    config = getattr(model, "generation_config", None)
+    sample = bool(_setting("do_sample", do_sample, config, False))
+    temp = float(_setting("temperature", temperature, config, 1.0)) if sample else 0.0
+    k = int(_setting("top_k", top_k, config, 0)) if sample else 0
+    p = float(_setting("top_p", top_p, config, 1.0)) if sample else 1.0
+    ids, prompts = _rows_of(input_ids, attention_mask)
+    if max_new_tokens is None:
+        max_new_tokens = getattr(config, "max_new_tokens", None)
+        if max_new_tokens is None:
+            max_length = getattr(config, "max_length", None) or 20
+            max_new_tokens = max(1, max_length - int(ids.shape[1]))
+    types = _output_types(output_type)
+    if len(ids) % len(types):
+        raise ConfigError(f"{len(types)} output types for {len(ids)} rows: give one per input row")
+    per = len(ids) // len(types)
+    if num_assistant_tokens is not None:
+        decode_options["num_draft_tokens"] = num_assistant_tokens
+    eos_ids = gen.vocab.eos_token_ids
+    pad = _setting("pad_token_id", pad_token_id, config, None)
+    pad = eos_ids[0] if pad is None else (pad[0] if isinstance(pad, list) else pad)
+    rows: list[list[int]] = []
+    all_scores: list[list[torch.Tensor]] = []
+    for r, prompt in enumerate(prompts):
+        output = types[r // per]
+        compiled = gen.compile(output)
+        try:
+            result = gen.run(prompt, output, max_new_tokens=max_new_tokens, temperature=temp, top_k=k, top_p=p,
+                             seed=None if seed is None else seed + r, **decode_options)
+            new, ended = list(result.token_ids), result.stats.stop_reason == "eos"
+        except TokenBudgetExceeded as exc:  # as model.generate: the row as far as it got
+            new, ended = list(exc.token_ids or []), False
+        scores: list[torch.Tensor] = []
+        if ended:
+            new.append(eos_ids[0])
+            if len(eos_ids) > 1 or output_scores:  # which EOS: the target's likeliest (greedy's choice)
+                scores = _masked_scores(model, compiled, prompt, new, temp)
+                last = scores[-1]
+                new[-1] = max(eos_ids, key=lambda e: float(last[e]) if e < last.shape[0] else float("-inf"))
+        elif output_scores:
+            scores = _masked_scores(model, compiled, prompt, new, temp)
+        rows.append(new)
+        all_scores.append(scores)
+    longest = max((len(n) for n in rows), default=0)
+    sequences = torch.full((len(ids), ids.shape[1] + longest), int(pad), dtype=torch.long)
+    sequences[:, : ids.shape[1]] = ids
+    for r, new in enumerate(rows):
+        sequences[r, ids.shape[1]: ids.shape[1] + len(new)] = torch.tensor(new, dtype=torch.long)
+    sequences = sequences.to(ids.device)
+    if not return_dict_in_generate:
+        return sequences
+    from transformers.generation import GenerateDecoderOnlyOutput
+
+    step_scores = None
+    if output_scores:
+        width = next((s[0].shape[-1] for s in all_scores if s), int(gen.target.vocab_size))
+        filler = torch.full((width,), float("-inf"))
+        filler[int(pad)] = 0.0  # a finished row's padding, as transformers writes it
+        step_scores = tuple(
+            torch.stack([(s[i] if i < len(s) else filler.to(s[0].device if s else "cpu")).to(sequences.device) for s in all_scores])
+            for i in range(longest)
+        )
+    return GenerateDecoderOnlyOutput(sequences=sequences, scores=step_scores)  # type: ignore[arg-type]
