@@ -12,6 +12,7 @@ setting fails at collection rather than falling back.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -79,9 +80,17 @@ class MemoModel(PrefixModel):
         return hit
 
 
-@pytest.fixture(scope="module")
+@functools.lru_cache(maxsize=None)
+def compiled(pattern: str):
+    """``pattern`` compiled over the letters vocabulary, once per process."""
+    return AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(pattern)
+
+
+@pytest.fixture
 def automaton():
-    return AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(REGEX)
+    """REGEX's automaton (a plain fixture over a per-process cache: no module-scoped fixture, so
+    xdist spreads this module's tests one by one, see tests/conftest.py)."""
+    return compiled(REGEX)
 
 
 def exact_distribution(pattern: str, policy: SamplingPolicy, prompt: list[int] = PROMPT) -> dict[tuple[int, ...], float]:
