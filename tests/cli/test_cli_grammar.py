@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_support import main_in_process, run_cli
+from cli_support import main_in_process
 from grammar_oracles import in_language
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,17 +27,19 @@ def test_the_oracle_rejects_text_outside_the_language():  # negative control of 
     assert not in_language(GRAMMARS["brackets.lark"], "(]") and in_language(GRAMMARS["brackets.lark"], "()[]")
 
 
-def test_generate_prints_text_in_the_grammars_language(model_dirs, tmp_path):
-    """The whole command in a fresh process (torch imported there), with a draft model."""
+def test_generate_prints_text_in_the_grammars_language(model_dirs, tmp_path, capsys, monkeypatch):
+    """The whole command with a draft model, run by ``cli.main`` in this process (the command in a fresh
+    process, same flags with --schema: tests/cli/test_cli.py::test_generate_prints_a_valid_value_and_stats)."""
     path = tmp_path / "brackets.lark"
     path.write_text(GRAMMARS["brackets.lark"])
-    out = run_cli("generate", "--grammar", str(path), "--prompt", "Answer.", "--model", model_dirs[0], "--draft", model_dirs[1],
-                  "-k", "3", "--debug-checks", "--temperature", "1.0", "--seed", "3", "--stats", cache=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.endswith("\n") and out.stdout.count("\n") == 1
-    text = out.stdout[:-1]  # print's newline
+    code, out, err = main_in_process(capsys, monkeypatch, tmp_path, "generate", "--grammar", str(path), "--prompt", "Answer.",
+                                     "--model", model_dirs[0], "--draft", model_dirs[1], "-k", "3", "--debug-checks",
+                                     "--temperature", "1.0", "--seed", "3", "--stats")
+    assert code == 0, err[-2000:]
+    assert out.endswith("\n") and out.count("\n") == 1
+    text = out[:-1]  # print's newline
     assert in_language(GRAMMARS["brackets.lark"], text), text
-    stats = json.loads(out.stderr[out.stderr.index("{"):])
+    stats = json.loads(err[err.index("{"):])
     assert stats["generated_tokens"] >= 1 and stats["stop_reason"] == "eos"
 
 
