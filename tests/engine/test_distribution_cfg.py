@@ -39,7 +39,7 @@ from constrained_spec.sampling.distribution import SamplingPolicy, effective_pro
 MAX_TOKENS = 6  # k = 5 drafts five tokens only where six remain
 #: runs per correct-verifier distribution in the default run, and per wrong-verifier run (negative
 #: controls); set on 2026-12-02 from measured p-values (docs/test-suite.md): the brackets control
-#: fails at p = 2.8e-23 with 1,000 runs and 1.7e-47 with 2,000, the lists control at p < 1e-300
+#: fails at p = 4.2e-33 with 1,500 runs (1.9e-20 with 750), the lists control at p < 1e-300
 SAMPLES = 3_000
 WRONG_SAMPLES = 1_500
 SLOW_SAMPLES = 10_000  # the slow grid's runs per case
