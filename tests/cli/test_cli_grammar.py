@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_support import run_cli
+from cli_support import main_in_process
 from grammar_oracles import in_language
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,28 +27,20 @@ def test_the_oracle_rejects_text_outside_the_language():  # negative control of 
     assert not in_language(GRAMMARS["brackets.lark"], "(]") and in_language(GRAMMARS["brackets.lark"], "()[]")
 
 
-def test_generate_prints_text_in_the_grammars_language(model_dirs, tmp_path):
-    """The whole command in a fresh process (torch imported there), with a draft model."""
+def test_generate_prints_text_in_the_grammars_language(model_dirs, tmp_path, capsys, monkeypatch):
+    """The whole command with a draft model, run by ``cli.main`` in this process (the command in a fresh
+    process, same flags with --schema: tests/cli/test_cli.py::test_generate_prints_a_valid_value_and_stats)."""
     path = tmp_path / "brackets.lark"
     path.write_text(GRAMMARS["brackets.lark"])
-    out = run_cli("generate", "--grammar", str(path), "--prompt", "Answer.", "--model", model_dirs[0], "--draft", model_dirs[1],
-                  "-k", "3", "--debug-checks", "--temperature", "1.0", "--seed", "3", "--stats", cache=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.endswith("\n") and out.stdout.count("\n") == 1
-    text = out.stdout[:-1]  # print's newline
+    code, out, err = main_in_process(capsys, monkeypatch, tmp_path, "generate", "--grammar", str(path), "--prompt", "Answer.",
+                                     "--model", model_dirs[0], "--draft", model_dirs[1], "-k", "3", "--debug-checks",
+                                     "--temperature", "1.0", "--seed", "3", "--stats")
+    assert code == 0, err[-2000:]
+    assert out.endswith("\n") and out.count("\n") == 1
+    text = out[:-1]  # print's newline
     assert in_language(GRAMMARS["brackets.lark"], text), text
-    stats = json.loads(out.stderr[out.stderr.index("{"):])
+    stats = json.loads(err[err.index("{"):])
     assert stats["generated_tokens"] >= 1 and stats["stop_reason"] == "eos"
-
-
-def main_in_process(capsys, monkeypatch, cache: Path, *args: str) -> tuple[int, str, str]:
-    """``constrained-spec`` run by ``cli.main`` in this process (no second torch import): code, stdout, stderr."""
-    from constrained_spec.cli import commands as cli
-
-    monkeypatch.setenv("CONSTRAINED_SPEC_CACHE", str(cache))
-    code = cli.main(list(args))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
@@ -95,16 +87,19 @@ def bad_grammar_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
-def test_bad_grammar_files_are_one_line_before_any_model_loads(tmp_path):
+def test_bad_grammar_files_are_one_line_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    """Run by ``cli.main`` in this process (what a fresh process prints for a bad grammar file, and how
+    fast, is tests/cli/test_cli.py's fail-fast test, whose cases include grammar files)."""
     times = {}
     for name, (args, needle) in bad_grammar_cases(tmp_path).items():
         start = time.perf_counter()
-        out = run_cli("generate", "--grammar", *args, "--prompt", "x", "--model", str(tmp_path / "no-such-model"), cache=tmp_path)
+        code, out, err = main_in_process(capsys, monkeypatch, tmp_path, "generate", "--grammar", *args, "--prompt", "x",
+                                         "--model", str(tmp_path / "no-such-model"))
         times[name] = time.perf_counter() - start
-        lines = out.stderr.splitlines()
-        assert out.returncode == 2, (name, out.returncode, out.stderr[-2000:])
-        assert len(lines) == 1 and lines[0].startswith("constrained-spec: error: "), (name, out.stderr)
-        assert needle in lines[0] and "Traceback" not in out.stderr and out.stdout == "", (name, lines)
+        lines = err.splitlines()
+        assert code == 2, (name, code, err[-2000:])
+        assert len(lines) == 1 and lines[0].startswith("constrained-spec: error: "), (name, err)
+        assert needle in lines[0] and "Traceback" not in err and out == "", (name, lines)
         assert "no-such-model" not in lines[0], name  # the grammar was refused first: no model was looked at
     print("\n".join(f"{t:5.2f} s  {name}" for name, t in times.items()))
 

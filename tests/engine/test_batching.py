@@ -161,6 +161,7 @@ def test_careless_padding_changes_rows(wrong):
     assert differs > 0
 
 
+@pytest.mark.slow  # the default run has the same wrong verifier's row inside the batch (above)
 def test_negative_control_alone_differs_from_a_correct_row_with_the_same_settings():
     """The same wrong verifier also fails when its row is the only one (the batch is not what fails it)."""
     row = dict(regex=REGEX, policy=SamplingPolicy(temperature=1.0), k=3, verifier=verify_resample_from_p)

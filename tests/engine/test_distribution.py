@@ -12,6 +12,7 @@ setting fails at collection rather than falling back.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -29,9 +30,20 @@ from constrained_spec.sampling.distribution import SamplingPolicy, draw, effecti
 
 PROMPT = [0, 1]
 REGEX = r"(a|b)c?[abc]{0,2}"  # finite language, several tokenizations per string
-#: runs per sampled distribution; CONSTRAINED_SPEC_DIST_SAMPLES overrides it (the GPU check uses 10,000:
-#: each run costs kernel launches there; the negative controls still fail at p ~1e-263 with 6,000)
-SAMPLES = int(os.environ.get("CONSTRAINED_SPEC_DIST_SAMPLES", "20000"))
+#: runs per sampled distribution of the policy cases and the point-mass proposals in the default run;
+#: CONSTRAINED_SPEC_DIST_SAMPLES overrides it (the GPU check uses 10,000). The sizes below were set on
+#: 2026-12-02 from measured p-values (docs/test-suite.md): a wrong verifier fails at p ~1e-72 with
+#: WRONG_SAMPLES runs (~1e-19 with a quarter of them); a correct one's p-value is uniform whatever the size
+SAMPLES = int(os.environ.get("CONSTRAINED_SPEC_DIST_SAMPLES", "6000"))
+#: runs of a correct verifier in the tests of one lever (draft window, overlap, lookup gate, ...)
+LEVER_SAMPLES = SAMPLES * 2 // 3
+#: runs of a deliberately wrong verifier (the negative controls)
+WRONG_SAMPLES = SAMPLES // 3
+#: runs per distribution of the slow grid
+SLOW_SAMPLES = 20_000
+#: the slow twin of each lever test (``scale`` fixture) takes this many times its default runs: at
+#: least the sizes of the default run before 2026-12-02 (12,000 runs where those took 5,000 or 10,000)
+FULL_SCALE = 3
 ALPHA = 1e-3
 TEST_DEVICE = os.environ.get("CONSTRAINED_SPEC_TEST_DEVICE", "cpu")
 #: verify calls by the device type of the target's logits (the device variant checks it used its device)
@@ -79,9 +91,23 @@ class MemoModel(PrefixModel):
         return hit
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(params=[pytest.param(1, id="default"), pytest.param(FULL_SCALE, id="full", marks=pytest.mark.slow)])
+def scale(request) -> int:
+    """How many times its default runs a lever test takes: 1, or FULL_SCALE in its slow twin."""
+    return request.param
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(pattern: str):
+    """``pattern`` compiled over the letters vocabulary, once per process."""
+    return AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(pattern)
+
+
+@pytest.fixture
 def automaton():
-    return AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(REGEX)
+    """REGEX's automaton (a plain fixture over a per-process cache: no module-scoped fixture, so
+    xdist spreads this module's tests one by one, see tests/conftest.py)."""
+    return compiled(REGEX)
 
 
 def exact_distribution(pattern: str, policy: SamplingPolicy, prompt: list[int] = PROMPT) -> dict[tuple[int, ...], float]:
@@ -216,10 +242,10 @@ def test_speculative_matches_exact_constrained_target(automaton, policy, k):
     assert pvalue > ALPHA
 
 
-def test_blocks_ending_at_unsure_draft_tokens_stay_exact(automaton):
+def test_blocks_ending_at_unsure_draft_tokens_stay_exact(automaton, scale):
     policy = SamplingPolicy(temperature=1.0)
     exact = exact_distribution(automaton.regex, policy)
-    counts = sample(automaton, policy, 4, SAMPLES // 2, draft_confidence=0.5)
+    counts = sample(automaton, policy, 4, LEVER_SAMPLES * scale, draft_confidence=0.5)
     pvalue = chi2_pvalue(counts, exact)
     print(f"p-value {pvalue:.4f} over {len(exact)} outcomes")
     assert pvalue > ALPHA
@@ -227,7 +253,7 @@ def test_blocks_ending_at_unsure_draft_tokens_stay_exact(automaton):
     assert stats_over_seeds(automaton, policy, 4, draft_confidence=0.5)["confidence_stops"] > 0
 
 
-def test_windowed_draft_stays_exact(automaton):
+def test_windowed_draft_stays_exact(automaton, scale):
     """A draft that sees only the last prompt token (``draft_window=1`` of a 5-token prompt) proposes
     from another q; the output distribution is the target's all the same. The same test rejects a
     wrong verifier with the windowed draft (negative control)."""
@@ -235,13 +261,13 @@ def test_windowed_draft_stays_exact(automaton):
     prompt = [0, 1, 2, 0, 1]
     exact = exact_distribution(automaton.regex, policy, prompt=prompt)
     options = dict(prompt=prompt, draft_window=1, prefill_overlap="off")  # overlapped: the next test
-    counts = sample(automaton, policy, 3, SAMPLES // 2, debug_checks=True, **options)
+    counts = sample(automaton, policy, 3, LEVER_SAMPLES * scale, debug_checks=True, **options)
     assert chi2_pvalue(counts, exact) > ALPHA
-    wrong = sample(automaton, policy, 3, SAMPLES // 2, verifier=verify_resample_from_p, **options)
+    wrong = sample(automaton, policy, 3, WRONG_SAMPLES, verifier=verify_resample_from_p, **options)
     assert chi2_pvalue(wrong, exact) < ALPHA
 
 
-def test_overlapped_prefill_stays_exact(automaton):
+def test_overlapped_prefill_stays_exact(automaton, scale):
     """The draft prefilled on a second thread beside the target (``prefill_overlap="on"``, with a
     windowed draft so the two prefills differ): the target's distribution all the same; the same
     test rejects a wrong verifier in that setting (negative control)."""
@@ -250,8 +276,8 @@ def test_overlapped_prefill_stays_exact(automaton):
     exact = exact_distribution(automaton.regex, policy, prompt=prompt)
     options = dict(prompt=prompt, draft_window=2, prefill_overlap="on")
     assert stats_over_seeds(automaton, policy, 3, seeds=3, **options)["prefill_overlapped"] == 3
-    assert chi2_pvalue(sample(automaton, policy, 3, SAMPLES // 2, **options), exact) > ALPHA
-    wrong = sample(automaton, policy, 3, SAMPLES // 2, verifier=verify_resample_from_p, **options)
+    assert chi2_pvalue(sample(automaton, policy, 3, LEVER_SAMPLES * scale, **options), exact) > ALPHA
+    wrong = sample(automaton, policy, 3, WRONG_SAMPLES, verifier=verify_resample_from_p, **options)
     assert chi2_pvalue(wrong, exact) < ALPHA
 
 
@@ -259,20 +285,20 @@ def test_overlapped_prefill_stays_exact(automaton):
 @pytest.mark.parametrize("policy,k", SLOW_CASES)
 def test_speculative_matches_exact_full_grid(automaton, policy, k):
     exact = exact_distribution(automaton.regex, policy)
-    assert chi2_pvalue(sample(automaton, policy, k, SAMPLES), exact) > ALPHA
+    assert chi2_pvalue(sample(automaton, policy, k, SLOW_SAMPLES), exact) > ALPHA
 
 
 @pytest.mark.parametrize("wrong", [verify_resample_from_p, verify_unmasked_acceptance], ids=["resample-from-p", "unmasked-acceptance"])
 def test_negative_controls_are_rejected(automaton, wrong):
     policy = SamplingPolicy(temperature=1.0)
     exact = exact_distribution(automaton.regex, policy)
-    counts = sample(automaton, policy, 3, SAMPLES, verifier=wrong)
+    counts = sample(automaton, policy, 3, WRONG_SAMPLES, verifier=wrong)
     pvalue = chi2_pvalue(counts, exact)
     print(f"negative control {wrong.__name__}: p-value {pvalue:.3g}")
     assert pvalue < ALPHA
 
 
-def test_unmasked_draft_is_still_exact_but_wastes_drafts(automaton):
+def test_unmasked_draft_is_still_exact_but_wastes_drafts(automaton, scale):
     """The construction is exact for any proposal q: a draft that ignores the grammar stays exact
     (its forbidden tokens are always rejected) but keeps fewer tokens."""
     policy = SamplingPolicy(temperature=1.0)
@@ -284,7 +310,7 @@ def test_unmasked_draft_is_still_exact_but_wastes_drafts(automaton):
     target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22)
     gen = torch.Generator().manual_seed(99)
     counts, drafted, kept = Counter(), 0, 0
-    for _ in range(SAMPLES // 4):
+    for _ in range(LEVER_SAMPLES * scale):
         # a draft token the grammar forbids ends its block and is always rejected (p = 0)
         dec = make_decoder(target, draft, automaton, policy, num_draft_tokens=3, max_new_tokens=16, generator=gen,
                            allowed_mask=everything, verifier=device_verify)
@@ -318,11 +344,12 @@ def letters_encode(text: str) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("policy", [
-    pytest.param(SamplingPolicy(temperature=1.0), id="T1"),
-    pytest.param(SamplingPolicy(temperature=0.7, top_k=4), id="T0.7-topk4", marks=pytest.mark.slow),
+@pytest.mark.parametrize("policy,n", [
+    pytest.param(SamplingPolicy(temperature=1.0), SAMPLES, id="T1"),
+    pytest.param(SamplingPolicy(temperature=1.0), SLOW_SAMPLES, id="T1-full", marks=pytest.mark.slow),
+    pytest.param(SamplingPolicy(temperature=0.7, top_k=4), SLOW_SAMPLES, id="T0.7-topk4", marks=pytest.mark.slow),
 ])
-def test_point_mass_proposals_grammar_strings_and_lookup_stay_exact(policy):
+def test_point_mass_proposals_grammar_strings_and_lookup_stay_exact(policy, n):
     """Grammar-forced strings and prompt lookup propose with q = a point mass; still exact."""
     from constrained_spec.engine.proposers import GrammarStrings
     from constrained_spec.grammar.matcher import AutomatonMatcher
@@ -333,7 +360,7 @@ def test_point_mass_proposals_grammar_strings_and_lookup_stay_exact(policy):
     after_a.advance(0)
     assert strings.tokens(after_a), "the grammar must force a string here"
     exact = exact_distribution(automaton.regex, policy)
-    counts = sample(automaton, policy, 3, SAMPLES, grammar_strings=strings, lookup=True, lookup_min_ngram=1)
+    counts = sample(automaton, policy, 3, n, grammar_strings=strings, lookup=True, lookup_min_ngram=1)
     pvalue = chi2_pvalue(counts, exact)
     print(f"point-mass proposals: p-value {pvalue:.4f} over {len(exact)} outcomes")
     assert pvalue > ALPHA
@@ -342,7 +369,7 @@ def test_point_mass_proposals_grammar_strings_and_lookup_stay_exact(policy):
     assert stats["lookup_proposed"] > 0 and stats["grammar_proposed"] > 0
 
 
-def test_a_left_out_draft_stays_exact():
+def test_a_left_out_draft_stays_exact(scale):
     """``draft_plan="auto"`` leaves the draft model out of a request whose output is too short to repay
     its prefill (a 60-token prompt, a grammar of at most 7 bytes by ``grammar.length_bound``, a
     machine where the draft would pay for longer outputs: ``draft_gain_per_token=0.25``):
@@ -359,8 +386,8 @@ def test_a_left_out_draft_stays_exact():
     stats = stats_over_seeds(automaton, policy, 3, seeds=5, **options)
     assert stats["draft_skipped"] == 5 and stats["draft_forwards"] == 0 and stats["grammar_proposed"] > 0
     exact = exact_distribution(automaton.regex, policy, prompt=prompt)
-    good = chi2_pvalue(sample(automaton, policy, 3, SAMPLES // 4, **options), exact)
-    bad = chi2_pvalue(sample(automaton, policy, 3, SAMPLES // 4, verifier=verify_resample_from_p, **options), exact)
+    good = chi2_pvalue(sample(automaton, policy, 3, LEVER_SAMPLES * scale, **options), exact)
+    bad = chi2_pvalue(sample(automaton, policy, 3, WRONG_SAMPLES, verifier=verify_resample_from_p, **options), exact)
     print(f"left-out draft: p-value {good:.4f}, wrong verifier {bad:.3g}")
     assert good > ALPHA and bad < ALPHA
 
@@ -380,7 +407,7 @@ class _EdgyGateDecoder:
         return decoder
 
 
-def test_gated_lookup_stays_exact(automaton):
+def test_gated_lookup_stays_exact(automaton, scale):
     """The lookup gate chooses, from past verifies, between a lookup plan and the draft model; the
     output distribution is the target's whichever it picks. The gate really acted in this setting,
     and the same test rejects a wrong verifier (negative control)."""
@@ -389,13 +416,13 @@ def test_gated_lookup_stays_exact(automaton):
     stats = stats_over_seeds(automaton, policy, 3, seeds=200, **options)
     assert stats["lookup_gated"] > 0 and stats["lookup_proposed"] > 0
     exact = exact_distribution(automaton.regex, policy)
-    counts = sample(automaton, policy, 3, SAMPLES // 2, debug_checks=True, **options)
+    counts = sample(automaton, policy, 3, LEVER_SAMPLES * scale, debug_checks=True, **options)
     assert chi2_pvalue(counts, exact) > ALPHA
-    wrong = sample(automaton, policy, 3, SAMPLES // 2, verifier=verify_resample_from_p, **options)
+    wrong = sample(automaton, policy, 3, WRONG_SAMPLES, verifier=verify_resample_from_p, **options)
     assert chi2_pvalue(wrong, exact) < ALPHA
 
 
-def test_text_lookup_proposals_stay_exact(automaton):
+def test_text_lookup_proposals_stay_exact(automaton, scale):
     """Byte-level prompt lookup (PromptText) proposes re-tokenized continuations with a point-mass q;
     still exact. Token lookup is set to need more tokens than there are, so text lookup is the one
     that fires."""
@@ -405,7 +432,7 @@ def test_text_lookup_proposals_stay_exact(automaton):
     prompt = [0, 2, 1, 8, 5, 8]  # "acbccbccc": after "a" or "b" it proposes "c", "bc", "cc"
     text = PromptText(letters_vocab(), letters_encode, min_match=1, max_bytes=4)
     exact = exact_distribution(automaton.regex, policy, prompt)
-    counts = sample(automaton, policy, 3, SAMPLES // 2, prompt=prompt, lookup=True, lookup_min_ngram=20, text_lookup=text)
+    counts = sample(automaton, policy, 3, LEVER_SAMPLES * scale, prompt=prompt, lookup=True, lookup_min_ngram=20, text_lookup=text)
     pvalue = chi2_pvalue(counts, exact)
     print(f"text lookup: p-value {pvalue:.4f} over {len(exact)} outcomes")
     assert pvalue > ALPHA
@@ -426,7 +453,7 @@ class FixedCosts:
         return self.seconds[min(tokens, max(self.seconds))]
 
 
-def test_adaptive_block_lengths_stay_exact(automaton):
+def test_adaptive_block_lengths_stay_exact(automaton, scale):
     """Adaptive k ends each block where one more position is not worth its cost, from the draft's
     confidence in the tokens drafted so far and keep rates learnt from past verifies: still exact."""
     from constrained_spec.engine.draft_length import AdaptiveDraftLength
@@ -434,7 +461,7 @@ def test_adaptive_block_lengths_stay_exact(automaton):
     policy = SamplingPolicy(temperature=1.0)
     rule = AdaptiveDraftLength(max_k=4, target=FixedCosts({n: 1.0 for n in range(1, 7)}), draft=FixedCosts({1: 0.3}))
     exact = exact_distribution(automaton.regex, policy)
-    counts = sample(automaton, policy, 4, SAMPLES // 2, draft_length=rule)
+    counts = sample(automaton, policy, 4, LEVER_SAMPLES * scale, draft_length=rule)
     pvalue = chi2_pvalue(counts, exact)
     print(f"adaptive k: p-value {pvalue:.4f} over {len(exact)} outcomes")
     assert pvalue > ALPHA

@@ -267,16 +267,17 @@ def test_spell_is_exact_for_every_tokenizer(tokenizers):
             assert ids is not None and b"".join(vocab.tokens[i] for i in ids) == text.encode(), (name, text)
 
 
-def test_the_checks_catch_a_wrong_matcher(corpus, tokenizers):
+def test_the_checks_catch_a_wrong_matcher(corpus, tokenizers, tmp_path):
     """Negative control: JSON's samples checked against a matcher of another language are flagged as
-    false accepts, late rejections and refusals of valid texts, none of them explained away."""
+    false accepts, late rejections and refusals of valid texts, none of them explained away. (The
+    control's corpus reads an empty folder: it compiles no grammar file, and has the hand samples.)"""
     g = _by_key(corpus)["outlines/json.lark"]
     tok, vocab = tokenizers["gpt-2"]
     wrong = CorpusGrammar(g.key + " (wrong matcher)", g.path, g.lark_text, g.llg_text, g.start, earley=g.earley,
                           lalr_parser=g.lalr_parser)
     # any text ending in '}' or ']': accepts broken JSON, refuses '1', and refuses texts ending elsewhere only at the end
     wrong.compiled["gpt-2"] = compile_grammar("lark", 'start: /(.|\\n)*[}\\]]/\n', vocab)
-    control = Corpus({"gpt-2": (tok, vocab)}, DATA, mutations_per_sample=10)
+    control = Corpus({"gpt-2": (tok, vocab)}, tmp_path, mutations_per_sample=10)
     control.samples = [s for s in control.samples if s.name.startswith("hand/json/")] + [Sample("one", "1")]
     control.run_grammar(wrong)
     kinds = {d.kind for d in control.disagreements if d.reason == "unexplained"}
