@@ -71,7 +71,8 @@ from constrained_spec.sampling.smc_weights import (
     systematic_resample,
 )
 
-__all__ = ["ALIGNMENTS", "SMCDecoder", "SMCParticle", "SMCResult", "Weigh", "check_smc_options", "fork_model"]
+__all__ = ["ALIGNMENTS", "ParticleText", "SMCDecoder", "SMCParticle", "SMCReport", "SMCResult", "Weigh", "check_smc_options", "decode_smc",
+           "fork_model"]
 
 #: the sampling alignments: ``"local"`` (each position masked and renormalised: the default) and
 #: ``"smc"`` (sequence-level: P(y | y in L) by sequential Monte Carlo)
@@ -358,3 +359,47 @@ class SMCDecoder:
             vocab = self.new_matcher().vocab
             raise TokenBudgetExceeded(self.max_new_tokens, vocab.decode(ids))
         raise SamplingError("every SMC particle reached a point where the grammar allows nothing the model can take")
+
+
+@dataclass
+class ParticleText:
+    """One final particle as a caller sees it: its text, normalised weight and state."""
+
+    text: str
+    weight: float
+    state: str
+
+
+@dataclass
+class SMCReport:
+    """What an SMC request returns beside its sample: every final particle (text, weight, state),
+    which one was returned, log Z (the estimate of log P(y in L | prompt) under the request's
+    temperature), how many times the particles were resampled."""
+
+    particles: list[ParticleText]
+    chosen: int
+    log_z: float
+    resamples: int
+
+    @classmethod
+    def of(cls, result: SMCResult, decode: Callable[[list[int]], str]) -> "SMCReport":
+        texts = [ParticleText(decode(p.token_ids), p.weight, p.state) for p in result.particles]
+        return cls(texts, result.chosen, result.log_z, result.resamples)
+
+
+def decode_smc(target: SequenceModel, draft: SequenceModel | None, new_matcher: Callable[[], GrammarMatcher],
+               policy: SamplingPolicy, config: Any, prompt_ids: list[int], *, particles: int, ess_threshold: float,
+               max_new_tokens: int, proposers: Sequence[Any], verifier: Callable[..., VerifyResult], generator: torch.Generator,
+               draft_length: Any = None, hooks: Any = None) -> SMCResult:
+    """One SMC request over the loop the API builds for ``local`` (same config, proposers,
+    verifier): each particle's decoder is a :class:`SpeculativeDecoder` with its own copy of the
+    adaptive draft-length state (``draft_length``, None: fixed k)."""
+
+    def build(t: SequenceModel, d: SequenceModel | None, matcher: GrammarMatcher, verify: Callable[..., VerifyResult]) -> SpeculativeDecoder:
+        return SpeculativeDecoder(t, d, matcher, policy, config, max_new_tokens=max_new_tokens, proposers=proposers,
+                                  verifier=verify, generator=generator, hooks=hooks,
+                                  draft_length=copy.deepcopy(draft_length) if draft_length is not None else None)
+
+    smc = SMCDecoder(build, target, draft, new_matcher, policy, verifier, particles=particles, ess_threshold=ess_threshold,
+                     max_new_tokens=max_new_tokens, generator=generator, draft_window=config.draft_window)
+    return smc.run(prompt_ids)
