@@ -500,8 +500,9 @@ class Generator:
         renormalised) or ``"smc"``: sample what the model means under the constraint,
         P(y | y in L), by sequential Monte Carlo over ``particles`` exact speculative decodes,
         resampled when their effective sample size falls under ``ess_threshold`` * particles
-        (``engine.smc``; docs/smc.md). SMC needs ``temperature`` > 0 and no top-k/top-p, and does
-        not stream; ``result.smc`` holds every particle's text and weight and log Z.
+        (``engine.smc``; docs/smc.md). SMC needs ``temperature`` > 0 and no top-k/top-p; it does not
+        stream (a particle's tokens may be dropped by resampling): ``on_tokens`` gets the returned
+        sample once, at the end. ``result.smc`` holds every particle's text and weight and log Z.
         """
         unknown = set(decode_options) - fields_of(DecodeConfig)
         if unknown:
@@ -510,8 +511,6 @@ class Generator:
         compiled = self.compile(output_type, schema_draft)
         policy = SamplingPolicy(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         check_smc_options(alignment, particles, ess_threshold, policy)
-        if alignment == "smc" and on_tokens is not None:
-            raise ConfigError("alignment='smc' does not stream: a particle's tokens may be dropped by resampling")
         ids = self.prompt_ids(prompt, compiled.spec, schema_in_prompt, tools=tools)
         budget = max_new_tokens or self.max_new_tokens
         limit = self.context_length
@@ -563,15 +562,20 @@ class Generator:
     def _run_smc(self, compiled: CompiledConstraint, policy: SamplingPolicy, config: DecodeConfig, ids: list[int],
                  options: dict[str, Any], use_draft: bool, particles: int, ess_threshold: float) -> GenerationResult:
         """:meth:`run` with ``alignment="smc"`` (``engine.smc``): the sample drawn by final weight."""
+        hooks = options["hooks"]
+        on_tokens = hooks.on_tokens if hooks is not None else None
         with self._lock:
             try:
                 result = decode_smc(self.target, self.draft if use_draft else None, compiled.matcher, policy, config, ids,
                                     particles=particles, ess_threshold=ess_threshold, max_new_tokens=options["max_new_tokens"],
                                     proposers=options["proposers"], verifier=options["verifier"], generator=options["generator"],
-                                    draft_length=self.draft_length if config.adaptive else None, hooks=options["hooks"])
+                                    draft_length=self.draft_length if config.adaptive else None,
+                                    hooks=dataclasses.replace(hooks, on_tokens=None) if hooks is not None else None)
             except TokenBudgetExceeded as exc:
                 exc.token_ids, exc.prompt_tokens = [], len(ids)
                 raise
+        if on_tokens is not None and result.token_ids:
+            on_tokens(list(result.token_ids))  # the sample, once: final tokens, as the contract says
         text = self.vocab.decode(result.token_ids)
         tree = compiled.parse_tree(text) if compiled.spec.kind == "lark" else None
         value = text if tree is not None else compiled.parse(text)

@@ -43,7 +43,6 @@ def test_local_stays_the_default(generator):
 @pytest.mark.parametrize("options", [
     dict(temperature=0.0), dict(temperature=1.0, top_k=5), dict(temperature=1.0, top_p=0.9),
     dict(temperature=1.0, particles=0), dict(temperature=1.0, ess_threshold=2.0), dict(temperature=1.0, alignment="global"),
-    dict(temperature=1.0, on_tokens=lambda ids: None),
 ])
 def test_smc_refuses_what_it_does_not_define(generator, options):
     options.setdefault("alignment", "smc")
@@ -65,3 +64,9 @@ def test_a_forked_transformers_cache_continues_alike_and_apart(generator):
     model.crop(3)
     assert torch.allclose(model.extend([60]), c, atol=1e-5)
     model.reset()
+
+
+def test_on_tokens_gets_the_sample_once(generator):
+    seen = []
+    result = generator.run("Answer:", Regex(PATTERN), alignment="smc", particles=3, temperature=1.0, seed=5, on_tokens=seen.append)
+    assert seen == [result.token_ids]

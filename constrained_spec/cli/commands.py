@@ -33,7 +33,7 @@ from constrained_spec.cli.args import (
     probability,
     proposer_list,
 )
-from constrained_spec.config import DRAFT_PLANS, NUM_DRAFT_TOKENS, PROPOSERS, SCHEMA_HINT_STYLES, DecodeConfig
+from constrained_spec.config import DRAFT_PLANS, MAX_PARTICLES, NUM_DRAFT_TOKENS, PROPOSERS, SCHEMA_HINT_STYLES, DecodeConfig
 from constrained_spec.errors import (
     ConstrainedSpecError,
     GrammarError,
@@ -199,8 +199,8 @@ def check_alignment(args: argparse.Namespace) -> None:
         raise UsageError("--alignment smc samples P(output | constraint) and needs --temperature > 0 (greedy has no such distribution)")
     if args.top_k or args.top_p < 1.0:
         raise UsageError("--alignment smc does not take --top-k / --top-p (see docs/smc.md); use --temperature alone")
-    if args.particles > 256:
-        raise UsageError("--particles must be at most 256")
+    if args.particles > MAX_PARTICLES:
+        raise UsageError(f"--particles must be at most {MAX_PARTICLES}")
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:

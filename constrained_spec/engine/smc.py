@@ -55,6 +55,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from constrained_spec.config import MAX_PARTICLES
 from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.engine.prefill import prefill_pair
 from constrained_spec.engine.stats import DecodeStats
@@ -78,8 +79,6 @@ __all__ = ["ALIGNMENTS", "ParticleText", "SMCDecoder", "SMCParticle", "SMCReport
 #: ``"smc"`` (sequence-level: P(y | y in L) by sequential Monte Carlo)
 ALIGNMENTS = ("local", "smc")
 
-#: the most particles one request may ask for
-MAX_PARTICLES = 256
 
 #: (logits [c, V], allowed bool [c, V], committed tokens [c], temperature) -> log weights [c]
 Weigh = Callable[[torch.Tensor, torch.Tensor, Sequence[int], float], torch.Tensor]
