@@ -324,3 +324,15 @@ def test_lark_grammar_converges_and_every_particle_parses():
     assert local_tv >= 0.3 and tv < local_tv / 4
     for text, state, weight in got.texts:
         assert (state == "done" and parses(text)) or weight == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature,k", [(1.0, 0), (0.7, 0), (1.0, 3)], ids=["T1", "T0.7", "T1-k3"])
+def test_chi_square_at_64_particles_full(temperature, k):
+    """The heavier sweep: 64 particles, 300 requests, at T = 1 and 0.7 and with draft blocks."""
+    cond, local, _ = enumerate_language(STRINGS, temperature)
+    got = smc_runs(_matcher_factory(STRINGS), 64, 300, k=k, temperature=temperature, seed=60 + k)
+    pvalue = chi2_pvalue(got.counts, cond)
+    print(f"T={temperature} k={k}: chi-square p {pvalue:.3f}, TV {total_variation(got.blended, cond):.4f}")
+    assert pvalue > ALPHA
+    _valid(got.texts)
