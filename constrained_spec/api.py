@@ -500,7 +500,8 @@ class Generator:
         renormalised) or ``"smc"``: sample what the model means under the constraint,
         P(y | y in L), by sequential Monte Carlo over ``particles`` exact speculative decodes,
         resampled when their effective sample size falls under ``ess_threshold`` * particles
-        (``engine.smc``; docs/smc.md). SMC needs ``temperature`` > 0 and no top-k/top-p; it does not
+        (``engine.smc``; docs/smc.md). SMC needs ``temperature`` > 0; with top-k/top-p it conditions
+        the unconstrained sampler (the cut over the whole vocabulary) on the constraint. It does not
         stream (a particle's tokens may be dropped by resampling): ``on_tokens`` gets the returned
         sample once, at the end. ``result.smc`` holds every particle's text and weight and log Z.
         """

@@ -191,14 +191,11 @@ def _draft_spec(args: argparse.Namespace) -> str | None:
 
 
 def check_alignment(args: argparse.Namespace) -> None:
-    """``--alignment smc`` needs a temperature and no top-k/top-p (``engine.smc``): a UsageError
-    before anything loads."""
+    """``--alignment smc`` needs a temperature (``engine.smc``): a UsageError before anything loads."""
     if args.alignment != "smc":
         return
     if args.temperature <= 0:
         raise UsageError("--alignment smc samples P(output | constraint) and needs --temperature > 0 (greedy has no such distribution)")
-    if args.top_k or args.top_p < 1.0:
-        raise UsageError("--alignment smc does not take --top-k / --top-p (see docs/smc.md); use --temperature alone")
     if args.particles > MAX_PARTICLES:
         raise UsageError(f"--particles must be at most {MAX_PARTICLES}")
 

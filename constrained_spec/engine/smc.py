@@ -10,7 +10,9 @@ sequence is drawn by weight.
 **Weights.** A particle's log weight gains, at every committed position, the log of the allowed mass
 of the target's tempered distribution there (``sampling.smc_weights.allowed_log_mass``), read off the
 logits the verify forward already computed: no extra forward. Over a finished sequence the product
-is P_T(y) 1[y in L] / Q(y), whatever path of draft blocks produced it.
+is P_T(y) 1[y in L] / Q(y), whatever path of draft blocks produced it. With top-k / top-p, P_T is
+the unconstrained sampler's cut distribution and the verify samples it masked (see
+``sampling.smc_weights`` and :class:`_RecordingVerifier`).
 
 **Rounds, not positions.** Speculative steps commit a random number of tokens, and the tokens a
 step commits are not Q-distributed given how many it committed; so time here is the round: each
@@ -62,12 +64,13 @@ from constrained_spec.engine.stats import DecodeStats
 from constrained_spec.errors import ConfigError, GrammarError, SamplingError, TokenBudgetExceeded
 from constrained_spec.grammar.matcher import GrammarMatcher
 from constrained_spec.models.protocol import SequenceModel
-from constrained_spec.sampling import SamplingPolicy, VerifyResult, unpack_bitmask
+from constrained_spec.sampling import SamplingPolicy, VerifyResult, pack_bitmask, unpack_bitmask
 from constrained_spec.sampling.smc_weights import (
     allowed_log_mass,
     check_policy,
     draw_index,
     ess,
+    filter_keep,
     log_mean_exp,
     systematic_resample,
 )
@@ -80,16 +83,17 @@ __all__ = ["ALIGNMENTS", "ParticleText", "SMCDecoder", "SMCParticle", "SMCReport
 ALIGNMENTS = ("local", "smc")
 
 
-#: (logits [c, V], allowed bool [c, V], committed tokens [c], temperature) -> log weights [c]
-Weigh = Callable[[torch.Tensor, torch.Tensor, Sequence[int], float], torch.Tensor]
+#: (logits [c, V], allowed bool [c, V], committed tokens [c], policy) -> log weights [c]
+Weigh = Callable[[torch.Tensor, torch.Tensor, Sequence[int], SamplingPolicy], torch.Tensor]
 
 #: (target, draft, matcher, verifier) -> the decoder of one particle
 Build = Callable[[SequenceModel, "SequenceModel | None", GrammarMatcher, Callable[..., VerifyResult]], SpeculativeDecoder]
 
 
-def default_weigh(logits: torch.Tensor, allowed: torch.Tensor, tokens: Sequence[int], temperature: float) -> torch.Tensor:
-    """The allowed mass at each committed position (invariant 10)."""
-    return allowed_log_mass(logits, allowed, temperature)
+def default_weigh(logits: torch.Tensor, allowed: torch.Tensor, tokens: Sequence[int], policy: SamplingPolicy) -> torch.Tensor:
+    """The allowed mass of the policy's distribution (temperature, top-k, top-p over the whole
+    vocabulary) at each committed position (invariant 10)."""
+    return allowed_log_mass(logits, allowed, policy.temperature, policy.top_k, policy.top_p)
 
 
 def check_smc_options(alignment: str, particles: int, ess_threshold: float, policy: SamplingPolicy | None = None) -> None:
@@ -141,10 +145,16 @@ class _NoForcedMatcher:
 
 
 class _RecordingVerifier:
-    """The particle's verifier: runs the engine's and keeps its last call's target logits and masks."""
+    """The particle's verifier: runs the engine's and keeps its last call's target logits and
+    grammar masks. With top-k / top-p (``policy``) it verifies the proposal SMC weighs: the cut of
+    the whole vocabulary's distribution (``filter_keep``) intersected with the grammar mask, the
+    cut itself off (where the two share no token the grammar mask stays: the particle's weight is
+    0 there and it dies)."""
 
-    def __init__(self, inner: Callable[..., VerifyResult]) -> None:
+    def __init__(self, inner: Callable[..., VerifyResult], policy: SamplingPolicy) -> None:
         self.inner = inner
+        self.policy = policy
+        self.filters = policy.top_k > 0 or policy.top_p < 1.0
         self.last: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
@@ -152,9 +162,20 @@ class _RecordingVerifier:
         return bool(getattr(self.inner, "takes_filters", False))
 
     def __call__(self, target_logits: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
-                 bitmask: torch.Tensor, *args: Any, **options: Any) -> VerifyResult:
+                 bitmask: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                 *args: Any, **options: Any) -> VerifyResult:
         self.last = (target_logits[0], bitmask[0])
-        return self.inner(target_logits, draft_probs, draft_tokens, bitmask, *args, **options)
+        if self.filters:
+            p = self.policy
+            keep = filter_keep(target_logits, p.temperature, p.top_k, p.top_p)
+            allowed = unpack_bitmask(bitmask.to(target_logits.device), target_logits.shape[-1])
+            both = allowed & keep
+            both = torch.where(both.any(-1, keepdim=True), both, allowed)
+            bitmask = pack_bitmask(both).to(bitmask.device)
+            top_k, top_p = torch.zeros_like(top_k), torch.ones_like(top_p)
+            if "filters" in options:
+                options["filters"] = False
+        return self.inner(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, *args, **options)
 
 
 @dataclass
@@ -223,7 +244,7 @@ class SMCDecoder:
 
     # -- particles -------------------------------------------------------------------------
     def _decoder(self, target: SequenceModel, draft: SequenceModel | None, matcher: GrammarMatcher) -> tuple[SpeculativeDecoder, _RecordingVerifier]:
-        recorder = _RecordingVerifier(self.verifier)
+        recorder = _RecordingVerifier(self.verifier, self.policy)
         decoder = self.build(target, draft, _NoForcedMatcher(matcher), recorder)
         self._stats.append(decoder.stats)
         return decoder, recorder
@@ -288,7 +309,7 @@ class SMCDecoder:
         logits, masks = recorder.last
         count = len(new)
         allowed = unpack_bitmask(masks[:count].to(logits.device), logits.shape[-1])
-        increments = self.weigh(logits[:count], allowed, new, self.policy.temperature)
+        increments = self.weigh(logits[:count], allowed, new, self.policy)
         p.log_weight += float(increments.sum())
         p.tokens.extend(new)
         if decoder.config.debug_checks:
@@ -357,7 +378,8 @@ class SMCDecoder:
             ids = [t for t in longest.tokens if not eos(t)]
             vocab = self.new_matcher().vocab
             raise TokenBudgetExceeded(self.max_new_tokens, vocab.decode(ids))
-        raise SamplingError("every SMC particle reached a point where the grammar allows nothing the model can take")
+        raise SamplingError("every SMC particle died: the grammar (within the top-k / top-p cut, where set) allowed nothing "
+                            "the model could take; more particles may find a way")
 
 
 @dataclass

@@ -9,11 +9,15 @@ the product of the allowed masses at the committed positions. That mass is what
 :func:`allowed_log_mass` returns (in logs); a position with nothing allowed gets -inf (the particle
 dies).
 
-Top-k and top-p are refused (:func:`check_policy`): the engine applies them after the mask (mask ->
-temperature -> top-k -> top-p, ``sampling.distribution``), so its proposal is not the filtered
-model masked and renormalised, and no allowed mass is the weight of that proposal (top-p can even
-keep out of the proposal a token the filtered model allows). Greedy (T = 0) is refused too: the
-target P_T(y | L) is not defined by a point mass per position.
+With top-k / top-p, the base model SMC conditions is the unconstrained sampler: P_{T,k,p}, each
+position's tempered distribution cut to its top-k / top-p set over the whole vocabulary and
+renormalised (what the request would sample without a grammar), so the target is
+P_{T,k,p}(y | y in L). The engine's local mode applies the cut after the mask instead; SMC's
+proposal must be the base masked and renormalised for the allowed mass to be its weight, so under
+SMC the cut set of the full vocabulary (:func:`filter_keep`) is intersected with the grammar mask
+and the verify runs with the cut off (``engine.smc``). The weight is then the allowed mass of the
+cut distribution: sum over allowed x of P_{T,k,p}(x | prefix), exactly invariant 10. Greedy (T = 0)
+is refused: the target P_T(y | L) is not defined by a point mass per position.
 
 Also here: the effective sample size, the log-mean of weights (the normalising-constant factor of
 an epoch) and systematic resampling with the request's seeded generator.
@@ -27,27 +31,43 @@ from typing import Sequence
 import torch
 
 from constrained_spec.errors import ConfigError
+from constrained_spec.sampling.distribution import effective_probs
 
-__all__ = ["allowed_log_mass", "check_policy", "draw_index", "ess", "log_mean_exp", "normalized", "systematic_resample"]
+__all__ = ["allowed_log_mass", "check_policy", "draw_index", "ess", "filter_keep", "log_mean_exp", "normalized", "systematic_resample"]
 
 
 def check_policy(temperature: float, top_k: int, top_p: float) -> None:
-    """Raise :class:`ConfigError` where SMC has no defined target: greedy, top-k, top-p."""
+    """Raise :class:`ConfigError` where SMC has no defined target: greedy."""
     if temperature <= 0:
         raise ConfigError("alignment='smc' samples P(y | y in L) and needs temperature > 0; greedy (temperature=0) "
                           "has no such distribution: use alignment='local' or set a temperature")
-    if top_k > 0 or top_p < 1.0:
-        raise ConfigError("alignment='smc' does not take top_k / top_p: the engine filters after the grammar mask, so "
-                          "its proposal is not the filtered model renormalised over the allowed tokens and the allowed "
-                          "mass is not its weight; use temperature alone")
 
 
-def allowed_log_mass(logits: torch.Tensor, allowed: torch.Tensor, temperature: float) -> torch.Tensor:
-    """log sum over allowed x of softmax(logits / T)[x], per row, in float64.
+def filter_keep(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """bool [..., V]: the tokens the top-k / top-p cut of the *unmasked* tempered distribution keeps
+    (every token where neither is set), by the engine's own cut (``effective_probs`` with
+    everything allowed: stable order, at least one token)."""
+    if top_k <= 0 and top_p >= 1.0:
+        return torch.ones(logits.shape, dtype=torch.bool, device=logits.device)
+    flat = logits.reshape(-1, logits.shape[-1])
+    rows = flat.shape[0]
+    probs = effective_probs(flat, torch.ones_like(flat, dtype=torch.bool),
+                            torch.full((rows,), float(temperature), device=flat.device),
+                            torch.full((rows,), int(top_k), dtype=torch.long, device=flat.device),
+                            torch.full((rows,), float(top_p), device=flat.device), all_greedy=False, filters=True)
+    return (probs > 0).reshape(logits.shape)
+
+
+def allowed_log_mass(logits: torch.Tensor, allowed: torch.Tensor, temperature: float, top_k: int = 0,
+                     top_p: float = 1.0) -> torch.Tensor:
+    """log sum over allowed x of P_{T,k,p}(x), per row, in float64: P_{T,k,p} is softmax(logits / T)
+    cut to :func:`filter_keep`'s set and renormalised (no cut: the whole softmax).
 
     logits [n, V] (any float dtype, any device), allowed bool [n, V]; returns float64 [n] on the
-    CPU, -inf for a row with nothing allowed (or whose allowed tokens all have -inf logits)."""
+    CPU, -inf for a row with nothing allowed (or whose allowed tokens all have -inf logits or are cut)."""
     scaled = logits.double() / float(temperature)
+    keep = filter_keep(logits, temperature, top_k, top_p)
+    scaled = scaled.masked_fill(~keep, float("-inf"))
     total = torch.logsumexp(scaled, dim=-1)
     kept = torch.logsumexp(scaled.masked_fill(~allowed, float("-inf")), dim=-1)
     return (kept - total).cpu()

@@ -59,16 +59,40 @@ class ForkModel(PrefixModel):
         return clone
 
 
-def enumerate_language(strings, temperature: float = 1.0, scale: float = SCALE, seed: int = SEED, prompt=PROMPT):
-    """(P(y | L), Q_local(y), Z) over token sequences y (EOS implied), by a plain walk."""
+def cut(p: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """The unconstrained sampler's top-k / top-p cut of a distribution over the whole vocabulary,
+    written out here (not the engine's): most likely first, ties by token id; top-k keeps k; top-p
+    keeps the shortest prefix (of the top-k renormalised) whose mass reaches top_p; renormalised."""
+    order = sorted(range(len(p)), key=lambda t: (-float(p[t]), t))
+    kept = order[:top_k] if top_k > 0 else order
+    mass = sum(float(p[t]) for t in kept)
+    if top_p < 1.0:
+        chosen, before = [], 0.0
+        for t in kept:
+            if before >= top_p and chosen:
+                break
+            chosen.append(t)
+            before += float(p[t]) / mass
+        kept = chosen
+    out = torch.zeros_like(p)
+    for t in kept:
+        out[t] = p[t]
+    return out / out.sum()
+
+
+def enumerate_language(strings, temperature: float = 1.0, scale: float = SCALE, seed: int = SEED, prompt=PROMPT,
+                       top_k: int = 0, top_p: float = 1.0):
+    """(P(y | L), Q_local(y), Z) over token sequences y (EOS implied), by a plain walk; with top-k /
+    top-p, P is the unconstrained sampler's (the cut over the whole vocabulary) and Q that cut
+    masked and renormalised (SMC's proposal)."""
     model = ForkModel(10, seed, scale)
     joint: dict[tuple[int, ...], float] = {}
     local: dict[tuple[int, ...], float] = {}
 
     def walk(text: str, seq: tuple[int, ...], pj: float, pl: float) -> None:
-        p = torch.softmax(model.logits(list(prompt) + list(seq)).double() / temperature, -1)
-        allowed = [t for t, raw in TOKENS.items() if any(s.startswith(text + raw.decode()) for s in strings)]
-        ends = text in strings
+        p = cut(torch.softmax(model.logits(list(prompt) + list(seq)).double() / temperature, -1), top_k, top_p)
+        allowed = [t for t, raw in TOKENS.items() if any(s.startswith(text + raw.decode()) for s in strings) and p[t] > 0]
+        ends = text in strings and p[EOS] > 0
         mass = sum(float(p[t]) for t in allowed) + (float(p[EOS]) if ends else 0.0)
         if ends:
             joint[seq] = pj * float(p[EOS])
@@ -78,7 +102,8 @@ def enumerate_language(strings, temperature: float = 1.0, scale: float = SCALE, 
 
     walk("", (), 1.0, 1.0)
     z = sum(joint.values())
-    assert math.isclose(sum(local.values()), 1.0, abs_tol=1e-9)
+    local = {y: v for y, v in local.items() if v > 0}
+    assert top_k or top_p < 1.0 or math.isclose(sum(local.values()), 1.0, abs_tol=1e-9)  # a cut can leave dead ends
     return {y: v / z for y, v in joint.items()}, local, z
 
 
@@ -106,15 +131,15 @@ def chi2_pvalue(counts: Counter, exact: dict) -> float:
     return float(chisquare(obs, [e * scale for e in exp]).pvalue)
 
 
-def ignored_weights(logits, allowed, tokens, temperature):
+def ignored_weights(logits, allowed, tokens, policy):
     """Wrong: no weights at all (SMC is then local masking with extra steps)."""
     return torch.zeros(len(tokens), dtype=torch.float64)
 
 
-def unmasked_mass_weights(logits, allowed, tokens, temperature):
+def unmasked_mass_weights(logits, allowed, tokens, policy):
     """Wrong: the unmasked mass of the logits (log sum of exp(logits / T) over every token) instead
     of the allowed share of the normalised distribution."""
-    return torch.logsumexp(logits.double() / temperature, -1).cpu()
+    return torch.logsumexp(logits.double() / policy.temperature, -1).cpu()
 
 
 def _matcher_factory(strings):
@@ -138,9 +163,9 @@ class Runs:
 
 
 def smc_runs(new_matcher, particles: int, runs: int, *, k: int = 0, temperature: float = 1.0, weigh=default_weigh,
-             seed: int = 0, ess_threshold: float = 0.5, max_new_tokens: int = 16, strings=STRINGS):
+             seed: int = 0, ess_threshold: float = 0.5, max_new_tokens: int = 16, strings=STRINGS, top_k: int = 0, top_p: float = 1.0):
     """``runs`` SMC requests; the sampled outputs (Counter), the log Z estimates, every particle's text."""
-    policy = SamplingPolicy(temperature=temperature)
+    policy = SamplingPolicy(temperature=temperature, top_k=top_k, top_p=top_p)
     gen = torch.Generator().manual_seed(seed)
     target = ForkModel(10, SEED, SCALE)
     draft = ForkModel(10, DRAFT_SEED, 2.0) if k else None
@@ -201,11 +226,23 @@ def test_ess_and_systematic_resampling():
     assert abs(seen[0] / 2000 - 0.5) < 0.02
 
 
-def test_greedy_top_k_top_p_and_bad_options_are_refused():
-    check_smc_options("smc", 4, 0.5, SamplingPolicy(temperature=0.7))
-    for policy in (SamplingPolicy(temperature=0.0), SamplingPolicy(temperature=1.0, top_k=3), SamplingPolicy(temperature=1.0, top_p=0.9)):
-        with pytest.raises(ConfigError):
-            check_smc_options("smc", 4, 0.5, policy)
+def test_allowed_log_mass_with_top_k_and_top_p_is_the_cut_distributions():
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0, -1.0]])
+    p = torch.softmax(logits[0].double(), -1)
+    allowed = torch.tensor([[False, True, True, True, False]])
+    got = allowed_log_mass(logits, allowed, 1.0, top_k=3)  # keeps 0, 1, 2; allowed among them: 1, 2
+    assert math.isclose(float(got[0]), math.log(float((p[1] + p[2]) / (p[0] + p[1] + p[2]))), rel_tol=1e-9)
+    q = cut(p, 0, 0.7)  # the oracle's cut: the shortest most-likely prefix reaching 0.7
+    got = allowed_log_mass(logits, allowed, 1.0, top_p=0.7)
+    assert math.isclose(float(got[0]), math.log(float(q[1] + q[2] + q[3])), rel_tol=1e-6)
+    assert allowed_log_mass(logits, torch.tensor([[False, False, False, True, True]]), 1.0, top_k=2)[0] == float("-inf")
+
+
+def test_greedy_and_bad_options_are_refused():
+    for policy in (SamplingPolicy(temperature=0.7), SamplingPolicy(temperature=1.0, top_k=3), SamplingPolicy(temperature=1.0, top_p=0.9)):
+        check_smc_options("smc", 4, 0.5, policy)
+    with pytest.raises(ConfigError):
+        check_smc_options("smc", 4, 0.5, SamplingPolicy(temperature=0.0))
     check_smc_options("local", 4, 0.5, SamplingPolicy(temperature=0.0))  # local takes greedy
     for bad in (("global", 4, 0.5), ("smc", 0, 0.5), ("smc", 4, 1.5)):
         with pytest.raises(ConfigError):
@@ -335,4 +372,18 @@ def test_chi_square_at_64_particles_full(temperature, k):
     pvalue = chi2_pvalue(got.counts, cond)
     print(f"T={temperature} k={k}: chi-square p {pvalue:.3f}, TV {total_variation(got.blended, cond):.4f}")
     assert pvalue > ALPHA
+    _valid(got.texts)
+
+
+@pytest.mark.parametrize("top_k,top_p", [(5, 1.0), pytest.param(0, 0.9, marks=pytest.mark.slow)], ids=["top-k5", "top-p0.9"])
+def test_top_k_top_p_target_the_unconstrained_sampler_given_l(top_k, top_p):
+    """With top-k / top-p, SMC samples the unconstrained sampler's distribution (the cut over the
+    whole vocabulary) given L; the oracle writes the cut out itself. Every particle valid; draft
+    blocks on (a draft token the cut removes is rejected)."""
+    cond, _, _ = enumerate_language(STRINGS, top_k=top_k, top_p=top_p)
+    got = smc_runs(_matcher_factory(STRINGS), 16, 30, k=2, seed=70 + top_k, top_k=top_k, top_p=top_p)
+    pvalue = chi2_pvalue(got.counts, cond)
+    tv = total_variation(got.blended, cond)
+    print(f"top_k={top_k} top_p={top_p}: {len(cond)} outcomes, chi-square p {pvalue:.3f}, TV {tv:.3f}")
+    assert pvalue > ALPHA and tv < 0.1
     _valid(got.texts)

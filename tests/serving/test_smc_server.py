@@ -45,7 +45,7 @@ def test_smc_stream_carries_the_sample(client):
 
 
 @pytest.mark.parametrize("body", [
-    dict(alignment="smc", top_p=0.9), dict(alignment="smc", temperature=0.0), dict(alignment="smc", particles=0),
+    dict(alignment="smc", temperature=0.0), dict(alignment="smc", particles=0),
     dict(alignment="global"), dict(alignment="smc", particles=10_000),
 ])
 def test_smc_request_errors_are_400(client, body):
