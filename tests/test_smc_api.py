@@ -76,3 +76,12 @@ def test_on_tokens_gets_the_sample_once(generator):
     seen = []
     result = generator.run("Answer:", Regex(PATTERN), alignment="smc", particles=3, temperature=1.0, seed=5, on_tokens=seen.append)
     assert seen == [result.token_ids]
+
+
+def test_smc_on_a_batching_generator_runs_beside_the_batch(tiny_generator):
+    """A Generator with continuous batching (the server's default) runs SMC on its own models,
+    outside the batch; a local request still decodes as a batch row."""
+    gen = tiny_generator(draft=False, max_new_tokens=12, max_batch_size=2, batch_max_tokens=256, prefix_cache_mb=8)
+    result = gen.run("Answer:", Regex(PATTERN), alignment="smc", particles=2, temperature=1.0, seed=6)
+    assert re.fullmatch(PATTERN, result.text) and len(result.smc.particles) == 2
+    assert re.fullmatch(PATTERN, gen.run("Answer:", Regex(PATTERN), temperature=1.0, seed=6).text)
