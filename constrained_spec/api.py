@@ -21,6 +21,7 @@ from constrained_spec.engine.draft_length import AdaptiveDraftLength
 from constrained_spec.engine.draft_plan import default_gain
 from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.engine.proposers import GrammarStringProposer, GrammarStrings, PromptLookupProposer, PromptText, Proposer
+from constrained_spec.engine.smc import SMCReport, check_smc_options, decode_smc
 from constrained_spec.engine.stats import DecodeHooks, DecodeStats
 from constrained_spec.errors import (
     ConfigError,
@@ -94,6 +95,7 @@ class GenerationResult:
     stats: DecodeStats
     prompt_tokens: int = 0  # the prompt's length in tokens, chat template and schema hint included
     tree: Any = None  # for a Lark grammar (CFG): lark's parse tree of ``text`` (None past lark's parse budget)
+    smc: SMCReport | None = None  # alignment="smc": every particle's text and weight, and log Z
 
 
 @dataclass(frozen=True)
@@ -498,6 +500,9 @@ class Generator:
         tools: Sequence[dict] | None = None,
         schema_draft: str | None = None,
         hooks: DecodeHooks | None = None,
+        alignment: str = "local",
+        particles: int = 4,
+        ess_threshold: float = 0.5,
         **decode_options: Any,
     ) -> GenerationResult:
         """Generate one value of ``output_type``; returns it with its text and stats.
@@ -515,6 +520,15 @@ class Generator:
         propagates). ``hooks``: other observers (:class:`~constrained_spec.engine.stats.DecodeHooks`).
         ``tools``: OpenAI tool dicts for the chat template (see :meth:`prompt_ids`).
         ``schema_draft``: the JSON Schema draft of a schema without ``$schema`` (see :meth:`compile`).
+
+        ``alignment``: ``"local"`` (default: each position masked to the allowed tokens and
+        renormalised) or ``"smc"``: sample what the model means under the constraint,
+        P(y | y in L), by sequential Monte Carlo over ``particles`` exact speculative decodes,
+        resampled when their effective sample size falls under ``ess_threshold`` * particles
+        (``engine.smc``; docs/smc.md). SMC needs ``temperature`` > 0; with top-k/top-p it conditions
+        the unconstrained sampler (the cut over the whole vocabulary) on the constraint. It does not
+        stream (a particle's tokens may be dropped by resampling): ``on_tokens`` gets the returned
+        sample once, at the end. ``result.smc`` holds every particle's text and weight and log Z.
         """
         unknown = set(decode_options) - fields_of(DecodeConfig)
         if unknown:
@@ -522,6 +536,7 @@ class Generator:
         config = self.decode.replace(**decode_options)
         compiled = self.compile(output_type, schema_draft)
         policy = SamplingPolicy(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        check_smc_options(alignment, particles, ess_threshold, policy)
         ids = self.prompt_ids(prompt, compiled.spec, schema_in_prompt, tools=tools)
         budget = max_new_tokens or self.max_new_tokens
         limit = self.context_length
@@ -546,6 +561,8 @@ class Generator:
         options: dict[str, Any] = dict(max_new_tokens=budget, proposers=proposers, verifier=self.verifier, generator=make_generator(seed),
                        hooks=hooks)
         use_draft = "draft" in sources
+        if alignment == "smc":  # particles one after another on this Generator's own models (not batch rows)
+            return self._run_smc(compiled, policy, config, ids, options, use_draft, particles, ess_threshold)
         if batch is None:
             with self._lock:
                 decoder = SpeculativeDecoder(self.target, self.draft if use_draft else None, compiled.matcher(), policy, config,
@@ -567,6 +584,29 @@ class Generator:
         tree = compiled.parse_tree(text) if compiled.spec.kind == "lark" else None
         value = text if compiled.spec.kind == "lark" else compiled.parse(text)
         return GenerationResult(value, text, result.token_ids, result.stats, prompt_tokens=len(ids), tree=tree)
+
+    def _run_smc(self, compiled: CompiledConstraint, policy: SamplingPolicy, config: DecodeConfig, ids: list[int],
+                 options: dict[str, Any], use_draft: bool, particles: int, ess_threshold: float) -> GenerationResult:
+        """:meth:`run` with ``alignment="smc"`` (``engine.smc``): the sample drawn by final weight."""
+        hooks = options["hooks"]
+        on_tokens = hooks.on_tokens if hooks is not None else None
+        with self._lock:
+            try:
+                result = decode_smc(self.target, self.draft if use_draft else None, compiled.matcher, policy, config, ids,
+                                    particles=particles, ess_threshold=ess_threshold, max_new_tokens=options["max_new_tokens"],
+                                    proposers=options["proposers"], verifier=options["verifier"], generator=options["generator"],
+                                    draft_length=self.draft_length if config.adaptive else None,
+                                    hooks=dataclasses.replace(hooks, on_tokens=None) if hooks is not None else None)
+            except TokenBudgetExceeded as exc:
+                exc.token_ids, exc.prompt_tokens = [], len(ids)
+                raise
+        if on_tokens is not None and result.token_ids:
+            on_tokens(list(result.token_ids))  # the sample, once: final tokens, as the contract says
+        text = self.vocab.decode(result.token_ids)
+        tree = compiled.parse_tree(text) if compiled.spec.kind == "lark" else None
+        value = text if compiled.spec.kind == "lark" else compiled.parse(text)
+        return GenerationResult(value, text, result.token_ids, result.stats, prompt_tokens=len(ids), tree=tree,
+                                smc=SMCReport.of(result, self.vocab.decode))
 
     def run_batch(self, requests: Sequence[dict[str, Any]], return_exceptions: bool = False) -> list[Any]:
         """Run many requests, decoded together (continuous batching): each dict holds ``prompt``,

@@ -22,6 +22,8 @@ PROPOSERS = ("draft", "grammar", "lookup")
 NUM_DRAFT_TOKENS = 5
 #: the most proposals one step may verify (a request's k is capped here: a verify forward grows with it)
 MAX_DRAFT_TOKENS = 64
+#: the most particles one alignment="smc" request may ask for (each holds its own caches)
+MAX_PARTICLES = 256
 #: end a draft block after a model token the draft gives less than this probability; set in commit
 #: 15e1f16 without a recorded sweep (no measurement chose 0.3 over its neighbours: an open tuning item)
 DRAFT_CONFIDENCE = 0.3

@@ -28,11 +28,12 @@ from constrained_spec.cli.args import (
     model_config,
     non_negative_float,
     non_negative_int,
+    number_type,
     positive_int,
     probability,
     proposer_list,
 )
-from constrained_spec.config import DRAFT_PLANS, NUM_DRAFT_TOKENS, PROPOSERS, SCHEMA_HINT_STYLES, DecodeConfig
+from constrained_spec.config import DRAFT_PLANS, MAX_PARTICLES, NUM_DRAFT_TOKENS, PROPOSERS, SCHEMA_HINT_STYLES, DecodeConfig
 from constrained_spec.errors import (
     ConstrainedSpecError,
     GrammarError,
@@ -51,6 +52,9 @@ class UsageError(ConstrainedSpecError):
 
 
 #: errors about what the user passed: exit status 2 (as argparse's); every other error exits 1
+#: a share in [0, 1] (``--ess-threshold``)
+unit_interval = number_type(float, 0, high=1, rule="in [0, 1]")
+
 USAGE_ERRORS: tuple[type[BaseException], ...] = (UsageError, SchemaError, GrammarError, VocabularyMismatchError)
 
 
@@ -187,7 +191,18 @@ def _draft_spec(args: argparse.Namespace) -> str | None:
 # -- commands ------------------------------------------------------------------------------------
 
 
+def check_alignment(args: argparse.Namespace) -> None:
+    """``--alignment smc`` needs a temperature (``engine.smc``): a UsageError before anything loads."""
+    if args.alignment != "smc":
+        return
+    if args.temperature <= 0:
+        raise UsageError("--alignment smc samples P(output | constraint) and needs --temperature > 0 (greedy has no such distribution)")
+    if args.particles > MAX_PARTICLES:
+        raise UsageError(f"--particles must be at most {MAX_PARTICLES}")
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
+    check_alignment(args)
     spec = compile_constraint(args)
     draft = _draft_spec(args)
     proposers = args.proposers if args.proposers is not None else (PROPOSERS if draft else ())
@@ -210,10 +225,13 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     with progress_after("building the token automaton", enabled=args.progress or None):
         gen.compile(spec)
     result = gen.run(args.prompt, spec, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                     seed=args.seed, schema_in_prompt=not args.no_schema_in_prompt)
+                     seed=args.seed, schema_in_prompt=not args.no_schema_in_prompt, alignment=args.alignment,
+                     particles=args.particles, ess_threshold=args.ess_threshold)
     print(result.text if spec.kind in ("regex", "lark") else json.dumps(json.loads(result.text), ensure_ascii=False))
     if args.stats:
         print(json.dumps(result.stats.as_dict(), indent=2), file=sys.stderr)
+        if result.smc is not None:
+            print(json.dumps(dataclasses.asdict(result.smc), indent=2), file=sys.stderr)
     return 0
 
 
@@ -273,6 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=non_negative_int, default=0, help="0 = no top-k cut (default)")
     g.add_argument("--top-p", type=probability, default=1.0, help="in (0, 1]; 1 = no nucleus cut (default)")
     g.add_argument("--seed", type=int, default=None, help="random seed (default: fresh randomness; a seed reproduces a sample)")
+    g.add_argument("--alignment", default="local", choices=["local", "smc"],
+                   help="local (default): each token masked to the grammar and renormalised; smc: sample what the model means "
+                        "under the constraint, P(output | constraint), with --particles decodes (needs --temperature > 0; docs/smc.md)")
+    g.add_argument("--particles", type=positive_int, default=4, help="particles for --alignment smc (default 4)")
+    g.add_argument("--ess-threshold", type=unit_interval, default=0.5,
+                   help="--alignment smc resamples when the effective sample size falls under this share of the particles (default 0.5)")
     g.add_argument("--max-new-tokens", type=positive_int, default=512)
     g.add_argument("--whitespace", default="compact", choices=["compact", "flexible"])
     g.add_argument("--property-order", default="schema", choices=["schema", "any"])

@@ -93,6 +93,10 @@ def sampling_options(req: ChatCompletionRequest, plan: Plan, max_tokens: int | N
         options["max_new_tokens"] = max_tokens
     if req.num_draft_tokens is not None:
         options["num_draft_tokens"] = req.num_draft_tokens
+    if req.alignment is not None:
+        options["alignment"] = req.alignment
+    if req.particles is not None:
+        options["particles"] = req.particles
     if plan.template_tools:
         options["tools"] = plan.template_tools
     return options

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import math
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from constrained_spec.config import MAX_DRAFT_TOKENS
+from constrained_spec.config import MAX_DRAFT_TOKENS, MAX_PARTICLES
 from constrained_spec.errors import TokenBudgetExceeded
 from constrained_spec.serving.errors import APIError
 
@@ -75,6 +75,9 @@ class ChatCompletionRequest(BaseModel):
     logit_bias: dict[str, Any] | None = None
     modalities: list[str] | None = None
     num_draft_tokens: int | None = Field(default=None, ge=0, le=MAX_DRAFT_TOKENS)
+    # sequence-level alignment (docs/smc.md): "local" (default) or "smc" with this many particles
+    alignment: Literal["local", "smc"] | None = None
+    particles: int | None = Field(default=None, ge=1, le=MAX_PARTICLES)
     schema_in_prompt: bool | None = None
     # vLLM's grammar parameters (see :mod:`.grammars`): a Lark grammar or a regex for the content
     structured_outputs: dict[str, Any] | None = None

@@ -1,0 +1,426 @@
+"""Sequence-level constrained sampling: sequential Monte Carlo over exact speculative decodes.
+
+The engine samples the *locally* constrained distribution Q (each position masked to the allowed
+tokens and renormalised), which is not what the model means under the constraint,
+P_T(y | y in L) = P_T(y) 1[y in L] / Z. :class:`SMCDecoder` corrects it: N particles, each an
+ordinary :class:`~constrained_spec.engine.loop.SpeculativeDecoder` (so each extends by the engine's
+exact speculative steps: drafted, verified, rolled back), carry importance weights, and the returned
+sequence is drawn by weight.
+
+**Weights.** A particle's log weight gains, at every committed position, the log of the allowed mass
+of the target's tempered distribution there (``sampling.smc_weights.allowed_log_mass``), read off the
+logits the verify forward already computed: no extra forward. Over a finished sequence the product
+is P_T(y) 1[y in L] / Q(y), whatever path of draft blocks produced it. With top-k / top-p, P_T is
+the unconstrained sampler's cut distribution and the verify samples it masked (see
+``sampling.smc_weights`` and :class:`_RecordingVerifier`).
+
+**Rounds, not positions.** Speculative steps commit a random number of tokens, and the tokens a
+step commits are not Q-distributed given how many it committed; so time here is the round: each
+round every running particle takes exactly one engine step (a finished one stays as it is), and the
+potential of the round is the product of the allowed masses of the tokens that step committed. This
+is a Feynman-Kac model whose Markov kernel is "one speculative step" on a particle's whole state
+(tokens, caches, grammar, proposer state, drawn with fresh uniforms) and whose potentials multiply,
+over the whole path, to P_T(y) 1[y in L] / Q(y): its final weighted particles target P_T(y | L)
+(the auxiliary draft randomness integrates out, because the committed tokens' law is Q exactly), and
+the product over rounds of the mean weights is an unbiased estimate of Z = P_T(y in L). Resampling
+is allowed in any round (adaptive, when the effective sample size falls under
+``ess_threshold * N``), with systematic resampling from the request's generator.
+
+**Forced tokens.** The step-level shortcut that commits a grammar-forced token without a forward
+would leave that token without logits (its p_T is part of the weight): particles see their grammar
+through :class:`_NoForcedMatcher`, so every token is committed by a verify, whose logits weigh it
+(free proposers still draft forced strings as point masses, verified in blocks).
+
+**Forks.** A resampled particle's copies fork: the target's and the draft's caches are copied
+(:func:`fork_model`: a model's own ``fork()``, else a deep copy of a transformers ``DynamicCache``
+sharing the weights), the grammar matcher is a fresh one advanced along the same tokens (a replay:
+O(length) grammar steps), the lookup gate and the adaptive draft-length state are deep-copied.
+Shared, read-only: the weights, the compiled grammar, the proposers' grammar-string and prompt
+indexes, the policy tensors and the request's generator (every particle draws its uniforms from
+it in turn). The prompt is prefilled once, into the first particle; the others fork from it.
+
+**Deaths.** A particle whose step finds nothing to sample (a grammar dead end), whose weight becomes
+0, or that reaches ``max_new_tokens`` without EOS (after one last chance to end where the text is
+complete) gets weight 0 and is never returned. Where every particle dies, the request fails.
+
+Particles run one after another in this version (each step of each particle its own forwards); they
+are not yet rows of the continuous batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Sequence
+
+import torch
+
+from constrained_spec.config import MAX_PARTICLES
+from constrained_spec.engine.loop import SpeculativeDecoder
+from constrained_spec.engine.prefill import prefill_pair
+from constrained_spec.engine.stats import DecodeStats
+from constrained_spec.errors import ConfigError, GrammarError, SamplingError, TokenBudgetExceeded
+from constrained_spec.grammar.matcher import GrammarMatcher
+from constrained_spec.models.protocol import SequenceModel
+from constrained_spec.sampling import SamplingPolicy, VerifyResult, pack_bitmask, unpack_bitmask
+from constrained_spec.sampling.smc_weights import (
+    allowed_log_mass,
+    check_policy,
+    draw_index,
+    ess,
+    filter_keep,
+    log_mean_exp,
+    systematic_resample,
+)
+
+__all__ = ["ALIGNMENTS", "ParticleText", "SMCDecoder", "SMCParticle", "SMCReport", "SMCResult", "Weigh", "check_smc_options", "decode_smc",
+           "fork_model"]
+
+#: the sampling alignments: ``"local"`` (each position masked and renormalised: the default) and
+#: ``"smc"`` (sequence-level: P(y | y in L) by sequential Monte Carlo)
+ALIGNMENTS = ("local", "smc")
+
+
+#: (logits [c, V], allowed bool [c, V], committed tokens [c], policy) -> log weights [c]
+Weigh = Callable[[torch.Tensor, torch.Tensor, Sequence[int], SamplingPolicy], torch.Tensor]
+
+#: (target, draft, matcher, verifier) -> the decoder of one particle
+Build = Callable[[SequenceModel, "SequenceModel | None", GrammarMatcher, Callable[..., VerifyResult]], SpeculativeDecoder]
+
+
+def default_weigh(logits: torch.Tensor, allowed: torch.Tensor, tokens: Sequence[int], policy: SamplingPolicy) -> torch.Tensor:
+    """The allowed mass of the policy's distribution (temperature, top-k, top-p over the whole
+    vocabulary) at each committed position (invariant 10)."""
+    return allowed_log_mass(logits, allowed, policy.temperature, policy.top_k, policy.top_p)
+
+
+def check_smc_options(alignment: str, particles: int, ess_threshold: float, policy: SamplingPolicy | None = None) -> None:
+    """Raise :class:`ConfigError` for an unknown alignment, a particle count out of 1..MAX_PARTICLES,
+    a threshold out of [0, 1], or (with SMC) a policy SMC does not define (greedy, top-k, top-p)."""
+    if alignment not in ALIGNMENTS:
+        raise ConfigError(f"unknown alignment {alignment!r}; choose one of {', '.join(ALIGNMENTS)}")
+    if not isinstance(particles, int) or not 1 <= particles <= MAX_PARTICLES:
+        raise ConfigError(f"particles must be an integer in 1..{MAX_PARTICLES}, got {particles!r}")
+    if not 0.0 <= ess_threshold <= 1.0:
+        raise ConfigError(f"ess_threshold must be in [0, 1], got {ess_threshold!r}")
+    if alignment == "smc" and policy is not None:
+        check_policy(policy.temperature, policy.top_k, policy.top_p)
+
+
+def fork_model(model: SequenceModel) -> SequenceModel:
+    """An independent copy of ``model``'s cache over the same weights: the model's own ``fork()``
+    where it has one; a transformers model (:class:`~constrained_spec.models.hf.HFModel`) gets a
+    deep copy of its ``DynamicCache``; anything else cannot fork (ConfigError)."""
+    fork = getattr(model, "fork", None)
+    if callable(fork):
+        return fork()
+    from constrained_spec.models.hf import HFModel
+
+    if isinstance(model, HFModel):
+        clone = copy.copy(model)
+        clone._cache = copy.deepcopy(model._cache)
+        return clone
+    raise ConfigError(f"alignment='smc' needs models whose cache can fork; a {type(model).__name__} cannot")
+
+
+class _NoForcedMatcher:
+    """A matcher that never reports a forced token (every token then goes through a verify, whose
+    logits weigh it); everything else is the inner matcher's."""
+
+    def __init__(self, inner: GrammarMatcher) -> None:
+        self.inner = inner
+        self.vocab = inner.vocab
+
+    def forced_token(self) -> int | None:
+        return None
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class _RecordingVerifier:
+    """The particle's verifier: runs the engine's and keeps its last call's target logits and
+    grammar masks. With top-k / top-p (``policy``) it verifies the proposal SMC weighs: the cut of
+    the whole vocabulary's distribution (``filter_keep``) intersected with the grammar mask, the
+    cut itself off (where the two share no token the grammar mask stays: the particle's weight is
+    0 there and it dies)."""
+
+    def __init__(self, inner: Callable[..., VerifyResult], policy: SamplingPolicy) -> None:
+        self.inner = inner
+        self.policy = policy
+        self.filters = policy.top_k > 0 or policy.top_p < 1.0
+        self.last: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def takes_filters(self) -> bool:
+        return bool(getattr(self.inner, "takes_filters", False))
+
+    def __call__(self, target_logits: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
+                 bitmask: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                 *args: Any, **options: Any) -> VerifyResult:
+        self.last = (target_logits[0], bitmask[0])
+        if self.filters:
+            p = self.policy
+            keep = filter_keep(target_logits, p.temperature, p.top_k, p.top_p)
+            allowed = unpack_bitmask(bitmask.to(target_logits.device), target_logits.shape[-1])
+            both = allowed & keep
+            both = torch.where(both.any(-1, keepdim=True), both, allowed)
+            bitmask = pack_bitmask(both).to(bitmask.device)
+            top_k, top_p = torch.zeros_like(top_k), torch.ones_like(top_p)
+            if "filters" in options:
+                options["filters"] = False
+        return self.inner(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, *args, **options)
+
+
+@dataclass
+class _Particle:
+    decoder: SpeculativeDecoder | None  # None once finished or dead (its caches freed)
+    recorder: _RecordingVerifier | None
+    tokens: list[int]  # generated so far (EOS included once committed)
+    log_weight: float = 0.0
+    state: str = "running"  # running, done, dead
+    died_of_budget: bool = False
+
+
+@dataclass
+class SMCParticle:
+    """One final particle: its generated token ids (EOS excluded), its normalised weight, its log
+    weight since the last resampling, and whether it finished (``"done"``) or died (``"dead"``)."""
+
+    token_ids: list[int]
+    weight: float
+    log_weight: float
+    state: str
+
+
+@dataclass
+class SMCResult:
+    """The returned sample (``token_ids``, EOS excluded; ``chosen``: its particle), every final
+    particle, the estimate of log Z = log P_T(y in L | prompt), how many times the particles were
+    resampled, the effective sample size after each round, and the stats summed over particles."""
+
+    token_ids: list[int]
+    chosen: int
+    particles: list[SMCParticle]
+    log_z: float
+    resamples: int
+    ess_history: list[float]
+    stats: DecodeStats
+    complete: bool = True
+
+
+def _sum_stats(all_stats: Sequence[DecodeStats]) -> DecodeStats:
+    out = DecodeStats()
+    for f in fields(DecodeStats):
+        if f.type in ("int", "float"):  # counts and seconds add up; flags and words stay the default
+            setattr(out, f.name, sum(getattr(s, f.name) for s in all_stats))
+    return out
+
+
+class SMCDecoder:
+    """Runs one SMC request: ``particles`` decoders built by ``build`` over forks of ``target`` and
+    ``draft``, their grammars from ``new_matcher``; weights from ``weigh`` (the allowed mass: tests
+    swap in wrong ones as negative controls); resampling when ESS < ``ess_threshold`` * N."""
+
+    def __init__(self, build: Build, target: SequenceModel, draft: SequenceModel | None,
+                 new_matcher: Callable[[], GrammarMatcher], policy: SamplingPolicy, verifier: Callable[..., VerifyResult], *,
+                 particles: int = 4, ess_threshold: float = 0.5, max_new_tokens: int = 256,
+                 generator: torch.Generator, weigh: Weigh = default_weigh, draft_window: int = 0) -> None:
+        check_smc_options("smc", particles, ess_threshold, policy)
+        if max_new_tokens < 1:
+            raise ConfigError("max_new_tokens must be >= 1")
+        self.build, self.target, self.draft = build, target, draft
+        self.new_matcher, self.policy, self.verifier = new_matcher, policy, verifier
+        self.n, self.threshold, self.max_new_tokens = particles, ess_threshold, max_new_tokens
+        self.gen, self.weigh, self.draft_window = generator, weigh, draft_window
+        self._stats: list[DecodeStats] = []
+        self.resamples = 0
+
+    # -- particles -------------------------------------------------------------------------
+    def _decoder(self, target: SequenceModel, draft: SequenceModel | None, matcher: GrammarMatcher) -> tuple[SpeculativeDecoder, _RecordingVerifier]:
+        recorder = _RecordingVerifier(self.verifier, self.policy)
+        decoder = self.build(target, draft, _NoForcedMatcher(matcher), recorder)
+        self._stats.append(decoder.stats)
+        return decoder, recorder
+
+    def _first(self, prompt_ids: list[int]) -> _Particle:
+        decoder, recorder = self._decoder(self.target, self.draft, self.new_matcher())
+        decoder.committed = list(prompt_ids)
+        decoder.prompt_len = len(prompt_ids)
+        window = self.draft_window
+        decoder.draft_offset = max(0, len(prompt_ids) - 1 - window) if window else 0
+        if decoder.model is not None:
+            decoder.model.offset = decoder.draft_offset
+        t0 = time.perf_counter()
+        prefill_pair(decoder.target, decoder.draft, prompt_ids, decoder.draft_offset, False)
+        decoder.stats.prefill_seconds = time.perf_counter() - t0
+        return _Particle(decoder, recorder, [])
+
+    def _fork(self, src: _Particle) -> _Particle:
+        if src.decoder is None:  # finished: its tokens are all there is
+            return _Particle(None, None, list(src.tokens), src.log_weight, src.state, src.died_of_budget)
+        parent = src.decoder
+        matcher = self.new_matcher()
+        for token in parent.generated:
+            matcher.advance(token)
+        draft = fork_model(parent.draft) if parent.draft is not None else None
+        decoder, recorder = self._decoder(fork_model(parent.target), draft, matcher)
+        decoder.committed = list(parent.committed)
+        decoder.prompt_len = parent.prompt_len
+        decoder.draft_offset = parent.draft_offset
+        if decoder.model is not None and parent.model is not None:
+            decoder.model.offset = parent.model.offset
+        decoder.lookup_gate = copy.deepcopy(parent.lookup_gate)
+        decoder.draft_length = copy.deepcopy(parent.draft_length)
+        return _Particle(decoder, recorder, list(src.tokens), src.log_weight)
+
+    def _finish(self, p: _Particle, state: str) -> None:
+        p.state = state
+        if state == "dead":
+            p.log_weight = float("-inf")
+        p.decoder, p.recorder = None, None  # frees the caches this particle held
+
+    def _advance(self, p: _Particle) -> None:
+        """One engine step of a running particle, its weight times the masses of what it committed."""
+        decoder, recorder = p.decoder, p.recorder
+        assert decoder is not None and recorder is not None
+        eos = decoder.matcher.is_eos
+        produced = sum(1 for t in p.tokens if not eos(t))
+        remaining = self.max_new_tokens - produced
+        if remaining <= 0 and not decoder.matcher.is_accepting():
+            p.died_of_budget = True
+            self._finish(p, "dead")
+            return
+        before = len(decoder.committed)
+        recorder.last = None
+        try:
+            decoder.step(max(remaining, 1))
+        except (SamplingError, GrammarError):  # nothing to sample here: a grammar dead end
+            self._finish(p, "dead")
+            return
+        new = decoder.committed[before:]
+        assert recorder.last is not None, "every SMC step verifies"
+        logits, masks = recorder.last
+        count = len(new)
+        allowed = unpack_bitmask(masks[:count].to(logits.device), logits.shape[-1])
+        increments = self.weigh(logits[:count], allowed, new, self.policy)
+        p.log_weight += float(increments.sum())
+        p.tokens.extend(new)
+        if decoder.config.debug_checks:
+            decoder.check_invariants()
+        if math.isnan(p.log_weight) or p.log_weight == float("-inf"):
+            self._finish(p, "dead")
+        elif decoder.matcher.is_terminated():
+            self._finish(p, "done")
+        elif sum(1 for t in p.tokens if not eos(t)) > self.max_new_tokens:
+            p.died_of_budget = True
+            self._finish(p, "dead")
+
+    def _resample(self, particles: list[_Particle]) -> list[_Particle]:
+        ancestors = systematic_resample([p.log_weight for p in particles], self.gen)
+        out, used = [], set()
+        for a in ancestors:
+            if a in used:
+                out.append(self._fork(particles[a]))
+            else:
+                used.add(a)
+                out.append(particles[a])
+        for p in out:
+            p.log_weight = 0.0
+        return out
+
+    # -- the algorithm ---------------------------------------------------------------------
+    def run(self, prompt_ids: list[int]) -> SMCResult:
+        """Run the particles to the end; the sample drawn by final weight, and the rest."""
+        if not prompt_ids:
+            raise ConfigError("the prompt must hold at least one token")
+        start = time.perf_counter()
+        first = self._first(prompt_ids)
+        particles = [first] + [self._fork(first) for _ in range(self.n - 1)]
+        log_z = 0.0
+        history: list[float] = []
+        eos = first.decoder.matcher.is_eos if first.decoder is not None else (lambda t: False)
+        while any(p.state == "running" for p in particles):
+            for p in particles:
+                if p.state == "running":
+                    self._advance(p)
+            weights = [p.log_weight for p in particles]
+            if all(w == float("-inf") for w in weights):
+                self._all_dead(particles, eos)
+            history.append(ess(weights))
+            if any(p.state == "running" for p in particles) and history[-1] < self.threshold * self.n:
+                log_z += log_mean_exp(weights)
+                particles = self._resample(particles)
+                self.resamples += 1
+        weights = [p.log_weight for p in particles]
+        if all(w == float("-inf") for w in weights):
+            self._all_dead(particles, eos)
+        log_z += log_mean_exp(weights)
+        top = max(weights)
+        total = sum(math.exp(w - top) for w in weights)
+        chosen = draw_index(weights, self.gen)
+        report = [SMCParticle([t for t in p.tokens if not eos(t)], math.exp(p.log_weight - top) / total, p.log_weight, p.state)
+                  for p in particles]
+        stats = _sum_stats(self._stats)
+        stats.wall_seconds = time.perf_counter() - start
+        stats.stop_reason = "eos"
+        return SMCResult(report[chosen].token_ids, chosen, report, log_z, self.resamples, history, stats)
+
+    def _all_dead(self, particles: list[_Particle], eos: Callable[[int], bool]) -> None:
+        if any(p.died_of_budget for p in particles):
+            longest = max(particles, key=lambda p: len(p.tokens))
+            ids = [t for t in longest.tokens if not eos(t)]
+            vocab = self.new_matcher().vocab
+            raise TokenBudgetExceeded(self.max_new_tokens, vocab.decode(ids))
+        raise SamplingError("every SMC particle died: the grammar (within the top-k / top-p cut, where set) allowed nothing "
+                            "the model could take; more particles may find a way")
+
+
+@dataclass
+class ParticleText:
+    """One final particle as a caller sees it: its text, normalised weight and state."""
+
+    text: str
+    weight: float
+    state: str
+
+
+@dataclass
+class SMCReport:
+    """What an SMC request returns beside its sample: every final particle (text, weight, state),
+    which one was returned, log Z (the estimate of log P(y in L | prompt) under the request's
+    temperature), how many times the particles were resampled."""
+
+    particles: list[ParticleText]
+    chosen: int
+    log_z: float
+    resamples: int
+
+    @classmethod
+    def of(cls, result: SMCResult, decode: Callable[[list[int]], str]) -> "SMCReport":
+        texts = [ParticleText(decode(p.token_ids), p.weight, p.state) for p in result.particles]
+        return cls(texts, result.chosen, result.log_z, result.resamples)
+
+
+def decode_smc(target: SequenceModel, draft: SequenceModel | None, new_matcher: Callable[[], GrammarMatcher],
+               policy: SamplingPolicy, config: Any, prompt_ids: list[int], *, particles: int, ess_threshold: float,
+               max_new_tokens: int, proposers: Sequence[Any], verifier: Callable[..., VerifyResult], generator: torch.Generator,
+               draft_length: Any = None, hooks: Any = None) -> SMCResult:
+    """One SMC request over the loop the API builds for ``local`` (same config, proposers,
+    verifier): each particle's decoder is a :class:`SpeculativeDecoder` with its own copy of the
+    adaptive draft-length state (``draft_length``, None: fixed k)."""
+
+    def build(t: SequenceModel, d: SequenceModel | None, matcher: GrammarMatcher, verify: Callable[..., VerifyResult]) -> SpeculativeDecoder:
+        return SpeculativeDecoder(t, d, matcher, policy, config, max_new_tokens=max_new_tokens, proposers=proposers,
+                                  verifier=verify, generator=generator, hooks=hooks,
+                                  draft_length=copy.deepcopy(draft_length) if draft_length is not None else None)
+
+    smc = SMCDecoder(build, target, draft, new_matcher, policy, verifier, particles=particles, ess_threshold=ess_threshold,
+                     max_new_tokens=max_new_tokens, generator=generator, draft_window=config.draft_window)
+    return smc.run(prompt_ids)

@@ -1,0 +1,54 @@
+"""``alignment`` and ``particles`` request fields on the server (tiny models, FastAPI's TestClient)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from grammar_oracles import in_language
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from constrained_spec.serving.app import create_app  # noqa: E402
+
+YES_NO = 'start: "yes" | "no" | "yes please"\n'
+USER = [{"role": "user", "content": "Answer."}]
+
+
+@pytest.fixture(scope="module")
+def client(tiny_generator):
+    with TestClient(create_app(tiny_generator(max_new_tokens=16, num_draft_tokens=3), model_name="tiny")) as c:
+        yield c
+
+
+def post(client, **body):
+    body.setdefault("messages", USER)
+    body.setdefault("seed", 1)
+    body.setdefault("temperature", 1.0)
+    return client.post("/v1/chat/completions", json=body)
+
+
+def test_smc_request_returns_text_in_the_language(client):
+    r = post(client, guided_grammar=YES_NO, alignment="smc", particles=3)
+    assert r.status_code == 200, r.text
+    assert in_language(YES_NO, r.json()["choices"][0]["message"]["content"])
+
+
+def test_smc_stream_carries_the_sample(client):
+    with client.stream("POST", "/v1/chat/completions", json={"messages": USER, "seed": 2, "temperature": 1.0, "stream": True,
+                                                             "guided_grammar": YES_NO, "alignment": "smc", "particles": 2}) as r:
+        assert r.status_code == 200
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert in_language(YES_NO, text)
+
+
+@pytest.mark.parametrize("body", [
+    dict(alignment="smc", temperature=0.0), dict(alignment="smc", particles=0),
+    dict(alignment="global"), dict(alignment="smc", particles=10_000),
+])
+def test_smc_request_errors_are_400(client, body):
+    r = post(client, guided_grammar=YES_NO, **body)
+    assert r.status_code == 400, r.text
+    assert "Traceback" not in r.text
