@@ -79,7 +79,7 @@ def _lib() -> Any:
             raise ModelLoadError(f"{install_hint()} ({type(exc).__name__}: {str(exc)[:200]})") from exc
         log = logging.getLogger("constrained_spec.llama_cpp")
 
-        @lib.llama_log_callback  # type: ignore[untyped-decorator]
+        @lib.llama_log_callback
         def _log(level: int, text: bytes, user_data: Any) -> None:
             if level in (2, 3):  # GGML_LOG_LEVEL_WARN, _ERROR
                 log.log(logging.WARNING if level == 2 else logging.ERROR, text.decode("utf-8", "replace").rstrip())
