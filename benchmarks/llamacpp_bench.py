@@ -172,7 +172,7 @@ def main() -> None:
                 raise SystemExit("the peer needs a Generator of ours for the prompt ids: add a mode of ours")
             ids = any_gen.prompt_ids(item.prompt, any_gen.compile(item.schema).spec)
             for mode in modes:
-                rec: dict[str, Any] = {"prompt": item.name, "mode": mode, "prompt_tokens": len(ids)}
+                rec: dict[str, Any] = {"prompt": item.id, "mode": mode, "prompt_tokens": len(ids)}
                 try:
                     if mode == "peer:llama.cpp":
                         assert peer is not None
@@ -200,7 +200,7 @@ def main() -> None:
                 records.append(rec)
                 log.write(json.dumps(rec) + "\n")
                 log.flush()
-                print(f"{item.name:24s} {mode:18s} {rec.get('latency_s', 0):7.2f}s {rec.get('tok_s', 0):6.2f} tok/s "
+                print(f"{item.id:24s} {mode:18s} {rec.get('latency_s', 0):7.2f}s {rec.get('tok_s', 0):6.2f} tok/s "
                       f"{rec.get('tokens', 0):4d} tok valid={rec.get('valid')}", flush=True)
     results["records"] = records
     results["summary"] = summarize(records, modes)
