@@ -34,7 +34,7 @@ export TORCH_CHECK
 
 DEMO_PROMPT = Extract the order: order ORD-482913 for Ada Lovelace, 12 Analytical Row, London, zip 10115, already shipped.
 
-.PHONY: install install-test demo test test-slow lint fetch-models FORCE
+.PHONY: install install-test install-llamacpp demo test test-slow lint fetch-models FORCE
 
 # The tests run on TEST_WORKERS processes (pytest-xdist; 0 runs them in this process). loadgroup keeps
 # the tests of one xdist_group (a module whose module-scoped fixture is costly) on one worker.
@@ -57,6 +57,17 @@ $(INSTALLED): pyproject.toml
 $(INSTALLED_TEST): $(INSTALLED) pyproject.toml
 	$(PIP) install --quiet -e ".[test]" "torch==$$($(PYTHON) -c 'import importlib.metadata as m; print(m.version("torch"))')"
 	@mkdir -p $(STAMP_DIR) && touch $@
+
+# llama-cpp-python (the llamacpp runtime) built from source with portable flags: GGML_NATIVE=OFF, the AVX2-level
+# extensions named, AMX off (see scripts/install_llamacpp.sh for the CMAKE_ARGS; 13 min of CPU time, measured 2026-12-02).
+# Skipped when llama_cpp $(LLAMACPP_VERSION) already imports.
+LLAMACPP_VERSION ?= 0.3.36
+install-llamacpp: install
+	@if $(PYTHON) -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$(LLAMACPP_VERSION)')" >/dev/null 2>&1; then \
+	  echo "llama-cpp-python $(LLAMACPP_VERSION) is installed"; \
+	else \
+	  LLAMACPP_VERSION=$(LLAMACPP_VERSION) scripts/install_llamacpp.sh $(PYTHON); \
+	fi
 
 fetch-models: install
 	$(PYTHON) -m constrained_spec.cli fetch-models

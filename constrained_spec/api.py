@@ -197,32 +197,45 @@ _LOADED: weakref.WeakValueDictionary[tuple, _Loaded] = weakref.WeakValueDictiona
 _LOADED_LOCK = threading.Lock()
 
 
-def _load_shared(spec: str, role: str, cache_dir: Any, dtype: str, progress: bool, device: str = "cpu") -> _Loaded:
-    """The loaded (model, tokenizer) of ``spec`` on ``device`` (resolved: ``cpu`` / ``cuda:N``): the
-    registry's, else a fresh load registered.
+def _load_shared(spec: str, role: str, cache_dir: Any, dtype: str, progress: bool, device: str = "cpu",
+                 runtime: str = "torch") -> _Loaded:
+    """The loaded (model, tokenizer) of ``spec`` on ``device`` (resolved: ``cpu`` / ``cuda:N``) by
+    ``runtime`` (resolved: ``torch`` / ``llamacpp``): the registry's, else a fresh load registered.
 
     ``role`` is part of the key: ``dtype="auto"`` and the packing of the output head depend on it.
     """
     from constrained_spec.models.store import resolve_model
 
-    key = (spec, str(dtype), None if cache_dir is None else str(cache_dir), role, device)
+    key = (spec, str(dtype), None if cache_dir is None else str(cache_dir), role, device, runtime)
     with _LOADED_LOCK:  # one load per key, even when two threads ask at once
         hit = _LOADED.get(key)
         if hit is None:
-            model, tok = resolve_model(spec, cache_dir=cache_dir, dtype=dtype, progress=progress, role=role, device=device)
+            if runtime == "llamacpp":
+                from constrained_spec.models.llamacpp import load_llamacpp
+
+                model, tok = load_llamacpp(spec, cache_dir=cache_dir, progress=progress, tokenizer=False)
+            else:
+                model, tok = resolve_model(spec, cache_dir=cache_dir, dtype=dtype, progress=progress, role=role, device=device)
             hit = _LOADED[key] = _Loaded(model, tok)
     return hit
 
 
 def _load(spec: Any, tokenizer: Any, role: str, cache_dir: Any, dtype: str, progress: bool,
-          keep: list[_Loaded], device: str = "auto") -> tuple[SequenceModel, Any]:
-    """A model spec loaded on ``device`` (or a model object, left where it is: an explicit device
-    that is not where the object lives is a ConfigError) and its tokenizer."""
+          keep: list[_Loaded], device: str = "auto", runtime: str = "auto") -> tuple[SequenceModel, Any]:
+    """A model spec loaded on ``device`` by ``runtime`` (or a model object, left where it is: an explicit
+    device that is not where the object lives is a ConfigError) and its tokenizer."""
     from constrained_spec.models.devices import normalize_device, resolve_device, same_device
+    from constrained_spec.models.runtime import resolve_runtime
 
     if isinstance(spec, str):
-        loaded = _load_shared(spec, role, cache_dir, dtype, progress, resolve_device(device))
+        where = resolve_device(device)
+        concrete = resolve_runtime(runtime, spec, where, dtype)
+        loaded = _load_shared(spec, role, cache_dir, dtype, progress, where, concrete)
         keep.append(loaded)  # the Generator's strong reference keeps the registry entry alive
+        if tokenizer is None and loaded.tokenizer is None and concrete == "llamacpp":  # made on first need only
+            from constrained_spec.models.llamacpp import gguf_tokenizer
+
+            loaded.tokenizer = gguf_tokenizer(loaded.model.path, cache_dir)
         return wrap(loaded.model), tokenizer or loaded.tokenizer
     if tokenizer is None and not isinstance(spec, SequenceModel):
         raise ModelLoadError(f"a {role} model object needs its tokenizer: pass tokenizer=...")
@@ -267,6 +280,12 @@ class Generator:
     decoding; a batch prefills in chunks of ``prefill_chunk``). A batch prefills through the same
     twins, so its rows decode as one-at-a-time decoding with the same options does.
 
+    ``runtime``: what runs the models given by spec: ``"torch"`` (transformers; GGUF files are
+    dequantized), ``"llamacpp"`` (llama.cpp through llama-cpp-python: a ``.gguf`` file or a short name's
+    GGUF run as stored, memory-mapped, on the CPU; ``dtype`` and the prefill options do not apply) or
+    ``"auto"`` (see :func:`~constrained_spec.models.runtime.resolve_runtime`). Target and draft run on
+    the same runtime.
+
     ``decode``: a :class:`~constrained_spec.config.DecodeConfig` (how to draft and verify); any of
     its fields may also be given by keyword (``num_draft_tokens=3``, ``proposers=("grammar",)``,
     ``adaptive=True``...), which replace the config's. :meth:`from_config` builds one from a
@@ -299,6 +318,7 @@ class Generator:
         prefill_dtype: str = "same",
         draft_prefill_dtype: str | None = None,
         prefill_split: int = 0,
+        runtime: str = "auto",
         **decode_options: Any,
     ) -> None:
         from constrained_spec.sampling.kernels import get_verifier
@@ -310,12 +330,12 @@ class Generator:
         if schema_hint_style not in SCHEMA_HINT_STYLES:
             raise ConfigError(f"unknown schema hint style {schema_hint_style!r}; choose one of {', '.join(SCHEMA_HINT_STYLES)}")
         self._loaded: list[_Loaded] = []
-        self.target, self.tokenizer = _load(model, tokenizer, "target", cache_dir, dtype, progress, self._loaded, device)
+        self.target, self.tokenizer = _load(model, tokenizer, "target", cache_dir, dtype, progress, self._loaded, device, runtime)
         self.draft: SequenceModel | None = None
         draft_tokenizer = None
         if draft is not None:
             self.draft, draft_tokenizer = _load(draft, None if isinstance(draft, str) else tokenizer, "draft", cache_dir,
-                                               dtype if draft_dtype is None else draft_dtype, progress, self._loaded, device)
+                                               dtype if draft_dtype is None else draft_dtype, progress, self._loaded, device, runtime)
         check_same_vocabulary(self.tokenizer, draft_tokenizer, self.target, self.draft)
         self.prefill_twin_bytes = self._attach_prefill(prefill_dtype, draft_prefill_dtype, prefill_split, max_batch_size)
         heads = restricted_head(self.draft) if self.draft is not None else None
@@ -366,7 +386,7 @@ class Generator:
         """A Generator for ``models`` (spec strings) and ``decode``; ``options`` as for the constructor."""
         return cls(models.model, models.draft, decode=decode, cache_dir=models.cache_dir, dtype=models.dtype,
                    draft_dtype=models.draft_dtype, device=models.device, prefill_dtype=models.prefill_dtype,
-                   draft_prefill_dtype=models.draft_prefill_dtype, **options)
+                   draft_prefill_dtype=models.draft_prefill_dtype, runtime=models.runtime, **options)
 
     @property
     def num_draft_tokens(self) -> int:
@@ -412,6 +432,8 @@ class Generator:
         ids = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
         config = getattr(getattr(self.target, "model", None), "generation_config", None)
         extra = getattr(config, "eos_token_id", None)
+        if config is None:  # a model that is not a transformers one may name its end-of-generation ids itself
+            extra = list(getattr(self.target, "eos_token_ids", ()))
         ids += extra if isinstance(extra, list) else ([extra] if extra is not None else [])
         return [i for i in dict.fromkeys(ids) if i is not None]
 

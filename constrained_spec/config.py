@@ -145,7 +145,8 @@ class ModelConfig:
     ``.gguf`` file or a Hugging Face hub id (``draft=None``: the target alone); ``dtype`` for both,
     ``draft_dtype`` (if given) for the draft; ``cache_dir``: models and compiled grammars;
     ``device``: ``auto`` (CUDA when torch sees a GPU, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``;
-    ``prefill_dtype`` / ``draft_prefill_dtype``: see :data:`PREFILL_DTYPES` and ``Generator``."""
+    ``prefill_dtype`` / ``draft_prefill_dtype``: see :data:`PREFILL_DTYPES` and ``Generator``;
+    ``runtime``: ``auto``, ``torch`` or ``llamacpp`` (see ``Generator``)."""
 
     model: str = DEFAULT_TARGET
     draft: str | None = DEFAULT_DRAFT
@@ -155,6 +156,7 @@ class ModelConfig:
     device: str = "auto"
     prefill_dtype: str = "same"
     draft_prefill_dtype: str | None = None
+    runtime: str = "auto"
 
     def __post_init__(self) -> None:
         from constrained_spec.models.devices import is_cuda, normalize_device  # light: no torch import
@@ -173,6 +175,9 @@ class ModelConfig:
                 normalize_dtype(value)
             except Exception:
                 raise ConfigError(f"unknown {name} {value!r}; choose from {', '.join(DTYPE_CHOICES)}") from None
+        from constrained_spec.models.runtime import RUNTIMES
+
+        _check(self.runtime in RUNTIMES, f"unknown runtime {self.runtime!r}; choose from {', '.join(RUNTIMES)}")
         object.__setattr__(self, "device", normalize_device(self.device))
         if is_cuda(self.device):  # "auto" is checked when it resolves (models.devices.dtype_for_device)
             for name in ("dtype", "draft_dtype"):

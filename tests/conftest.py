@@ -87,3 +87,14 @@ def pytest_collection_modifyitems(config, items):
         defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
         if any(d.scope in ("module", "class") for chain in defs.values() for d in chain):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.fixture(scope="session")
+def tiny_ggufs(tmp_path_factory):
+    """Two tiny random-weight Llama GGUF files over GPT-2's vocabulary (target seed 1, draft seed 2),
+    for the llama.cpp runtime; skips where llama-cpp-python is not installed."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make install-llamacpp)")
+    from tiny_gguf import write_tiny_gguf
+
+    base = tmp_path_factory.mktemp("gguf")
+    return write_tiny_gguf(base / "target.gguf", seed=1), write_tiny_gguf(base / "draft.gguf", seed=2, logit_scale=0.5)

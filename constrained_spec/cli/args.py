@@ -15,6 +15,7 @@ from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, PREFILL_DTYPE
 from constrained_spec.errors import ConfigError
 from constrained_spec.models.devices import DEVICE_HELP, normalize_device
 from constrained_spec.models.dtypes import DTYPE_CHOICES  # re-exported for the commands
+from constrained_spec.models.runtime import RUNTIMES
 
 
 def number_type(kind: type, low: float, *, low_open: bool = False, high: float | None = None, rule: str = "") -> Callable[[str], float]:
@@ -78,6 +79,9 @@ def add_model_arguments(p: argparse.ArgumentParser, allow_no_draft: bool = True)
                    help="prefill prompts through a second copy of the target's linear weights in this dtype (bf16: about 2x "
                         "faster prompts on CPUs with AVX512-BF16, 2.6 GB more memory for the default target; same: the decode weights)")
     p.add_argument("--draft-prefill-dtype", default=None, choices=PREFILL_DTYPES, help="the same for the draft (default: same)")
+    p.add_argument("--runtime", default="auto", choices=RUNTIMES,
+                   help="what runs the models: torch (transformers), llamacpp (llama.cpp on the GGUF as stored, CPU; needs "
+                        "llama-cpp-python: make install-llamacpp) or auto (the faster measured here for GGUF-backed models on the CPU)")
 
 
 def model_config(args: argparse.Namespace) -> ModelConfig:
@@ -85,4 +89,4 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
     draft = None if str(args.draft).strip().lower() in {"none", ""} else args.draft
     return ModelConfig(model=args.model, draft=draft, dtype=args.dtype, draft_dtype=args.draft_dtype, cache_dir=args.cache_dir,
                        device=getattr(args, "device", "auto"), prefill_dtype=getattr(args, "prefill_dtype", "same"),
-                       draft_prefill_dtype=getattr(args, "draft_prefill_dtype", None))
+                       draft_prefill_dtype=getattr(args, "draft_prefill_dtype", None), runtime=getattr(args, "runtime", "auto"))

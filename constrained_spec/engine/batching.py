@@ -397,7 +397,7 @@ class RowModel:
 def build_coordinator(target: Any, draft: Any, slots: int, max_length: int, *, prefix_cache_bytes: int = 1 << 30,
                       prefill_chunk: int = 128) -> BatchCoordinator:
     """A coordinator over batched views of ``target`` and ``draft`` (transformers models wrapped as
-    :class:`~constrained_spec.models.hf.HFModel`; ``draft`` may be None): ``slots`` rows of up to
+    :class:`~constrained_spec.models.hf.HFModel`, or llama.cpp models; ``draft`` may be None): ``slots`` rows of up to
     ``max_length`` tokens each, their caches preallocated."""
     from constrained_spec.models.batched import BatchedHFModel
     from constrained_spec.models.hf import HFModel
@@ -405,6 +405,11 @@ def build_coordinator(target: Any, draft: Any, slots: int, max_length: int, *, p
     models: dict[str, RowBackend] = {}
     for name, model in (("target", target), ("draft", draft)):
         if model is None:
+            continue
+        if getattr(model, "runtime", None) == "llamacpp":  # llama.cpp: one sequence id per row, in a context of its own
+            from constrained_spec.models.llamacpp import LlamaCppRows
+
+            models[name] = LlamaCppRows(model.weights, slots, max_length)
             continue
         if not isinstance(model, HFModel):
             raise ConfigError(f"batched decoding needs transformers models; the {name} is a {type(model).__name__}")

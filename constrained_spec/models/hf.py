@@ -171,6 +171,9 @@ def wrap(model: Any) -> SequenceModel:
     """Accept a SequenceModel or a transformers model; anything else is an error."""
     if isinstance(model, SequenceModel):
         return model
+    make = getattr(model, "sequence_model", None)  # loaded weights of another runtime (llama.cpp): a context of its own
+    if callable(make):
+        return make()
     if hasattr(model, "config") and hasattr(model, "get_output_embeddings"):
         return HFModel(model)
     raise ModelLoadError(f"not a language model: {type(model).__name__}")

@@ -1,0 +1,384 @@
+"""A GGUF file run by llama.cpp (through ``llama-cpp-python``'s low-level API) behind the model protocol.
+
+The GGUF is the model: it is memory-mapped as stored (Q4_K_M stays Q4_K_M), nothing is converted
+or cached but its tokenizer (a saved transformers tokenizer folder, read in milliseconds later).
+:class:`LlamaCppWeights` holds the loaded ``llama_model``; each user of it gets its own context (KV
+cache): :class:`LlamaCppModel` is one sequence (:class:`~constrained_spec.models.protocol.SequenceModel`),
+:class:`LlamaCppRows` is many (:class:`~constrained_spec.models.batched.RowBackend`, one sequence id per
+batch row, for continuous batching). Both decode through :meth:`_Context.decode`: one ``llama_decode``
+per batch (split at ``n_batch`` tokens), logits at every position that asks for them, rollback by
+``llama_memory_seq_rm`` (a length change), prefix copies by ``llama_state_seq_get/set_data``.
+
+Grammar, masks, proposals and the exact verify are the engine's, unchanged: this module only turns
+token ids into logits. Logits are copied out of llama.cpp's output buffer (it is overwritten by the
+next decode, and the loop keeps a block's logits across the next forwards): 0.6 MB per position for
+a 151,936-token vocabulary.
+
+Numerics: the same tokens give the same logits run after run (CPU, fixed thread count), but a
+token's logits depend a little on how many tokens its ``llama_decode`` carried (kernels pick another
+path for a block than for one token). Measured on the tiny float32 test model, logits of size ~20:
+flash attention off (the default here) 3e-6 / 3e-5 / 1.5e-4 at 8 / 40 / 100 tokens of context;
+on, 4e-6 / 1.4e-3 / 8.5e-3. So greedy speculative output equals greedy target-only output on this
+runtime except at near-ties of the two best logits (within that margin), the same caveat as bf16
+on the torch runtime; the tests hold blocks to 1e-3 of the largest logit. On the real Q4_K_M files
+the gap is far larger (0.35 on logits up to 15 for a block of 8 on the 0.5B draft, docs/llamacpp.md):
+there greedy identity holds only where the top two logits are more than a few tenths apart.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from constrained_spec.errors import ConfigError, ModelLoadError
+
+__all__ = ["DEFAULT_N_CTX", "LlamaCppModel", "LlamaCppRows", "LlamaCppWeights", "available", "gguf_tokenizer",
+           "install_hint", "load_llamacpp"]
+
+logger = logging.getLogger("constrained_spec")
+
+#: tokens one sequence's context holds by default (prompt and output): its KV cache is allocated up front
+DEFAULT_N_CTX = 8192
+#: tokens per ``llama_decode`` call (longer inputs are split); also the graph's reserved width
+N_BATCH = 256
+
+_INIT_LOCK = threading.Lock()
+_STATE: dict[str, Any] = {}
+
+
+def install_hint() -> str:
+    """The one line that says how to get the binding."""
+    return ("llama-cpp-python is not installed: `make install-llamacpp` (or scripts/install_llamacpp.sh) builds it "
+            "from source (13 min of CPU time); or pip install 'constrained-spec[llamacpp]'")
+
+
+def available() -> bool:
+    """Whether ``llama_cpp`` (llama-cpp-python) imports."""
+    try:
+        _lib()
+    except ModelLoadError:
+        return False
+    return True
+
+
+def _lib() -> Any:
+    """The ``llama_cpp.llama_cpp`` ctypes module, its backend initialised and its logging routed to
+    the ``llama_cpp`` logger (warnings and errors only)."""
+    if "lib" in _STATE:
+        return _STATE["lib"]
+    with _INIT_LOCK:
+        if "lib" in _STATE:
+            return _STATE["lib"]
+        try:
+            import llama_cpp.llama_cpp as lib
+        except Exception as exc:  # ImportError, or an OSError from a broken shared library
+            raise ModelLoadError(f"{install_hint()} ({type(exc).__name__}: {str(exc)[:200]})") from exc
+        log = logging.getLogger("constrained_spec.llama_cpp")
+
+        @lib.llama_log_callback
+        def _log(level: int, text: bytes, user_data: Any) -> None:
+            if level in (3, 4):  # GGML_LOG_LEVEL_WARN, _ERROR (0 none, 1 debug, 2 info, 5 continuation)
+                log.log(logging.WARNING if level == 3 else logging.ERROR, text.decode("utf-8", "replace").rstrip())
+
+        lib.llama_log_set(_log, ctypes.c_void_p(0))
+        lib.llama_backend_init()
+        _STATE["log"] = _log  # the callback must outlive every call into the library
+        _STATE["lib"] = lib
+        return lib
+
+
+def default_threads() -> int:
+    """Threads per decode: torch's intra-op thread count (``torch.set_num_threads``), so one setting
+    governs both runtimes (ggml's threads spin while they wait: more threads than free cores is slow)."""
+    return max(1, torch.get_num_threads())
+
+
+class LlamaCppWeights:
+    """A GGUF file loaded by llama.cpp (memory-mapped, CPU), shared by every context made from it."""
+
+    def __init__(self, path: str | os.PathLike[str], threads: int | None = None, n_ctx: int = DEFAULT_N_CTX,
+                 flash_attn: bool = False) -> None:
+        lib = _lib()
+        self.path = str(Path(path).expanduser().resolve())
+        if not os.path.isfile(self.path):
+            raise ModelLoadError(f"GGUF file {self.path} does not exist")
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = 0
+        params.use_mmap = True
+        model = lib.llama_model_load_from_file(self.path.encode(), params)
+        if not model:
+            raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model it supports?)")
+        self._lib, self.handle = lib, model
+        self.vocab_size = int(lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model)))
+        self.n_ctx_train = int(lib.llama_model_n_ctx_train(model))
+        self.threads = threads or default_threads()
+        self.n_ctx = n_ctx
+        #: llama.cpp's flash attention: off by default, where a block's logits stay within ~1e-5 relative of
+        #: one-token decodes (on: ~4e-4 at 100 tokens of context, the CPU kernel differs by batch width)
+        self.flash_attn = flash_attn
+
+    def sequence_model(self) -> "LlamaCppModel":
+        """A fresh single-sequence model (its own context and KV cache) over these weights."""
+        return LlamaCppModel(self)
+
+    def __del__(self) -> None:
+        handle, self.handle = getattr(self, "handle", None), None
+        if handle:
+            self._lib.llama_model_free(handle)
+
+
+class _Context:
+    """One llama.cpp context (KV cache) over ``weights`` holding ``n_seq`` sequences of ``n_ctx`` tokens in all."""
+
+    def __init__(self, weights: LlamaCppWeights, n_ctx: int, n_seq: int = 1) -> None:
+        lib = weights._lib
+        self.weights, self._lib = weights, lib
+        params = lib.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = N_BATCH
+        params.n_seq_max = n_seq
+        params.n_threads = params.n_threads_batch = weights.threads
+        params.kv_unified = True  # one cell pool: a batch of rows is one ubatch, whatever each row's length
+        params.no_perf = True
+        params.flash_attn_type = 1 if weights.flash_attn else 0
+        ctx = lib.llama_init_from_model(weights.handle, params)
+        if not ctx:
+            raise ModelLoadError(f"llama.cpp could not make a context of {n_ctx} tokens for {weights.path}")
+        self.handle = ctx
+        self.memory = lib.llama_get_memory(ctx)
+        self.n_ctx = int(lib.llama_n_ctx(ctx))
+        self.vocab_size = weights.vocab_size
+        self._batch = lib.llama_batch_init(N_BATCH, 0, 1)
+
+    def decode(self, entries: list[tuple[int, int, int, bool]]) -> torch.Tensor | None:
+        """Run ``entries`` (sequence id, position, token, keep logits) through ``llama_decode`` in batches
+        of up to ``N_BATCH``; the kept logits [n, V] (float32, in entry order), or None when none is kept."""
+        lib, batch = self._lib, self._batch
+        rows: list[torch.Tensor] = []
+        for start in range(0, len(entries), N_BATCH):
+            chunk = entries[start : start + N_BATCH]
+            kept = 0
+            for i, (seq, pos, token, want) in enumerate(chunk):
+                batch.token[i] = token
+                batch.pos[i] = pos
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = seq
+                batch.logits[i] = 1 if want else 0
+                kept += want
+            batch.n_tokens = len(chunk)
+            rc = lib.llama_decode(self.handle, batch)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode failed ({rc}): {'no room in the KV cache' if rc == 1 else 'see the log'}")
+            if kept:
+                ptr = lib.llama_get_logits(self.handle)
+                rows.append(torch.from_numpy(np.ctypeslib.as_array(ptr, shape=(kept, self.vocab_size)).copy()))
+        if not rows:
+            return None
+        return rows[0] if len(rows) == 1 else torch.cat(rows)
+
+    def seq_rm(self, seq: int, start: int) -> None:
+        """Drop sequence ``seq``'s positions from ``start`` on."""
+        if not self._lib.llama_memory_seq_rm(self.memory, seq, start, -1):
+            raise RuntimeError(f"llama.cpp could not crop sequence {seq} to {start} tokens")
+
+    def seq_length(self, seq: int) -> int:
+        """Positions sequence ``seq`` holds (its highest position + 1)."""
+        return int(self._lib.llama_memory_seq_pos_max(self.memory, seq)) + 1
+
+    def clear(self) -> None:
+        self._lib.llama_memory_clear(self.memory, True)
+
+    def __del__(self) -> None:
+        handle, self.handle = getattr(self, "handle", None), None
+        if handle:
+            self._lib.llama_batch_free(self._batch)
+            self._lib.llama_free(handle)
+
+
+class LlamaCppModel:
+    """One token sequence on llama.cpp: a :class:`~constrained_spec.models.protocol.SequenceModel`.
+
+    ``extend`` returns logits at every position of the block (one ``llama_decode``); ``crop`` is
+    ``llama_memory_seq_rm`` on the sequence's tail."""
+
+    runtime = "llamacpp"
+
+    def __init__(self, weights: LlamaCppWeights, n_ctx: int | None = None) -> None:
+        self.weights = weights
+        self._ctx = _Context(weights, n_ctx or weights.n_ctx, 1)
+        self.vocab_size = weights.vocab_size
+        self.device = torch.device("cpu")
+        #: what ``Generator`` reads for the context window: the smaller of the context made and the trained one
+        self.config = SimpleNamespace(max_position_embeddings=min(self._ctx.n_ctx, weights.n_ctx_train or self._ctx.n_ctx),
+                                      model_type="gguf")
+        self._length = 0
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    def _feed(self, tokens: list[int], logits: str) -> torch.Tensor | None:
+        if not tokens:
+            raise ValueError("extend() needs at least one token")
+        if self._length + len(tokens) > self._ctx.n_ctx:
+            raise ValueError(f"{self._length + len(tokens)} tokens exceed this context's {self._ctx.n_ctx}")
+        last = len(tokens) - 1
+        entries = [(0, self._length + i, t, logits == "all" or (logits == "last" and i == last)) for i, t in enumerate(tokens)]
+        try:
+            out = self._ctx.decode(entries)
+        except RuntimeError:
+            self._ctx.seq_rm(0, self._length)  # a failed decode may leave part of the tokens behind
+            raise
+        self._length += len(tokens)
+        return out
+
+    @torch.inference_mode()
+    def extend(self, tokens: list[int]) -> torch.Tensor:
+        out = self._feed(tokens, "all")
+        assert out is not None
+        return out
+
+    def prefill(self, tokens: list[int]) -> None:
+        """Append ``tokens`` (a prompt); only the last position's output is computed."""
+        self._feed(tokens, "last")
+
+    def crop(self, length: int) -> None:
+        if length > self._length or length < 0:
+            raise ValueError(f"cannot crop a cache of {self._length} tokens to {length}")
+        if length < self._length:
+            self._ctx.seq_rm(0, length)
+            self._length = length
+
+    def reset(self) -> None:
+        self._ctx.clear()
+        self._length = 0
+
+    def cache_length(self) -> int:
+        """The length llama.cpp's memory reports for the sequence (for the debug invariant check)."""
+        return self._ctx.seq_length(0)
+
+
+class LlamaCppRows:
+    """``slots`` sequences of up to ``max_length`` tokens in one llama.cpp context (sequence id = slot):
+    a :class:`~constrained_spec.models.batched.RowBackend`. Every call of a forward goes into one
+    ``llama_decode`` batch; a row's ``start`` crops its sequence first (rollback is free)."""
+
+    runtime = "llamacpp"
+    can_restrict_head = False
+    head_prefix = 0
+
+    def __init__(self, weights: LlamaCppWeights, slots: int, max_length: int) -> None:
+        if slots < 1 or max_length < 2:
+            raise ConfigError("a batched model needs at least one slot of at least two positions")
+        self.weights = weights
+        self.vocab_size = weights.vocab_size
+        self.device = torch.device("cpu")
+        self.slots, self.max_length = slots, max_length
+        self._ctx = _Context(weights, slots * max_length, slots)
+        self.lengths = [0] * slots
+
+    def forward(self, calls: list[Any]) -> list[torch.Tensor | None]:
+        if len({c.slot for c in calls}) != len(calls):
+            raise ValueError("a batched forward runs each slot at most once")
+        entries: list[tuple[int, int, int, bool]] = []
+        for c in calls:
+            if c.head not in ("all", "none"):
+                raise ValueError(f"llama.cpp rows compute full heads only, not {c.head!r}")
+            if not c.tokens:
+                raise ValueError("a row call needs at least one token")
+            if c.start < 0 or c.start + len(c.tokens) > self.max_length or c.start > self.lengths[c.slot]:
+                raise ValueError(f"slot {c.slot}: positions {c.start}..{c.start + len(c.tokens)} (holds {self.lengths[c.slot]}, "
+                                 f"max {self.max_length})")
+            if c.start < self.lengths[c.slot]:
+                self._ctx.seq_rm(c.slot, c.start)
+            entries += [(c.slot, c.start + i, t, c.head == "all") for i, t in enumerate(c.tokens)]
+        logits = self._ctx.decode(entries)
+        out: list[torch.Tensor | None] = []
+        offset = 0
+        for c in calls:
+            self.lengths[c.slot] = c.start + len(c.tokens)
+            if c.head == "all":
+                assert logits is not None
+                out.append(logits[offset : offset + len(c.tokens)])
+                offset += len(c.tokens)
+            else:
+                out.append(None)
+        return out
+
+    def read_prefix(self, slot: int, length: int) -> Any:
+        """The state of ``slot`` (``llama_state_seq_get_data``), cut to ``length`` positions on restore."""
+        lib, ctx = self._ctx._lib, self._ctx.handle
+        self._ctx.seq_rm(slot, length)
+        self.lengths[slot] = min(self.lengths[slot], length)
+        size = int(lib.llama_state_seq_get_size(ctx, slot))
+        buf = (ctypes.c_uint8 * size)()
+        written = int(lib.llama_state_seq_get_data(ctx, buf, size, slot))
+        return [(torch.frombuffer(bytearray(buf)[:written], dtype=torch.uint8), torch.empty(0))]
+
+    def write_prefix(self, slot: int, saved: Any, length: int) -> None:
+        lib, ctx = self._ctx._lib, self._ctx.handle
+        data = saved[0][0].numpy()
+        self._ctx.seq_rm(slot, 0)
+        buf = (ctypes.c_uint8 * data.size).from_buffer_copy(data.tobytes())
+        if int(lib.llama_state_seq_set_data(ctx, buf, data.size, slot)) == 0:
+            raise RuntimeError(f"llama.cpp could not restore a prefix into slot {slot}")
+        self._ctx.seq_rm(slot, length)
+        self.lengths[slot] = length
+
+
+def gguf_tokenizer(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Any:
+    """The transformers tokenizer of a GGUF file, built from its metadata once (10-20 s for a Qwen
+    vocabulary) and kept as a saved folder in the cache (``tokenizers-gguf/<file>-<size>``)."""
+    from transformers import AutoTokenizer
+
+    from constrained_spec.paths import cache_root
+
+    path = Path(path).expanduser().resolve()
+    folder = cache_root(cache_dir) / "tokenizers-gguf" / f"{path.stem}-{path.stat().st_size}"
+    if (folder / "tokenizer_config.json").exists():
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    import shutil
+    import tempfile
+
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent))
+    tok.save_pretrained(staging)
+    try:
+        os.replace(staging, folder)
+    except OSError:  # another process saved it first
+        shutil.rmtree(staging, ignore_errors=True)
+    return tok
+
+
+def load_llamacpp(spec: str, cache_dir: str | os.PathLike[str] | None = None, progress: bool = True,
+                  threads: int | None = None, n_ctx: int = DEFAULT_N_CTX, tokenizer: bool = True) -> tuple[LlamaCppWeights, Any]:
+    """``(weights, tokenizer)`` of a short offline name (its GGUF fetched and verified if needed) or a
+    ``.gguf`` path, for the llama.cpp runtime (``tokenizer=False``: None in its place)."""
+    from constrained_spec.models.sources import lookup
+
+    _lib()  # a missing binding is reported before any download
+    src = lookup(str(spec))
+    if src is not None and not os.path.exists(str(spec)):
+        from constrained_spec.models.fetch import fetch_gguf
+
+        path = fetch_gguf(src.name, cache_dir, progress)
+    else:
+        path = Path(str(spec)).expanduser()
+        if path.is_dir():
+            ggufs = sorted(path.glob("*.gguf"))
+            if len(ggufs) != 1:
+                raise ModelLoadError(f"the llama.cpp runtime needs a .gguf file; folder {spec!r} holds {len(ggufs)}")
+            path = ggufs[0]
+        if path.suffix.lower() != ".gguf" or not path.is_file():
+            raise ModelLoadError(f"the llama.cpp runtime runs GGUF files: {spec!r} is not an existing .gguf file or offline name")
+    weights = LlamaCppWeights(path, threads=threads, n_ctx=n_ctx)
+    return weights, gguf_tokenizer(path, cache_dir) if tokenizer else None

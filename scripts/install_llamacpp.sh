@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Build and install llama-cpp-python (the `llamacpp` extra's binding) from source, portable across x86-64 CPUs
+# of the same ISA level: GGML_NATIVE=OFF with the AVX2-level extensions named and AMX off. A -march=native build
+# on an AMX-capable VM crashed at its first decode (SIGSEGV in ggml_backend_amx_mul_mat); naming the extensions
+# keeps the build the same on every host and leaves AMX out. The mtmd (llava) library is not built (not used).
+# Usage: scripts/install_llamacpp.sh [PYTHON]   (CMAKE_BUILD_PARALLEL_LEVEL defaults to the CPU count)
+# Extra CMake flags: LLAMACPP_EXTRA_CMAKE_ARGS="-DGGML_AVX512=ON ..." (for hosts with AVX-512).
+set -euo pipefail
+PYTHON="${1:-${PYTHON:-python3}}"
+VERSION="${LLAMACPP_VERSION:-0.3.36}"
+SPEC="${LLAMACPP_SPEC:-llama-cpp-python==${VERSION}}"
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
+export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+-DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+-DGGML_BLAS=OFF -DGGML_CUDA=OFF -DLLAVA_BUILD=OFF ${LLAMACPP_EXTRA_CMAKE_ARGS:-}"
+if ! grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+  echo "this CPU has no AVX2: building with GGML_AVX2/FMA/F16C/BMI2 off (slower)" >&2
+  CMAKE_ARGS="${CMAKE_ARGS//-DGGML_AVX2=ON/-DGGML_AVX2=OFF}"
+  CMAKE_ARGS="${CMAKE_ARGS//-DGGML_FMA=ON/-DGGML_FMA=OFF}"
+  CMAKE_ARGS="${CMAKE_ARGS//-DGGML_F16C=ON/-DGGML_F16C=OFF}"
+  CMAKE_ARGS="${CMAKE_ARGS//-DGGML_BMI2=ON/-DGGML_BMI2=OFF}"
+fi
+echo "building ${SPEC} from source (CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL}); 13 min of CPU time (measured 2026-12-02): about 7 min on 2 idle cores" >&2
+start=$(date +%s)
+"$PYTHON" -m pip install --no-binary llama-cpp-python ${LLAMACPP_PIP_ARGS:-} "$SPEC"
+echo "llama-cpp-python built and installed in $(( $(date +%s) - start )) s" >&2
