@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from typing import Optional
+from typing import Callable, Optional
+
+MEMO_TEXT_CHARS = 1_000  # longer regex texts are scanned, not memoised: 8,192 of them could hold gigabytes
 
 __all__ = [
     "PatternError",
@@ -427,13 +429,20 @@ class _Parser:
         return ord(c)
 
 
-@functools.lru_cache(maxsize=4096)
 def parse(pattern: str):
-    """Parse an ECMA-262 pattern into the node tuples described in the module docstring."""
+    """Parse an ECMA-262 pattern into the node tuples described in the module docstring
+    (memoised for patterns up to MEMO_TEXT_CHARS, the most recent 4,096)."""
+    return _parse_memo(pattern) if len(pattern) <= MEMO_TEXT_CHARS else _parse(pattern)
+
+
+def _parse(pattern: str):
     try:
         return _Parser(pattern).parse()
     except RecursionError as e:  # pragma: no cover - absurd nesting
         raise PatternError("pattern nested too deeply") from e
+
+
+_parse_memo = functools.lru_cache(maxsize=4096)(_parse)
 
 
 # ---------------------------------------------------------------------------
@@ -651,7 +660,22 @@ def _no_top_alt(p: str) -> bool:
     return top_level_bar(p) is False
 
 
-@functools.lru_cache(maxsize=8192)  # regex texts a request feeds: bounded (most recent 8192)
+def _memo_short_texts(scan: Callable[[str], bool]) -> Callable[[str], bool]:
+    """``scan`` memoised for texts up to MEMO_TEXT_CHARS (the most recent 8,192), plain above that.
+
+    The emitters ask the same question of the same short pieces many times; a long text is asked
+    about a few times and scanning it costs what hashing it costs, while keeping it would let one
+    large schema pin megabytes in the process until it is evicted."""
+    memo = functools.lru_cache(maxsize=8192)(scan)
+
+    @functools.wraps(scan)
+    def scan_text(p: str) -> bool:
+        return memo(p) if len(p) <= MEMO_TEXT_CHARS else scan(p)
+
+    return scan_text
+
+
+@_memo_short_texts
 def top_level_bar(p: str) -> bool:
     """True if p has a ``|`` outside every group and character class."""
     depth = 0
@@ -682,7 +706,7 @@ def _is_single(p: str) -> bool:
     return not top_level_bar(p)
 
 
-@functools.lru_cache(maxsize=8192)  # regex texts a request feeds: bounded (most recent 8192)
+@_memo_short_texts
 def is_atom(p: str) -> bool:
     """True if a quantifier may directly follow p."""
     if len(p) == 1 and p not in _META:

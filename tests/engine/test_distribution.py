@@ -97,6 +97,13 @@ def scale(request) -> int:
     return request.param
 
 
+@pytest.fixture(params=[pytest.param(FULL_SCALE, id="full", marks=pytest.mark.slow)])
+def off_by_default_scale(request) -> int:
+    """:func:`scale` for levers the defaults leave off (draft window, adaptive k, an unmasked draft):
+    only their full-size run, in ``make test-slow``; the default run keeps the levers users get."""
+    return request.param
+
+
 @functools.lru_cache(maxsize=None)
 def compiled(pattern: str):
     """``pattern`` compiled over the letters vocabulary, once per process."""
@@ -253,7 +260,7 @@ def test_blocks_ending_at_unsure_draft_tokens_stay_exact(automaton, scale):
     assert stats_over_seeds(automaton, policy, 4, draft_confidence=0.5)["confidence_stops"] > 0
 
 
-def test_windowed_draft_stays_exact(automaton, scale):
+def test_windowed_draft_stays_exact(automaton, off_by_default_scale):
     """A draft that sees only the last prompt token (``draft_window=1`` of a 5-token prompt) proposes
     from another q; the output distribution is the target's all the same. The same test rejects a
     wrong verifier with the windowed draft (negative control)."""
@@ -261,7 +268,7 @@ def test_windowed_draft_stays_exact(automaton, scale):
     prompt = [0, 1, 2, 0, 1]
     exact = exact_distribution(automaton.regex, policy, prompt=prompt)
     options = dict(prompt=prompt, draft_window=1, prefill_overlap="off")  # overlapped: the next test
-    counts = sample(automaton, policy, 3, LEVER_SAMPLES * scale, debug_checks=True, **options)
+    counts = sample(automaton, policy, 3, LEVER_SAMPLES * off_by_default_scale, debug_checks=True, **options)
     assert chi2_pvalue(counts, exact) > ALPHA
     wrong = sample(automaton, policy, 3, WRONG_SAMPLES, verifier=verify_resample_from_p, **options)
     assert chi2_pvalue(wrong, exact) < ALPHA
@@ -298,7 +305,7 @@ def test_negative_controls_are_rejected(automaton, wrong):
     assert pvalue < ALPHA
 
 
-def test_unmasked_draft_is_still_exact_but_wastes_drafts(automaton, scale):
+def test_unmasked_draft_is_still_exact_but_wastes_drafts(automaton, off_by_default_scale):
     """The construction is exact for any proposal q: a draft that ignores the grammar stays exact
     (its forbidden tokens are always rejected) but keeps fewer tokens."""
     policy = SamplingPolicy(temperature=1.0)
@@ -310,7 +317,7 @@ def test_unmasked_draft_is_still_exact_but_wastes_drafts(automaton, scale):
     target, draft = MemoModel(10, seed=11), MemoModel(10, seed=22)
     gen = torch.Generator().manual_seed(99)
     counts, drafted, kept = Counter(), 0, 0
-    for _ in range(LEVER_SAMPLES * scale):
+    for _ in range(LEVER_SAMPLES * off_by_default_scale):
         # a draft token the grammar forbids ends its block and is always rejected (p = 0)
         dec = make_decoder(target, draft, automaton, policy, num_draft_tokens=3, max_new_tokens=16, generator=gen,
                            allowed_mask=everything, verifier=device_verify)
@@ -453,7 +460,7 @@ class FixedCosts:
         return self.seconds[min(tokens, max(self.seconds))]
 
 
-def test_adaptive_block_lengths_stay_exact(automaton, scale):
+def test_adaptive_block_lengths_stay_exact(automaton, off_by_default_scale):
     """Adaptive k ends each block where one more position is not worth its cost, from the draft's
     confidence in the tokens drafted so far and keep rates learnt from past verifies: still exact."""
     from constrained_spec.engine.draft_length import AdaptiveDraftLength
@@ -461,7 +468,7 @@ def test_adaptive_block_lengths_stay_exact(automaton, scale):
     policy = SamplingPolicy(temperature=1.0)
     rule = AdaptiveDraftLength(max_k=4, target=FixedCosts({n: 1.0 for n in range(1, 7)}), draft=FixedCosts({1: 0.3}))
     exact = exact_distribution(automaton.regex, policy)
-    counts = sample(automaton, policy, 4, LEVER_SAMPLES * scale, draft_length=rule)
+    counts = sample(automaton, policy, 4, LEVER_SAMPLES * off_by_default_scale, draft_length=rule)
     pvalue = chi2_pvalue(counts, exact)
     print(f"adaptive k: p-value {pvalue:.4f} over {len(exact)} outcomes")
     assert pvalue > ALPHA

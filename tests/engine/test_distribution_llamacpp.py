@@ -85,7 +85,7 @@ def sample(setup, policy: SamplingPolicy, k: int, n: int, verifier=verify) -> Co
 
 
 CASES = [pytest.param(SamplingPolicy(temperature=1.0), 3, id="T1-k3"),
-         pytest.param(SamplingPolicy(temperature=0.7, top_k=5), 2, id="T0.7-topk5-k2")]
+         pytest.param(SamplingPolicy(temperature=0.7, top_k=5), 2, id="T0.7-topk5-k2", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("policy,k", CASES)

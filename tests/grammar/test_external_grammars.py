@@ -14,7 +14,9 @@ one of the known reasons (``REASONS``, each checked on the text itself), and the
 reason) must equal :data:`KNOWN_DISAGREEMENTS`, so a new kind of disagreement, or a known one on a new
 grammar, fails. Minimal repros of each known reason are pinned below.
 
-Skips with a clear reason where ``../shared/data`` is absent (a user's clone).
+Skips with a clear reason where ``../shared/data`` is absent (a user's clone). The tests over the whole
+corpus are marked ``slow`` (``make test-slow``: lark loads the corpus in about 50 s); the pinned repros
+run by default.
 """
 
 from __future__ import annotations
@@ -138,6 +140,7 @@ def _by_key(corpus: Corpus) -> dict[str, CorpusGrammar]:
     return {g.key: g for g in corpus.grammars}
 
 
+@pytest.mark.slow  # the whole corpus: ~50 s of lark loading on 2 cores (make test-slow)
 def test_every_grammar_file_loads_in_lark(corpus):
     grammars = _by_key(corpus)
     assert {k for k, g in grammars.items() if g.library} == LIBRARIES
@@ -146,6 +149,7 @@ def test_every_grammar_file_loads_in_lark(corpus):
     assert sum(not g.library and "(priorities removed)" not in k for k, g in grammars.items()) == 24
 
 
+@pytest.mark.slow  # the whole corpus: ~50 s of lark loading on 2 cores (make test-slow)
 def test_llguidance_compiles_the_expected_grammars_and_names_what_it_refuses(corpus, tokenizers):
     grammars = _by_key(corpus)
     assert {k for k, g in grammars.items() if g.both} == EXPECTED_COMPILED
@@ -158,12 +162,14 @@ def test_llguidance_compiles_the_expected_grammars_and_names_what_it_refuses(cor
         assert message.strip() and "Traceback" not in message and construct in message, (key, message)
 
 
+@pytest.mark.slow  # the whole corpus: ~50 s of lark loading on 2 cores (make test-slow)
 def test_priority_free_variants_keep_lark_language(corpus):
     """Removing priorities changes no verdict of lark's Earley parser on any sample or mutation."""
     variants = [g for g in corpus.grammars if g.key.endswith("(priorities removed)") and g.both]
     assert variants and corpus.variant_mismatches == []
 
 
+@pytest.mark.slow  # the whole corpus: ~50 s of lark loading on 2 cores (make test-slow)
 def test_hand_samples_are_in_their_languages(corpus):
     """Each hand-written sample parses in lark with the grammar it was written for; JSON ones in json.loads too."""
     grammars = _by_key(corpus)
@@ -175,6 +181,7 @@ def test_hand_samples_are_in_their_languages(corpus):
                 json.loads(text)
 
 
+@pytest.mark.slow  # the whole corpus: ~50 s of lark loading on 2 cores (make test-slow)
 def test_samples_lark_accepts_are_accepted_token_by_token(corpus):
     assert {k for k, r in corpus.results.items() if r.samples_accepted} == WITH_POSITIVES
     assert corpus.unspellable == []
@@ -185,6 +192,7 @@ def test_samples_lark_accepts_are_accepted_token_by_token(corpus):
     assert total >= 140 and passing >= total - 10, (passing, total)
 
 
+@pytest.mark.slow  # the whole corpus: ~50 s of lark loading on 2 cores (make test-slow)
 def test_texts_lark_rejects_are_refused_in_time(corpus):
     """Negatives (other languages' samples, mutations) are refused; LALR bounds are used, mostly before the end."""
     bad = [d for d in corpus.disagreements if d.kind != "refuses valid" and d.reason == "unexplained"]
@@ -195,6 +203,7 @@ def test_texts_lark_rejects_are_refused_in_time(corpus):
     assert all(r.grammar.lalr_usable for r in results)
 
 
+@pytest.mark.slow  # the whole corpus: ~50 s of lark loading on 2 cores (make test-slow)
 def test_disagreements_are_exactly_the_known_ones(corpus):
     found = corpus.reasons()
     lines = sorted(f"{d.grammar} :: {d.reason} :: {d.kind} :: {d.sample} :: {d.tokenizer} :: {d.detail}" for d in corpus.disagreements
@@ -267,6 +276,7 @@ def test_spell_is_exact_for_every_tokenizer(tokenizers):
             assert ids is not None and b"".join(vocab.tokens[i] for i in ids) == text.encode(), (name, text)
 
 
+@pytest.mark.slow  # the whole corpus: ~50 s of lark loading on 2 cores (make test-slow)
 def test_the_checks_catch_a_wrong_matcher(corpus, tokenizers, tmp_path):
     """Negative control: JSON's samples checked against a matcher of another language are flagged as
     false accepts, late rejections and refusals of valid texts, none of them explained away. (The

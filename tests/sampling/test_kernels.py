@@ -314,6 +314,7 @@ def run_triton_on_device(cases: list[dict], device: str) -> dict:
 
 
 @pytest.mark.skipif(not HAS_TRITON and TEST_DEVICE == "cpu", reason="triton is not installed")
+@pytest.mark.slow  # ~35 s in Triton's interpreter on 2 cores: make test-slow (and gpu_check.sh on a GPU)
 def test_triton_matches_torch_reference(tmp_path: Path) -> None:
     cases = make_cases()
 
