@@ -13,6 +13,7 @@ Every error the library raises on bad input or an impossible request derives fro
     │   └── CompileLimitError     the regex / automaton exceeded a size cap or the compile timeout
     ├── VocabularyMismatchError   target and draft (or tokenizer and model) disagree on the vocabulary
     ├── SamplingError             a distribution to draw from has no mass (a bug upstream, never silent)
+    │   └── NoParticleLeftError   alignment="smc": every particle met a dead end (the request's top-k / top-p cut and grammar)
     ├── ModelLoadError            a model could not be fetched, verified, converted or loaded
     ├── TokenBudgetExceeded       max_new_tokens ran out before the constraint was complete (carries the partial text)
     ├── ContextLengthError        the prompt plus max_new_tokens does not fit the model's context window
@@ -81,6 +82,12 @@ class VocabularyMismatchError(ConstrainedSpecError):
 
 class SamplingError(ConstrainedSpecError):
     """A distribution to sample from has no mass (every token has probability 0): a bug upstream."""
+
+
+class NoParticleLeftError(SamplingError):
+    """``alignment="smc"``: every particle reached a point where the grammar allowed nothing the
+    sampler could take (within the request's top-k / top-p cut). An outcome of the request, not a
+    bug: more particles, or no cut, may find a way."""
 
 
 class ModelLoadError(ConstrainedSpecError):

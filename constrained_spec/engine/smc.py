@@ -61,7 +61,7 @@ from constrained_spec.config import MAX_PARTICLES
 from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.engine.prefill import prefill_pair
 from constrained_spec.engine.stats import DecodeStats
-from constrained_spec.errors import ConfigError, GrammarError, SamplingError, TokenBudgetExceeded
+from constrained_spec.errors import ConfigError, GrammarError, NoParticleLeftError, SamplingError, TokenBudgetExceeded
 from constrained_spec.grammar.matcher import GrammarMatcher
 from constrained_spec.models.protocol import SequenceModel
 from constrained_spec.sampling import SamplingPolicy, VerifyResult, pack_bitmask, unpack_bitmask
@@ -378,7 +378,7 @@ class SMCDecoder:
             ids = [t for t in longest.tokens if not eos(t)]
             vocab = self.new_matcher().vocab
             raise TokenBudgetExceeded(self.max_new_tokens, vocab.decode(ids))
-        raise SamplingError("every SMC particle died: the grammar (within the top-k / top-p cut, where set) allowed nothing "
+        raise NoParticleLeftError("every SMC particle died: the grammar (within the top-k / top-p cut, where set) allowed nothing "
                             "the model could take; more particles may find a way")
 
 

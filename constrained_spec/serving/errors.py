@@ -25,6 +25,7 @@ from constrained_spec.errors import (
     EmptyLanguageError,
     GrammarError,
     ModelLoadError,
+    NoParticleLeftError,
     OutputValidationError,
     SamplingError,
     SchemaError,
@@ -69,6 +70,7 @@ ERROR_CODES: dict[type[ConstrainedSpecError], tuple[int, str, str]] = {
     ModelLoadError: (500, SERVER, "model_error"),
     VocabularyMismatchError: (500, SERVER, "model_error"),
     SamplingError: (500, SERVER, "sampling_error"),
+    NoParticleLeftError: (400, INVALID, "no_particle_left"),
 }
 RATE = "rate_limit_error"
 #: the serving layer's own conditions -> (HTTP status, OpenAI error type, code), one to one

@@ -27,7 +27,7 @@ from scipy.stats import chisquare
 from synthetic import PrefixModel, letters_vocab, make_decoder
 
 from constrained_spec.engine.smc import SMCDecoder, check_smc_options, default_weigh
-from constrained_spec.errors import ConfigError
+from constrained_spec.errors import ConfigError, NoParticleLeftError
 from constrained_spec.grammar.automaton import AutomatonCompiler
 from constrained_spec.sampling import SamplingPolicy, verify
 from constrained_spec.sampling.smc_weights import allowed_log_mass, ess, log_mean_exp, systematic_resample
@@ -387,3 +387,15 @@ def test_top_k_top_p_target_the_unconstrained_sampler_given_l(top_k, top_p):
     print(f"top_k={top_k} top_p={top_p}: {len(cond)} outcomes, chi-square p {pvalue:.3f}, TV {tv:.3f}")
     assert pvalue > ALPHA and tv < 0.1
     _valid(got.texts)
+
+
+def test_every_particle_at_a_dead_end_is_a_named_error():
+    """top-k = 1 keeps only the target's most likely first token; a language whose one string starts
+    with another letter leaves every particle nothing to take: NoParticleLeftError (a 400 at the
+    server), not a bare SamplingError (a 500). With no cut the same language samples its string."""
+    first = ForkModel(10, SEED, SCALE).logits(PROMPT).argmax().item()
+    other = next(letter for token, letter in ((0, "a"), (1, "b"), (2, "c")) if token != first)  # only its own token spells it
+    with pytest.raises(NoParticleLeftError, match="every SMC particle died"):
+        smc_runs(_matcher_factory((other,)), 4, 1, top_k=1, strings=(other,))
+    got = smc_runs(_matcher_factory((other,)), 4, 1, strings=(other,))
+    assert [letters_vocab().decode(list(y)) for y in got.counts] == [other]  # the control: no cut, it is found

@@ -798,6 +798,7 @@ def test_a_schema_error_is_still_a_400(at, stream):
     ("GrammarError", 400, "grammar_error"),
     ("OutputValidationError", 422, "output_validation_failed"),
     ("SamplingError", 500, "sampling_error"),
+    ("NoParticleLeftError", 400, "no_particle_left"),
     ("ModelLoadError", 500, "model_error"),
     ("ConfigError", 400, "invalid_parameter"),
     ("ConstrainedSpecError", 400, "constraint_error"),
