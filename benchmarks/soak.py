@@ -12,8 +12,7 @@ threads, a mix of requests for ``--minutes`` (default 30):
 Every minute (``--report-every``) it prints the requests served, the answers by status code,
 p50/p95 latency of that interval, and the server's RSS (``/proc/PID/status``); at the end the RSS
 of minute 5 (or the first report) against the last one. ``--json FILE`` writes every report.
-``--bound-regex-caches`` tries the grammar-side bound on ``ecma_regex``'s memo caches in the
-server process (see :func:`bound_regex_caches`). ``--tracemalloc`` makes the server trace Python allocations and write the 25 largest growths
+``--tracemalloc`` makes the server trace Python allocations and write the 25 largest growths
 between the first report and each later one to ``<out>/tracemalloc-*.txt`` (a leak in Python
 objects shows there; RSS growth that does not is the allocator's).
 
@@ -87,8 +86,6 @@ def serve_child(args: argparse.Namespace) -> None:
         from _models import make_generator  # type: ignore[import-not-found]
 
         generator = make_generator(argparse.Namespace(tiny=True), max_new_tokens=64, max_batch_size=args.max_batch_size)
-    if args.bound_regex_caches:
-        bound_regex_caches()
     if args.tracemalloc:
         import tracemalloc
 
@@ -115,21 +112,6 @@ def serve_child(args: argparse.Namespace) -> None:
     app = create_app(generator, model_name="soak", max_queue=args.max_queue, request_timeout=60.0, **options)
     logging.getLogger("constrained_spec").setLevel(logging.CRITICAL)  # 500s are counted by the client, not logged here
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="critical")
-
-
-def bound_regex_caches(longest: int = 1000) -> None:
-    """Keep long regex texts out of ``ecma_regex``'s memo caches (8,192 entries each, whatever
-    their length: a schema with hundreds of optional properties leaves thousands of 100 KB
-    intermediate regexes there)."""
-    from constrained_spec.grammar import ecma_regex
-
-    for name in ("top_level_bar", "is_atom"):
-        cached = getattr(ecma_regex, name)
-
-        def bounded(p: str, _cached: Any = cached, _raw: Any = cached.__wrapped__) -> bool:
-            return bool(_cached(p) if len(p) <= longest else _raw(p))
-
-        setattr(ecma_regex, name, bounded)
 
 
 def free_port() -> int:
@@ -284,9 +266,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="the server's trim_interval (idle seconds before freed memory goes back; 0: never; default: the server's)")
     p.add_argument("--max-queue", type=int, default=16)
     p.add_argument("--heavy-share", type=float, default=0.02, help="share of requests with a schema slow to compile (default 0.02)")
-    p.add_argument("--bound-regex-caches", action="store_true",
-                   help="in the server, keep regex texts over 1,000 characters out of grammar.ecma_regex's memo caches "
-                        "(the grammar-side fix this soak points at, tried before it is made)")
     p.add_argument("--tracemalloc", action="store_true", help="trace the server's Python allocations (slower)")
     p.add_argument("--out", default=str(ROOT / "results" / "soak"), help="folder of --json / --tracemalloc files (ignored by git)")
     p.add_argument("--json", default=None, help="write the reports to this file (in --out unless absolute)")
@@ -303,7 +282,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     child += ["--model", args.model] if args.model else []
     child += ["--draft", args.draft] if args.draft else []
     child += ["--tracemalloc"] if args.tracemalloc else []
-    child += ["--bound-regex-caches"] if args.bound_regex_caches else []
     child += ["--trim-interval", str(args.trim_interval)] if args.trim_interval is not None else []
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen(child, cwd=ROOT, env=env)

@@ -247,7 +247,6 @@ def _needs(package: str) -> None:
         pytest.skip(f"{package} is not installed (pip install 'constrained-spec[test]')")
 
 
-@pytest.mark.slow  # the same clients run against the app in tests/serving/test_clients.py
 def test_instructor_client_in_process_prints_valid_models() -> None:
     _needs("instructor")
     lines = run_example("examples/instructor_client.py", "--in-process")
@@ -259,7 +258,6 @@ def test_instructor_client_in_process_prints_valid_models() -> None:
             **PERSON_SCHEMA["properties"], "role": {"enum": ["engineer", "artist", "doctor"]}}, "required": ["name", "age", "role"]})
 
 
-@pytest.mark.slow  # the same clients run against the app in tests/serving/test_clients.py
 def test_langchain_client_in_process_prints_valid_models() -> None:
     _needs("langchain_openai")
     lines = run_example("examples/langchain_client.py", "--in-process")
