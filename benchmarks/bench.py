@@ -55,7 +55,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 from constrained_spec.engine.stats import DecodeHooks
-from constrained_spec.hint_types import resolve_pointer
+from constrained_spec.prompts.type_sketch import resolve_pointer
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent

@@ -38,10 +38,11 @@ from constrained_spec.grammar.length_bound import max_output_bytes
 from constrained_spec.grammar.matcher import AutomatonMatcher, GrammarMatcher
 from constrained_spec.grammar.schema_refs import validation_errors as validate_value
 from constrained_spec.grammar.vocab import TokenVocabulary, build_vocabulary
-from constrained_spec.hint_types import render_types
 from constrained_spec.lru import LRUCache
 from constrained_spec.models.hf import wrap
 from constrained_spec.models.protocol import SequenceModel, restricted_head
+from constrained_spec.prompts import SCHEMA_HINT_MAX_CHARS as SCHEMA_HINT_MAX_CHARS  # re-exported: api.SCHEMA_HINT_MAX_CHARS
+from constrained_spec.prompts import prompt_token_ids, schema_hint
 from constrained_spec.sampling import SamplingPolicy, make_generator
 
 if TYPE_CHECKING:
@@ -50,39 +51,10 @@ if TYPE_CHECKING:
 __all__ = ["CFG", "Generator", "GenerationResult", "Regex", "GRAMMAR_ENGINES", "generate", "generate_json", "schema_hint", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
 
 
-#: the longest schema text a prompt hint carries (characters); longer schemas are cut there
-SCHEMA_HINT_MAX_CHARS = 6000
-
 #: the grammar engines: ``"lazy"`` (llguidance: regex and Lark grammars compiled in about a
 #: millisecond, masks computed as the output reaches them; the default) and ``"automaton"`` (the
 #: eager byte DFA of each regex, built per vocabulary and cached on disk; regexes only)
 GRAMMAR_ENGINES = ("lazy", "automaton")
-
-
-def schema_hint(schema: Any, subject: str = "Answer with a single JSON value", max_chars: int = SCHEMA_HINT_MAX_CHARS,
-                style: str = "full") -> str:
-    """The prompt sentence that gives the model the JSON Schema its answer follows.
-
-    The one place this text is written: ``Generator.prompt_ids`` appends it (after a blank line)
-    to the last message, the function-calling prompts of :mod:`constrained_spec.tools` use it
-    with their own ``subject`` for a reply's ``content``. The schema is ``json.dumps``'d as is;
-    past ``max_chars`` characters it is written compactly and cut there (with a note saying so),
-    so a huge schema cannot make a huge prompt. The constraint is always the whole schema.
-    """
-    if style not in SCHEMA_HINT_STYLES:
-        raise ValueError(f"unknown schema hint style {style!r}; choose one of {', '.join(SCHEMA_HINT_STYLES)}")
-    if style == "types":
-        sketch = render_types(schema)
-        if len(sketch) > max_chars:
-            sketch = sketch[:max_chars] + f" ... (cut at {max_chars} of {len(sketch)} characters)"
-        return f"{subject} of this shape (? marks an optional key):\n" + sketch
-    text = json.dumps(schema, separators=(",", ":")) if style == "compact" else json.dumps(schema)
-    if len(text) > max_chars:
-        compact = json.dumps(schema, separators=(",", ":"))
-        if len(compact) > max_chars:
-            compact = compact[:max_chars] + f" ... (cut at {max_chars} of {len(compact)} characters)"
-        text = compact
-    return f"{subject} that follows this JSON Schema:\n" + text
 
 
 @dataclass
@@ -482,29 +454,17 @@ class Generator:
         tools: Sequence[dict] | None = None,
     ) -> list[int]:
         """Token ids of the prompt, through the chat template when the tokenizer has one; a list of
-        token ids is the prompt itself (no template, no schema hint).
+        token ids is the prompt itself (no template, no schema hint). The text is made by
+        :func:`constrained_spec.prompts.prompt_token_ids` (the schema hint appended to the last message).
 
         ``tools``: OpenAI tool dicts handed to the chat template (``apply_chat_template(...,
         tools=tools)``), for function calling with a template that renders tools itself;
         :func:`constrained_spec.tools.tool_prompt` gives them (and the messages to go with them)
         only for such templates. A tokenizer without a chat template cannot take them.
         """
-        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
-            return [int(t) for t in prompt]  # type: ignore[arg-type]  # token ids: the caller's own prompt, used as it is (no template, no hint)
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]  # type: ignore[arg-type]
         if schema_in_prompt and spec is not None and spec.schema is not None:
-            messages[-1]["content"] = str(messages[-1]["content"]) + "\n\n" + schema_hint(spec.schema, style=self.schema_hint_style)
-        if tools and not getattr(self.tokenizer, "chat_template", None):
-            raise ValueError("tools= needs a tokenizer with a chat template; without one, spell the tools in the "
-                             "messages (constrained_spec.tools.tool_prompt_messages)")
-        if getattr(self.tokenizer, "chat_template", None):
-            extra = {"tools": list(tools)} if tools else {}
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        else:
-            text = "\n".join(str(m["content"]) for m in messages) + "\n"
-            ids = self.tokenizer(text)["input_ids"]
-        return list(ids)
+            return prompt_token_ids(self.tokenizer, prompt, spec.schema, self.schema_hint_style, tools)
+        return prompt_token_ids(self.tokenizer, prompt, tools=tools)
 
     # -- match per request ----------------------------------------------------------------------
     def run(

@@ -42,10 +42,10 @@ LOOKUP_MIN_NGRAM = 3
 #: prefill (``models.prefill_twin``); kept here too so the config imports no torch
 PREFILL_DTYPES = ("same", "bf16", "fp32")
 #: how the prompt's schema hint writes the schema (``Generator(schema_hint_style=...)``,
-#: ``api.schema_hint``): ``"full"`` as ``json.dumps`` does (the default, what the defaults were tuned
+#: ``prompts.schema_hint``): ``"full"`` as ``json.dumps`` does (the default, what the defaults were tuned
 #: with), ``"compact"`` without the spaces after ``,`` and ``:`` (27% fewer prompt tokens over the 17
 #: project schemas with Qwen2's tokenizer), ``"types"`` a short type sketch
-#: (:mod:`constrained_spec.hint_types`: keys, types, values, bounds, descriptions; 48% fewer)
+#: (:mod:`constrained_spec.prompts.type_sketch`: keys, types, values, bounds, descriptions; 48% fewer)
 SCHEMA_HINT_STYLES = ("full", "compact", "types")
 #: the verify kernels: torch (the reference) or triton (CUDA); auto picks triton for CUDA logits
 VERIFY_BACKENDS = ("auto", "torch", "triton")

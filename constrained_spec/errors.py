@@ -17,7 +17,8 @@ Every error the library raises on bad input or an impossible request derives fro
     ├── ModelLoadError            a model could not be fetched, verified, converted or loaded
     ├── TokenBudgetExceeded       max_new_tokens ran out before the constraint was complete (carries the partial text)
     ├── ContextLengthError        the prompt plus max_new_tokens does not fit the model's context window
-    └── OutputValidationError     a finished value failed its schema (only possible with post-validation opt-ins)
+    ├── OutputValidationError     a finished value failed its schema (only possible with post-validation opt-ins)
+    └── ToolError                 a tool definition, tool_choice or tool call that cannot be used (also a ValueError)
 """
 
 from __future__ import annotations
@@ -131,3 +132,7 @@ class ContextLengthError(ConstrainedSpecError, ValueError):
 
 class OutputValidationError(ConstrainedSpecError):
     """A finished value does not validate against its schema."""
+
+
+class ToolError(ConstrainedSpecError, ValueError):
+    """A tool definition, tool_choice or tool call that cannot be used."""

@@ -16,8 +16,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "constrained_spec"
 
-#: room -> rooms it may import (besides itself). Leaf utilities (errors, paths, lru, progress, hint_types) are open to all.
-LEAVES = {"errors", "paths", "lru", "progress", "hint_types"}
+#: room -> rooms it may import (besides itself). Leaf utilities (errors, paths, lru, progress) are open to all.
+LEAVES = {"errors", "paths", "lru", "progress"}
 ALLOWED = {
     "package": {"api", "grammar", "sampling", "config"},  # the top-level facade re-exports the public names
     "grammar": set(),
@@ -25,16 +25,19 @@ ALLOWED = {
     "models": {"config"},
     "config": {"models"},  # config reads the default model names and dtype choices (models.sources/dtypes: light)
     "engine": {"grammar", "models", "sampling", "config"},
-    "api": {"engine", "grammar", "models", "sampling", "config", "streams"},
+    "api": {"engine", "grammar", "models", "sampling", "config", "streams", "prompts"},
     "streams": set(),  # stream / arun / astream over a Generator it is handed (duck-typed)
-    "tools": {"api", "grammar", "config"},
-    "serving": {"api", "tools", "config", "grammar", "package"},
+    # prompt text (schema hint, type sketch, chat template, tool prompts): no HTTP, no engine, and not the
+    # tools room either (constrained_spec.tools re-exports the tool prompts, so tools -> prompts only)
+    "prompts": {"config"},
+    "tools": {"grammar", "config", "prompts"},  # function calling: definitions, call grammar, messages, scanner
+    "serving": {"api", "tools", "config", "grammar", "package", "prompts"},
     "cli": {"api", "tools", "config", "grammar", "models", "serving", "package"},
     "integrations": {"api", "grammar", "config", "package"},  # doors where users are: the public API only
 }
 #: what serving may reach: the public API only
 SERVING_PUBLIC = {"constrained_spec", "constrained_spec.api", "constrained_spec.errors", "constrained_spec.tools",
-                  "constrained_spec.config", "constrained_spec.grammar"}
+                  "constrained_spec.config", "constrained_spec.grammar", "constrained_spec.prompts"}
 
 
 def module_name(path: Path) -> str:
@@ -97,7 +100,7 @@ def test_imports_follow_the_rooms(path: Path) -> None:
 def test_the_engine_imports_nothing_from_serving_the_cli_or_the_api() -> None:
     for path in (PACKAGE / "engine").rglob("*.py"):
         for target, _ in imports(path.read_text(), module_name(path), path.name == "__init__.py"):
-            assert room(target) not in {"serving", "cli", "api", "tools"}, (path, target)
+            assert room(target) not in {"serving", "cli", "api", "tools", "prompts"}, (path, target)
 
 
 @pytest.mark.parametrize("module, source", [
@@ -108,6 +111,12 @@ def test_the_engine_imports_nothing_from_serving_the_cli_or_the_api() -> None:
     ("constrained_spec.serving.app", "from constrained_spec.engine.stats import DecodeStats\n"),
     ("constrained_spec.api", "from constrained_spec.grammar.automaton import _build_tables\n"),
     ("constrained_spec.engine.block", "from ..grammar.automaton import _short\n"),
+    ("constrained_spec.prompts.chat", "from constrained_spec.serving.app import create_app\n"),
+    ("constrained_spec.prompts.tools", "from constrained_spec.engine.loop import SpeculativeDecoder\n"),
+    ("constrained_spec.prompts.tools", "from constrained_spec.tools.definitions import Tool\n"),
+    ("constrained_spec.prompts.schema_hint", "from constrained_spec.api import Generator\n"),
+    ("constrained_spec.tools.calling", "def f():\n    from constrained_spec.api import Generator\n"),
+    ("constrained_spec.serving.completion", "from constrained_spec.prompts.tools import _template_messages\n"),
 ])
 def test_negative_controls_are_caught(module: str, source: str) -> None:
     assert violations(source, module) != []

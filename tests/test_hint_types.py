@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from constrained_spec.api import SCHEMA_HINT_MAX_CHARS, schema_hint
-from constrained_spec.hint_types import MAX_DEPTH, render_types
+from constrained_spec.prompts.type_sketch import MAX_DEPTH, render_types
 
 BENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "jsonschemabench-dev" / "data"
 

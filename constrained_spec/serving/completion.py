@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from constrained_spec.grammar import Regex
+from constrained_spec.prompts import plain_messages
 from constrained_spec.serving.errors import APIError
 from constrained_spec.serving.grammars import (
     choose_custom_tool,
@@ -36,7 +37,6 @@ from constrained_spec.tools import (
     normalize_tools,
     parse_tool_output,
     partial_json_string,
-    plain_messages,
     tool_call_schema,
     tool_prompt,
 )

@@ -49,9 +49,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from constrained_spec.errors import ToolError
 from constrained_spec.grammar import CFG, Regex
+from constrained_spec.prompts import custom_tool_messages as custom_tool_prompt
 from constrained_spec.serving.errors import APIError
-from constrained_spec.tools import ToolError
 
 __all__ = ["CustomTool", "GrammarConstraint", "choose_custom_tool", "custom_call", "custom_tool_messages", "custom_tools",
            "function_tools", "grammar_constraint", "grammar_texts", "has_custom_calls", "messages_without_custom_calls",
@@ -70,8 +71,6 @@ OTHER_CONSTRAINTS = {
 }
 #: a tool name, as OpenAI's (and :mod:`constrained_spec.tools`'s) rule
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-#: the longest grammar text spelled into a custom tool's prompt (the constraint is always the whole grammar)
-PROMPT_GRAMMAR_CHARS = 6000
 
 
 @dataclass(frozen=True)
@@ -216,25 +215,10 @@ def custom_call(name: str, text: str) -> dict:
 
 
 def custom_tool_messages(messages: list[dict], tool: CustomTool) -> list[dict]:
-    """``messages`` (plain, see :func:`constrained_spec.tools.plain_messages`) with a system
-    message that describes ``tool`` and asks for its input alone."""
-    lines = [f"You can call the tool {tool.name!r}" + (f": {tool.description}" if tool.description else ".")]
-    if tool.syntax == "text":
-        lines.append("Its input is free text.")
-    else:
-        grammar = tool.definition
-        if len(grammar) > PROMPT_GRAMMAR_CHARS:
-            grammar = grammar[:PROMPT_GRAMMAR_CHARS] + f"\n... (cut at {PROMPT_GRAMMAR_CHARS} of {len(tool.definition)} characters)"
-        kind = "Lark grammar" if tool.syntax == "lark" else "regular expression (the whole input matches it)"
-        lines.append(f"Its input is text in the language of this {kind}:\n{grammar}")
-    lines.append(f"Call the tool {tool.name!r} now: reply with its input only, nothing else.")
-    text = "\n".join(lines)
-    out = [dict(m) for m in messages]
-    if out and out[0].get("role") == "system":  # appended to a leading system message, as the function tools' text is
-        out[0]["content"] = (str(out[0].get("content") or "") + "\n\n" + text).strip()
-    else:
-        out.insert(0, {"role": "system", "content": text})
-    return out
+    """``messages`` (plain, see :func:`constrained_spec.prompts.plain_messages`) with a system
+    message that describes ``tool`` and asks for its input alone (the text:
+    :func:`constrained_spec.prompts.custom_tool_messages`)."""
+    return custom_tool_prompt(messages, tool.name, tool.description, tool.syntax, tool.definition)
 
 
 def has_custom_calls(messages: Sequence[Mapping[str, Any]]) -> bool:
