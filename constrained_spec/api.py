@@ -260,6 +260,7 @@ class Generator:
     exactly as alone, sharing every forward; each row's cache holds ``batch_max_tokens`` (prompt and
     output), preallocated; ``prefix_cache_mb`` per model keeps prefilled prompts for requests that
     start the same way; ``prefill_chunk`` prompt tokens join per batch step while others decode.
+    ``adaptive`` applies to rows too, each learning on its own copy of :attr:`draft_length`.
 
     ``prefill_dtype`` ("same", default; "bf16"; "fp32"): prompts are prefilled by a second copy of
     the linear weights in that dtype (:mod:`~constrained_spec.models.prefill_twin`; its bytes are

@@ -305,6 +305,8 @@ def test_cancelled_and_over_budget_rows_leave_the_others_unchanged(generators):
     got = batched.run_batch(requests, return_exceptions=True)
     assert isinstance(got[1], Stop)
     assert type(got[2]).__name__ == "TokenBudgetExceeded"
+    assert len(got[2].token_ids) == 3 and got[2].prompt_tokens > 0  # a row's overrun carries its partial output
+    assert got[2].partial_text == batched.vocab.decode(got[2].token_ids)
     for i in (0, 3):
         assert got[i].token_ids == single.run(requests[i]["prompt"], SCHEMA, max_new_tokens=60).token_ids
     assert batched.batch.active_rows == 0 and sorted(batched.batch._free) == [0, 1, 2, 3]
