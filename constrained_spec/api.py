@@ -545,8 +545,8 @@ class Generator:
                 raise ContextLengthError(len(ids), budget, limit)
         if on_tokens is not None:
             hooks = dataclasses.replace(hooks or DecodeHooks(), on_tokens=on_tokens)
-        request = DecodeRequest(ids, compiled.matcher, policy, config, budget, compiled.spec.regex, compiled.spec.kind,
-                                compiled.output_bound, hooks)
+        request = DecodeRequest(ids, compiled.matcher, policy, config, budget, grammar_key=compiled.spec.regex, kind=compiled.spec.kind,
+                                output_bound=compiled.output_bound, hooks=hooks)
         if alignment == "smc":  # particles one after another on this Generator's own models (not batch rows)
             smc = self.builder.decode_smc(request, particles, ess_threshold)
             return self._result(compiled, smc.token_ids, smc.stats, len(ids), SMCReport.of(smc, self.vocab.decode))

@@ -122,10 +122,10 @@ class RequestBuilder:
                 decoder = self._decoder(request, self.target, draft, self.verifier,
                                         self.draft_length if config.adaptive else None, shared_text=True)
                 return decoder.run(request.prompt_ids)
-        batch = self.batch
+        batch, state = self.batch, None
         slot = batch.acquire()
-        state = self._take_state() if config.adaptive else None
         try:
+            state = self._take_state() if config.adaptive else None  # the state as the rows before this one left it
             draft = batch.rows("draft", slot) if self.uses_draft(config) else None
             decoder = self._decoder(request, batch.rows("target", slot), draft, batch.verifier(self.verifier), state,
                                     shared_text=False, draft_cap=batch.draft_cap)
