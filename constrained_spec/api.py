@@ -18,19 +18,10 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Sequen
 from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, SCHEMA_HINT_STYLES, DecodeConfig, ModelConfig, fields_of
 from constrained_spec.engine.batching import BatchCoordinator
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
-from constrained_spec.engine.draft_plan import default_gain
-from constrained_spec.engine.loop import SpeculativeDecoder
-from constrained_spec.engine.proposers import GrammarStringProposer, GrammarStrings, PromptLookupProposer, PromptText, Proposer
-from constrained_spec.engine.smc import SMCReport, check_smc_options, decode_smc
+from constrained_spec.engine.request import DecodeRequest, RequestBuilder
+from constrained_spec.engine.smc import SMCReport, check_smc_options
 from constrained_spec.engine.stats import DecodeHooks, DecodeStats
-from constrained_spec.errors import (
-    ConfigError,
-    ContextLengthError,
-    ModelLoadError,
-    OutputValidationError,
-    TokenBudgetExceeded,
-    VocabularyMismatchError,
-)
+from constrained_spec.errors import ConfigError, ContextLengthError, ModelLoadError, OutputValidationError, VocabularyMismatchError
 from constrained_spec.grammar import CFG, OutputSpec, Regex, output_spec
 from constrained_spec.grammar.automaton import AutomatonCompiler, CompiledAutomaton
 from constrained_spec.grammar.lazy import MAX_SOURCE_CHARS, LazyGrammar, compile_grammar
@@ -43,7 +34,7 @@ from constrained_spec.models.hf import wrap
 from constrained_spec.models.protocol import SequenceModel, restricted_head
 from constrained_spec.prompts import SCHEMA_HINT_MAX_CHARS as SCHEMA_HINT_MAX_CHARS  # re-exported: api.SCHEMA_HINT_MAX_CHARS
 from constrained_spec.prompts import prompt_token_ids, schema_hint
-from constrained_spec.sampling import SamplingPolicy, make_generator
+from constrained_spec.sampling import SamplingPolicy
 
 if TYPE_CHECKING:
     from constrained_spec.streams import StreamChunk
@@ -241,6 +232,7 @@ class Generator:
     exactly as alone, sharing every forward; each row's cache holds ``batch_max_tokens`` (prompt and
     output), preallocated; ``prefix_cache_mb`` per model keeps prefilled prompts for requests that
     start the same way; ``prefill_chunk`` prompt tokens join per batch step while others decode.
+    ``adaptive`` applies to rows too, each learning on its own copy of :attr:`draft_length`.
 
     ``prefill_dtype`` ("same", default; "bf16"; "fp32"): prompts are prefilled by a second copy of
     the linear weights in that dtype (:mod:`~constrained_spec.models.prefill_twin`; its bytes are
@@ -323,11 +315,7 @@ class Generator:
         self.schema_options = schema_options
         self.schema_hint_style = schema_hint_style  # how prompt_ids writes the schema hint
         self.verifier = get_verifier(self.decode.verify_backend)
-        self.draft_length = AdaptiveDraftLength(max_k=max(self.decode.num_draft_tokens, 1))
         self._compiled: LRUCache[str, CompiledConstraint] = LRUCache(COMPILED_CACHE_SIZE)
-        self._strings: LRUCache[str, GrammarStrings] = LRUCache(COMPILED_CACHE_SIZE)
-        self._prompt_text = PromptText(self.vocab, self._encode)  # one request at a time, under _lock
-        self._lock = threading.Lock()
         #: tokens the models can attend to (prompt + new tokens); None: unknown, not checked
         self.context_length: int | None = _context_length(self.tokenizer, self.target, self.draft)
         #: continuous batching (``max_batch_size > 1``): calls on other threads decode together
@@ -339,6 +327,9 @@ class Generator:
                                            prefix_cache_bytes=prefix_cache_mb << 20, prefill_chunk=prefill_chunk)
         elif max_batch_size < 1:
             raise ConfigError("max_batch_size must be >= 1")
+        #: builds and runs each call's decode (alone, or as a batch row): proposers, draft plan, adaptive k
+        self.builder = RequestBuilder(self.target, self.draft, self.verifier, self.vocab, self._encode,
+                                      max_k=self.decode.num_draft_tokens, batch=self.batch)
 
     def _attach_prefill(self, dtype: str, draft_dtype: str | None, split: int, max_batch_size: int) -> int:
         """Prefill twins (``prefill_dtype`` for the target, ``draft_prefill_dtype`` for the draft:
@@ -369,36 +360,18 @@ class Generator:
         """The proposal sources a call uses by default."""
         return self.decode.sources(self.draft is not None)
 
-    def _grammar_strings(self, compiled: CompiledConstraint) -> GrammarStrings:
-        return self._strings.get_or_make(compiled.spec.regex, lambda: GrammarStrings(self._encode, self.vocab))
-
     def _encode(self, text: str) -> list[int]:
         """The tokenizer's canonical tokens of ``text`` (no special tokens): what zero-cost proposals spell."""
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def calibrate(self, context_ids: list[int], repeats: int = 2) -> None:
-        """Measure target forward cost by tokens fed (1..max_k+1) and one draft forward, for adaptive
-        k: an optional warm start (13-16 s for the default pair on 2 CPU cores, one thread); without it the rule
-        learns the costs from the forwards of the first request."""
-        import time
+    @property
+    def draft_length(self) -> AdaptiveDraftLength:
+        """Adaptive k's state (costs and keep rates), learnt across calls, batch rows included."""
+        return self.builder.draft_length
 
-        context = list(context_ids)
-        for model, curve, sizes in (
-            (self.target, self.draft_length.target, range(1, self.draft_length.max_k + 2)),
-            (self.draft, self.draft_length.draft, [1]),
-        ):
-            if model is None:
-                continue
-            model.reset()
-            model.extend(context[:-1] or context)
-            base = model.length
-            for _ in range(repeats):
-                for n in sizes:
-                    t0 = time.perf_counter()
-                    model.extend((context * n)[:n])
-                    curve.observe(n, time.perf_counter() - t0)
-                    model.crop(base)
-            model.reset()
+    def calibrate(self, context_ids: list[int], repeats: int = 2) -> None:
+        """Measure forward costs for adaptive k ahead of time (:meth:`RequestBuilder.calibrate`)."""
+        self.builder.calibrate(context_ids, repeats)
 
     def _eos_ids(self) -> list[int]:
         ids = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
@@ -530,65 +503,23 @@ class Generator:
                 budget = min(budget, room)  # the default budget shrinks to the room left, as OpenAI's does
             if len(ids) + budget > limit:
                 raise ContextLengthError(len(ids), budget, limit)
-        sources = config.sources(self.draft is not None)
-        proposers: list[Proposer] = []
-        if "grammar" in sources:
-            proposers.append(GrammarStringProposer(self._grammar_strings(compiled)))
-        batch = self.batch
-        if "lookup" in sources:  # a batched row has its own prompt text; one call at a time shares one
-            text_index = self._prompt_text if batch is None else PromptText(self.vocab, self._encode)
-            proposers.append(PromptLookupProposer(text_index, config.lookup_min_ngram))
         if on_tokens is not None:
             hooks = dataclasses.replace(hooks or DecodeHooks(), on_tokens=on_tokens)
-        options: dict[str, Any] = dict(max_new_tokens=budget, proposers=proposers, verifier=self.verifier, generator=make_generator(seed),
-                       hooks=hooks)
-        use_draft = "draft" in sources
+        request = DecodeRequest(ids, compiled.matcher, policy, config, budget, grammar_key=compiled.spec.regex, kind=compiled.spec.kind,
+                                output_bound=compiled.output_bound, hooks=hooks)
         if alignment == "smc":  # particles one after another on this Generator's own models (not batch rows)
-            return self._run_smc(compiled, policy, config, ids, options, use_draft, particles, ess_threshold)
-        if batch is None:
-            with self._lock:
-                decoder = SpeculativeDecoder(self.target, self.draft if use_draft else None, compiled.matcher(), policy, config,
-                                             draft_length=self.draft_length if config.adaptive else None,
-                                             output_bound=compiled.output_bound if use_draft and config.draft_plan == "auto" else None,
-                                             draft_gain=default_gain(compiled.spec.kind),
-                                             **options)
-                result = _decode(decoder, ids)
-        else:  # a row of the batch: the same loop over views of the batched models (no lock)
-            slot = batch.acquire()
-            options["verifier"] = batch.verifier(self.verifier)  # every row's verify runs as one batched call
-            try:
-                decoder = SpeculativeDecoder(batch.rows("target", slot), batch.rows("draft", slot) if use_draft and self.draft else None,
-                                             compiled.matcher(), policy, config, draft_cap=batch.draft_cap, **options)
-                result = _decode(decoder, ids)
-            finally:
-                batch.release(slot)
-        text = self.vocab.decode(result.token_ids)
-        tree = compiled.parse_tree(text) if compiled.spec.kind == "lark" else None
-        value = text if compiled.spec.kind == "lark" else compiled.parse(text)
-        return GenerationResult(value, text, result.token_ids, result.stats, prompt_tokens=len(ids), tree=tree)
+            smc = self.builder.decode_smc(request, particles, ess_threshold)
+            return self._result(compiled, smc.token_ids, smc.stats, len(ids), SMCReport.of(smc, self.vocab.decode))
+        result = self.builder.decode(request)
+        return self._result(compiled, result.token_ids, result.stats, len(ids))
 
-    def _run_smc(self, compiled: CompiledConstraint, policy: SamplingPolicy, config: DecodeConfig, ids: list[int],
-                 options: dict[str, Any], use_draft: bool, particles: int, ess_threshold: float) -> GenerationResult:
-        """:meth:`run` with ``alignment="smc"`` (``engine.smc``): the sample drawn by final weight."""
-        hooks = options["hooks"]
-        on_tokens = hooks.on_tokens if hooks is not None else None
-        with self._lock:
-            try:
-                result = decode_smc(self.target, self.draft if use_draft else None, compiled.matcher, policy, config, ids,
-                                    particles=particles, ess_threshold=ess_threshold, max_new_tokens=options["max_new_tokens"],
-                                    proposers=options["proposers"], verifier=options["verifier"], generator=options["generator"],
-                                    draft_length=self.draft_length if config.adaptive else None,
-                                    hooks=dataclasses.replace(hooks, on_tokens=None) if hooks is not None else None)
-            except TokenBudgetExceeded as exc:
-                exc.token_ids, exc.prompt_tokens = [], len(ids)
-                raise
-        if on_tokens is not None and result.token_ids:
-            on_tokens(list(result.token_ids))  # the sample, once: final tokens, as the contract says
-        text = self.vocab.decode(result.token_ids)
+    def _result(self, compiled: CompiledConstraint, token_ids: list[int], stats: DecodeStats, prompt_tokens: int,
+                smc: SMCReport | None = None) -> GenerationResult:
+        """The decoded tokens as a checked value (a Lark grammar's text with lark's parse tree)."""
+        text = self.vocab.decode(token_ids)
         tree = compiled.parse_tree(text) if compiled.spec.kind == "lark" else None
         value = text if compiled.spec.kind == "lark" else compiled.parse(text)
-        return GenerationResult(value, text, result.token_ids, result.stats, prompt_tokens=len(ids), tree=tree,
-                                smc=SMCReport.of(result, self.vocab.decode))
+        return GenerationResult(value, text, token_ids, stats, prompt_tokens=prompt_tokens, tree=tree, smc=smc)
 
     def run_batch(self, requests: Sequence[dict[str, Any]], return_exceptions: bool = False) -> list[Any]:
         """Run many requests, decoded together (continuous batching): each dict holds ``prompt``,
@@ -638,16 +569,6 @@ class Generator:
         """A JSON value that validates against ``schema`` (dict, JSON text, or Pydantic model class)."""
         value = self.generate(prompt, schema, **options)
         return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
-
-
-def _decode(decoder: SpeculativeDecoder, ids: list[int]) -> Any:
-    """``decoder.run(ids)``; a budget overrun carries the partial output, for callers that return it."""
-    try:
-        return decoder.run(ids)
-    except TokenBudgetExceeded as exc:
-        exc.token_ids = [t for t in decoder.generated if not decoder.matcher.is_eos(t)]
-        exc.prompt_tokens = len(ids)
-        raise
 
 
 def check_same_vocabulary(target_tokenizer: Any, draft_tokenizer: Any | None, target: SequenceModel, draft: SequenceModel | None) -> None:

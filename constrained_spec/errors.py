@@ -98,16 +98,17 @@ class ModelLoadError(ConstrainedSpecError):
 class TokenBudgetExceeded(ConstrainedSpecError):
     """Generation hit max_new_tokens before the constraint reached a final state.
 
-    ``partial_text`` holds what was generated; it is never returned as a value. ``Generator.run``
-    also attaches ``token_ids`` (the generated ids) and ``prompt_tokens`` (the prompt's length).
+    ``partial_text`` holds what was generated; it is never returned as a value. The decode loop
+    that ran out also gives ``token_ids`` (the generated ids, EOS excluded) and ``prompt_tokens``
+    (the prompt's length); an SMC request gives no ids (``[]``).
     """
 
-    token_ids: list[int] | None = None
-    prompt_tokens: int | None = None
-
-    def __init__(self, max_new_tokens: int, partial_text: str) -> None:
+    def __init__(self, max_new_tokens: int, partial_text: str, *, token_ids: list[int] | None = None,
+                 prompt_tokens: int | None = None) -> None:
         self.max_new_tokens = max_new_tokens
         self.partial_text = partial_text
+        self.token_ids = token_ids
+        self.prompt_tokens = prompt_tokens
         preview = partial_text if len(partial_text) <= 200 else partial_text[:200] + "..."
         super().__init__(
             f"token budget of {max_new_tokens} new tokens ran out before the output was complete; "

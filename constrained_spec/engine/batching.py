@@ -31,6 +31,7 @@ from constrained_spec.engine.prefix_cache import PrefixCache
 from constrained_spec.errors import ConfigError
 from constrained_spec.models.batched import HeadKind, RowBackend, RowCall
 from constrained_spec.sampling import VerifyResult
+from constrained_spec.sampling.verifier import VerifyCall, takes_filters
 
 __all__ = ["BatchCoordinator", "BatchMetrics", "RowModel"]
 
@@ -42,7 +43,7 @@ VERIFY = "verify"
 @dataclass
 class _Job:
     """A row waiting: on a model (a forward call, or a prompt to prefill in chunks), or on the
-    verify math (``model == VERIFY``: ``verify_args`` is the row's call of the verifier)."""
+    verify math (``model == VERIFY``: ``verify`` is the row's one-row call of the verifier)."""
 
     model: str
     call: RowCall | None
@@ -51,8 +52,7 @@ class _Job:
     done: bool = False
     result: Any = None
     error: BaseException | None = None
-    verify_args: tuple[Any, ...] = ()
-    verify_options: dict[str, Any] = field(default_factory=dict)
+    verify: VerifyCall | None = None
 
 
 @dataclass
@@ -199,13 +199,9 @@ class BatchCoordinator:
         verifier = self._verifier
         try:
             assert verifier is not None
-            if len(jobs) == 1:
-                args, options, ks = jobs[0].verify_args[:8], {**jobs[0].verify_options, "point_mass": jobs[0].verify_args[8]}, None
-            else:
-                args, options, ks = pad_verify_rows([j.verify_args for j in jobs], [j.verify_options for j in jobs])
-            if not getattr(verifier, "takes_filters", False):
-                options.pop("filters", None)
-            result = verifier(*args, **options)
+            calls = [j.verify for j in jobs if j.verify is not None]
+            call, ks = (calls[0], None) if len(calls) == 1 else pad_verify_rows(calls)
+            result = call.run(verifier)
         except BaseException as exc:  # noqa: BLE001 - every waiting row gets the error
             for j in jobs:
                 j.error, j.done = exc, True
@@ -263,8 +259,8 @@ class BatchCoordinator:
 
 
 
-def pad_verify_rows(calls: list[tuple[Any, ...]], options: list[dict[str, Any]]) -> tuple[tuple[Any, ...], dict[str, Any], list[int]]:
-    """The verifier arguments of B rows (each a one-row call with its own k) as one call.
+def pad_verify_rows(calls: list[VerifyCall]) -> tuple[VerifyCall, list[int]]:
+    """B rows' one-row verifier calls (each with its own k) as one call, and each row's k.
 
     Row b's block of k_b drafted tokens is padded to the longest, K: its padded drafted tokens get
     the uniform 1.0, which no acceptance probability exceeds, so the row stops at k_b at the
@@ -272,42 +268,38 @@ def pad_verify_rows(calls: list[tuple[Any, ...]], options: list[dict[str, Any]])
     row's own p_k_b and the draw there is exactly the bonus draw of the row alone, made with the
     row's last uniform, which goes to column K (the column the draw reads). Padded logits are zero
     and padded masks repeat the row's last mask; neither is read for a kept or drawn token.
-    Returns (args, options, ks).
+    ``filters`` is said where any row says it (True where any row filters or leaves it unsaid).
     """
-    ks = [int(c[2].shape[1]) for c in calls]
+    ks = [c.k for c in calls]
     big_k = max(ks)
     first = calls[0]
-    vocab = first[0].shape[-1]
-    device = first[0].device
+    vocab = first.target_logits.shape[-1]
+    device = first.target_logits.device
     rows = len(calls)
-    logits = first[0].new_zeros(rows, big_k + 1, vocab)
+    logits = first.target_logits.new_zeros(rows, big_k + 1, vocab)
     q = torch.zeros(rows, big_k, vocab, dtype=torch.float32, device=device)
     tokens = torch.zeros(rows, big_k, dtype=torch.long, device=device)
-    masks = first[3].new_zeros(rows, big_k + 1, first[3].shape[-1])
-    uniforms = torch.ones(rows, big_k + 1, dtype=first[7].dtype, device=device)
+    masks = first.bitmask.new_zeros(rows, big_k + 1, first.bitmask.shape[-1])
+    uniforms = torch.ones(rows, big_k + 1, dtype=first.uniforms.dtype, device=device)
     flags = torch.zeros(rows, big_k, dtype=torch.bool, device=device)
     any_flags = False
     for b, (call, k) in enumerate(zip(calls, ks)):
-        lg, qp, tk, mk, _, _, _, un = call[:8]
-        logits[b, : k + 1] = lg[0]
+        logits[b, : k + 1] = call.target_logits[0]
         if k:
-            q[b, :k] = qp[0, :k].float()
-            tokens[b, :k] = tk[0]
-            uniforms[b, :k] = un[0, :k]
-        uniforms[b, big_k] = un[0, k]
-        masks[b, : k + 1] = mk[0]
-        masks[b, k + 1 :] = mk[0, k]
-        point_mass = call[8] if len(call) > 8 else None
-        if point_mass is not None and k:
-            flags[b, :k] = point_mass[0]
+            q[b, :k] = call.draft_probs[0, :k].float()
+            tokens[b, :k] = call.draft_tokens[0]
+            uniforms[b, :k] = call.uniforms[0, :k]
+        uniforms[b, big_k] = call.uniforms[0, k]
+        masks[b, : k + 1] = call.bitmask[0]
+        masks[b, k + 1 :] = call.bitmask[0, k]
+        if call.point_mass is not None and k:
+            flags[b, :k] = call.point_mass[0]
             any_flags = True
-    temperature = torch.cat([c[4] for c in calls])
-    top_k = torch.cat([c[5] for c in calls])
-    top_p = torch.cat([c[6] for c in calls])
-    merged: dict[str, Any] = {"point_mass": flags if any_flags else None}
-    if any("filters" in o for o in options):
-        merged["filters"] = any(o.get("filters", True) for o in options)
-    return (logits, q, tokens, masks, temperature, top_k, top_p, uniforms), merged, ks
+    said = [c.filters for c in calls]
+    filters = None if all(f is None for f in said) else any(f is None or f for f in said)
+    padded = VerifyCall(logits, q, tokens, masks, torch.cat([c.temperature for c in calls]), torch.cat([c.top_k for c in calls]),
+                        torch.cat([c.top_p for c in calls]), uniforms, flags if any_flags else None, filters)
+    return padded, ks
 
 
 class RowVerifier:
@@ -320,13 +312,13 @@ class RowVerifier:
     @property
     def takes_filters(self) -> bool:
         """Whether the batched verifier takes ``filters=`` (the loop then passes it)."""
-        return bool(getattr(self.coordinator._verifier, "takes_filters", False))
+        return takes_filters(self.coordinator._verifier)
 
     def __call__(self, target_logits: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor, bitmask: torch.Tensor,
                  temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, uniforms: torch.Tensor,
-                 point_mass: torch.Tensor | None = None, **options: Any) -> VerifyResult:
-        args = (target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms, point_mass)
-        return self.coordinator.submit(_Job(VERIFY, None, verify_args=args, verify_options=dict(options)))
+                 point_mass: torch.Tensor | None = None, filters: bool | None = None) -> VerifyResult:
+        call = VerifyCall(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms, point_mass, filters)
+        return self.coordinator.submit(_Job(VERIFY, None, verify=call))
 
 
 class RowModel:

@@ -36,6 +36,7 @@ from constrained_spec.errors import ConfigError, ConstrainedSpecError, GrammarEr
 from constrained_spec.grammar.matcher import GrammarMatcher
 from constrained_spec.models.protocol import CacheIntrospection, SequenceModel
 from constrained_spec.sampling import SamplingPolicy, VerifyResult, make_generator, verify
+from constrained_spec.sampling.verifier import takes_filters
 
 Verifier = Callable[..., VerifyResult]
 
@@ -104,7 +105,7 @@ class SpeculativeDecoder:
         self.verifier = verifier
         # the fused verifier would read top-k / top-p off the device to choose its path (a host sync
         # per step); the policy says it here, once
-        self.verify_options = {"filters": policy.top_k > 0 or policy.top_p < 1.0} if getattr(verifier, "takes_filters", False) else {}
+        self.verify_options = {"filters": policy.top_k > 0 or policy.top_p < 1.0} if takes_filters(verifier) else {}
         self.draft_length = draft_length
         #: the draft length by load (batched decoding): k -> the cap to use this step
         self.draft_cap = draft_cap
@@ -184,7 +185,7 @@ class SpeculativeDecoder:
         terminated = self.matcher.is_terminated()
         self.stats.stop_reason = "eos" if terminated else "max_new_tokens"
         if not (terminated or self.matcher.is_accepting()):
-            raise TokenBudgetExceeded(self.max_new_tokens, self.matcher.vocab.decode(tokens))
+            raise TokenBudgetExceeded(self.max_new_tokens, self.matcher.vocab.decode(tokens), token_ids=tokens, prompt_tokens=self.prompt_len)
         return DecodeResult(token_ids=tokens, complete=True, stats=self.stats)
 
     def step(self, remaining: int) -> int:

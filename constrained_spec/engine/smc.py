@@ -74,6 +74,7 @@ from constrained_spec.sampling.smc_weights import (
     log_mean_exp,
     systematic_resample,
 )
+from constrained_spec.sampling.verifier import takes_filters
 
 __all__ = ["ALIGNMENTS", "ParticleText", "SMCDecoder", "SMCParticle", "SMCReport", "SMCResult", "Weigh", "check_smc_options", "decode_smc",
            "fork_model"]
@@ -159,7 +160,7 @@ class _RecordingVerifier:
 
     @property
     def takes_filters(self) -> bool:
-        return bool(getattr(self.inner, "takes_filters", False))
+        return takes_filters(self.inner)
 
     def __call__(self, target_logits: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
                  bitmask: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
@@ -352,7 +353,7 @@ class SMCDecoder:
                     self._advance(p)
             weights = [p.log_weight for p in particles]
             if all(w == float("-inf") for w in weights):
-                self._all_dead(particles, eos)
+                self._all_dead(particles, eos, len(prompt_ids))
             history.append(ess(weights))
             if any(p.state == "running" for p in particles) and history[-1] < self.threshold * self.n:
                 log_z += log_mean_exp(weights)
@@ -360,7 +361,7 @@ class SMCDecoder:
                 self.resamples += 1
         weights = [p.log_weight for p in particles]
         if all(w == float("-inf") for w in weights):
-            self._all_dead(particles, eos)
+            self._all_dead(particles, eos, len(prompt_ids))
         log_z += log_mean_exp(weights)
         top = max(weights)
         total = sum(math.exp(w - top) for w in weights)
@@ -372,12 +373,12 @@ class SMCDecoder:
         stats.stop_reason = "eos"
         return SMCResult(report[chosen].token_ids, chosen, report, log_z, self.resamples, history, stats)
 
-    def _all_dead(self, particles: list[_Particle], eos: Callable[[int], bool]) -> None:
+    def _all_dead(self, particles: list[_Particle], eos: Callable[[int], bool], prompt_tokens: int) -> None:
         if any(p.died_of_budget for p in particles):
             longest = max(particles, key=lambda p: len(p.tokens))
             ids = [t for t in longest.tokens if not eos(t)]
             vocab = self.new_matcher().vocab
-            raise TokenBudgetExceeded(self.max_new_tokens, vocab.decode(ids))
+            raise TokenBudgetExceeded(self.max_new_tokens, vocab.decode(ids), token_ids=[], prompt_tokens=prompt_tokens)  # no ids: resampling drops a particle's
         raise NoParticleLeftError("every SMC particle died: the grammar (within the top-k / top-p cut, where set) allowed nothing "
                             "the model could take; more particles may find a way")
 

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 from collections import Counter
@@ -29,6 +30,7 @@ from constrained_spec.grammar.automaton import AutomatonCompiler
 from constrained_spec.models.batched import BatchedHFModel, RowCall
 from constrained_spec.models.hf import HFModel
 from constrained_spec.sampling import SamplingPolicy, verify
+from constrained_spec.sampling.verifier import VerifyCall
 
 ALPHA = 1e-3
 SAMPLES = 2000  # the wrong verifier row gives p ~ 1e-90 at 2500 samples; correct rows p > 0.7
@@ -112,7 +114,7 @@ def _verify_rows(seed: int, ks: list[int], vocab: int = 40):
         tokens = torch.multinomial(q[0], 1, generator=g).T if k else torch.zeros(1, 0, dtype=torch.long)
         flags = torch.rand(1, k, generator=g) < 0.3
         uniforms = torch.rand(1, k + 1, generator=g)
-        calls.append((logits, q, tokens, mask, policy.temperature, policy.top_k, policy.top_p, uniforms, flags))
+        calls.append(VerifyCall(logits, q, tokens, mask, policy.temperature, policy.top_k, policy.top_p, uniforms, flags))
     return calls
 
 
@@ -122,11 +124,11 @@ def test_padded_batched_verify_equals_each_rows_own_verify(seed):
 
     ks = [0, 1, 3, 5, 2, 5, 4][: 3 + seed % 5]
     calls = _verify_rows(seed, ks)
-    args, options, got_ks = pad_verify_rows(calls, [{} for _ in calls])
-    batched = verify(*args, **options)
-    assert got_ks == ks
+    padded, got_ks = pad_verify_rows(calls)
+    batched = padded.run(verify)
+    assert got_ks == ks and padded.k == max(ks)
     for b, call in enumerate(calls):
-        alone = verify(*call[:8], point_mass=call[8])
+        alone = call.run(verify)
         assert int(batched.accepted[b]) == int(alone.accepted[0])
         assert int(batched.next_token[b]) == int(alone.next_token[0])
         torch.testing.assert_close(batched.accept_prob[b, : ks[b]], alone.accept_prob[0])
@@ -143,20 +145,19 @@ def test_careless_padding_changes_rows(wrong):
     for seed in range(20):
         ks = [0, 1, 5]
         calls = _verify_rows(100 + seed, ks)
-        args, options, _ = pad_verify_rows(calls, [{} for _ in calls])
-        args = list(args)
+        padded, _ = pad_verify_rows(calls)
         if wrong == "pads-as-point-masses":
             flags = torch.ones(len(ks), max(ks), dtype=torch.bool)
             for b, (call, k) in enumerate(zip(calls, ks)):
-                flags[b, :k] = call[8][0]
-            options = {**options, "point_mass": flags}
+                flags[b, :k] = call.point_mass[0]
+            padded = dataclasses.replace(padded, point_mass=flags)
         else:
             for b, (call, k) in enumerate(zip(calls, ks)):
-                args[7][b, k] = call[7][0, k]
-                args[7][b, max(ks)] = 0.999 if k < max(ks) else call[7][0, k]
-        batched = verify(*args, **options)
+                padded.uniforms[b, k] = call.uniforms[0, k]
+                padded.uniforms[b, max(ks)] = 0.999 if k < max(ks) else call.uniforms[0, k]
+        batched = padded.run(verify)
         for b, call in enumerate(calls):
-            alone = verify(*call[:8], point_mass=call[8])
+            alone = call.run(verify)
             differs += (int(batched.accepted[b]), int(batched.next_token[b])) != (int(alone.accepted[0]), int(alone.next_token[0]))
     assert differs > 0
 
@@ -304,6 +305,8 @@ def test_cancelled_and_over_budget_rows_leave_the_others_unchanged(generators):
     got = batched.run_batch(requests, return_exceptions=True)
     assert isinstance(got[1], Stop)
     assert type(got[2]).__name__ == "TokenBudgetExceeded"
+    assert len(got[2].token_ids) == 3 and got[2].prompt_tokens > 0  # a row's overrun carries its partial output
+    assert got[2].partial_text == batched.vocab.decode(got[2].token_ids)
     for i in (0, 3):
         assert got[i].token_ids == single.run(requests[i]["prompt"], SCHEMA, max_new_tokens=60).token_ids
     assert batched.batch.active_rows == 0 and sorted(batched.batch._free) == [0, 1, 2, 3]
@@ -349,3 +352,21 @@ def test_batched_rows_prefill_through_the_prefill_twin_like_single_runs(tiny_gen
         handle.remove()
     assert calls
     assert [g.token_ids for g in got] == [single.run(**r).token_ids for r in requests]
+
+
+def test_adaptive_k_on_batch_rows_varies_block_lengths_and_keeps_greedy_output(tiny_generator):
+    """``adaptive=True`` on a batching Generator: rows end blocks where one more position is not
+    worth its cost (``length_stops``, which fixed k never counts), the draft still proposes, the
+    rows hand their learnt costs back to the Generator's state, and greedy rows equal greedy
+    target-only decoding token for token."""
+    batched = tiny_generator(max_batch_size=2, prefix_cache_mb=0, adaptive=True, num_draft_tokens=4)
+    target_only = tiny_generator(draft=False)
+    requests = [dict(prompt=f"Row {i}: " + "word " * (2 * i), output_type=SCHEMA, max_new_tokens=40) for i in range(4)]
+    got = batched.run_batch(requests)
+    assert [g.token_ids for g in got] == [target_only.run(**r).token_ids for r in requests]
+    assert sum(g.stats.length_stops for g in got) > 0, [g.stats.as_dict() for g in got]
+    assert sum(g.stats.model_proposed for g in got) > 0
+    assert batched.draft_length.target.seconds and batched.draft_length.draft.seconds  # learnt by the rows
+    assert any(n > 1 for n in batched.batch.metrics.rows_per_forward)  # the rows really shared forwards
+    fixed = tiny_generator(max_batch_size=2, prefix_cache_mb=0, num_draft_tokens=4).run_batch(requests[:2])
+    assert sum(g.stats.length_stops for g in fixed) == 0  # control: fixed k never ends a block by cost

@@ -7,6 +7,8 @@ through the kernel exactly what each row gives alone through the torch reference
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from engine.test_batching import _verify_rows
@@ -22,11 +24,11 @@ def test_padded_rows_through_the_kernel_equal_each_rows_own_verify(tmp_path):
     cases, alone = [], []
     for seed in range(4):
         calls = _verify_rows(500 + seed, [0, 1, 3, 5], vocab=300)
-        calls = [(*c[:8], None) for c in calls]  # dense q rows: the kernel's worker passes no point masses
-        args, options, _ = pad_verify_rows(calls, [{} for _ in calls])
-        assert options["point_mass"] is None
-        cases.append({**dict(zip(ARG_NAMES, args)), "launch": {}})
-        alone.append([verify(*c[:8]) for c in calls])
+        calls = [dataclasses.replace(c, point_mass=None) for c in calls]  # dense q rows: the kernel's worker passes no point masses
+        padded, _ = pad_verify_rows(calls)
+        assert padded.point_mass is None
+        cases.append({**dict(zip(ARG_NAMES, padded.args())), "launch": {}})
+        alone.append([c.run(verify) for c in calls])
     out = run_triton_workers(cases, tmp_path)
     for n, rows in enumerate(alone):
         for b, own in enumerate(rows):
