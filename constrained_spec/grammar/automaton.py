@@ -293,11 +293,12 @@ class CompiledAutomaton:
 
     def accepts(self, token_ids: list[int]) -> bool:
         """True if the token sequence leads from the start to a final state."""
-        state: int | None = self.initial_state
+        state: int = self.initial_state
         for t in token_ids:
-            state = self.next_state(state, t)
-            if state is None:
+            following = self.next_state(state, t)
+            if following is None:
                 return False
+            state = following
         return self.is_final(state)
 
     @property

@@ -456,6 +456,7 @@ def node_len(node) -> tuple[int, Optional[int]]:
         return (1, 1) if node[1] else (0, 0)
     if kind in ("bol", "eol"):
         return 0, 0
+    hi: Optional[int]
     if kind == "seq":
         lo, hi = 0, 0
         for it in node[1]:
@@ -466,7 +467,8 @@ def node_len(node) -> tuple[int, Optional[int]]:
     if kind == "alt":
         ls = [node_len(b) for b in node[1]]
         lo = min(a for a, _ in ls)
-        hi = None if any(b is None for _, b in ls) else max(b for _, b in ls)
+        highs = [b for _, b in ls]
+        hi = None if any(b is None for b in highs) else max(b for b in highs if b is not None)
         return lo, hi
     if kind == "rep":
         a, b = node_len(node[1])
@@ -860,7 +862,8 @@ def to_content_regex(pattern: str, any_char: str) -> Optional[str]:
 
 def search_regex(pattern: str) -> str:
     """Exported for tests: the content regex with a generic canonical character."""
-    r = to_content_regex(pattern, emit_set(ANY_RANGES))
+    any_char = emit_set(ANY_RANGES)
+    r = None if any_char is None else to_content_regex(pattern, any_char)
     if r is None:
         raise PatternError("pattern matches no string")
     return r

@@ -187,6 +187,7 @@ def _frac(
         return ["(" + "|".join(("0" * i) + "[1-9]" + _rest(q - i - 1) for i in range(q)) + ")"], False
     l0 = int(lo[0]) if lo else 0
     lrest = lo[1:] if lo else ""
+    hrest: Optional[str]
     if hi is None:
         h0, hrest = 9, None
     elif hi == "":
@@ -205,7 +206,7 @@ def _frac(
 
     for c in range(l0, h0 + 1):
         sublo, subls = (lrest.rstrip("0"), ls) if c == l0 else ("", False)
-        if hi is not None and c == h0:
+        if hrest is not None and c == h0:  # hrest is None exactly where hi is
             subhi, subhs = hrest.rstrip("0"), hs
         else:
             subhi, subhs = None, False

@@ -199,7 +199,8 @@ class _Retrieve:
             contents = json.loads(data)
         except (ValueError, UnicodeDecodeError):
             raise _refuse(uri, "the retrieved document is not JSON") from None
-        default = specification_with(_classes()[self.draft].META_SCHEMA["$schema"])
+        validator_class: Any = _classes()[self.draft]
+        default = specification_with(validator_class.META_SCHEMA["$schema"])
         return Resource.from_contents(contents, default_specification=default)
 
 
@@ -208,7 +209,8 @@ def make_registry(ref_allow: Sequence[str] = (), draft: str | None = None) -> An
     default); documents it retrieves without ``$schema`` are read as ``draft``."""
     from referencing import Registry
 
-    return Registry(retrieve=_Retrieve(tuple(ref_allow), draft))
+    registry: Any = Registry  # referencing types ``retrieve`` through attrs, which mypy does not read
+    return registry(retrieve=_Retrieve(tuple(ref_allow), draft))
 
 
 def _options(options: Any, draft: str | None, ref_allow: Sequence[str] | None) -> tuple[str | None, tuple]:

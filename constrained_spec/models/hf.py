@@ -92,7 +92,7 @@ class HFModel:
 
         head = self.model.get_output_embeddings()
         plain = isinstance(head, torch.nn.Linear)
-        packed = isinstance(head, tuple(PACKED.values())) and head.weight is not None
+        packed = isinstance(head, tuple(PACKED.values())) and getattr(head, "weight", None) is not None
         return (
             getattr(self.config, "model_type", "") in self.RESTRICTABLE
             and (plain or packed)

@@ -44,6 +44,7 @@ class _PackedLinear(torch.nn.Module):
     """
 
     kind = ""
+    bias: torch.Tensor | None  # a buffer (not saved with the module's state)
 
     def __init__(self, linear: torch.nn.Linear, keep_weight: bool = False) -> None:
         super().__init__()
@@ -235,7 +236,7 @@ def pack_linears(model: Any, keep_head_weight: bool = True, weights: str = "fp16
     packed_linear = PACKED[weights]
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     mapped = file_mappings()
-    shared = {}  # storage -> how many parameters use it (tied weights must not be let go)
+    shared: dict[int, int] = {}  # storage -> how many parameters use it (tied weights must not be let go)
     for t in model.parameters():
         key = t.untyped_storage().data_ptr()
         shared[key] = shared.get(key, 0) + 1

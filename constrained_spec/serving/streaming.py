@@ -57,7 +57,7 @@ async def stream_completion(scheduler: Scheduler, plan: Plan, output_type: Any, 
 
     loop = asyncio.get_running_loop()
     events: asyncio.Queue = asyncio.Queue()
-    vocab = getattr(scheduler.generator, "vocab", None)
+    vocab: Any = getattr(scheduler.generator, "vocab", None)
     stream_text = hasattr(vocab, "text_stream")
 
     def request_error(exc: BaseException) -> APIError:
@@ -93,7 +93,7 @@ async def stream_completion(scheduler: Scheduler, plan: Plan, output_type: Any, 
         return [sse(request_error(exc).body()), DONE]
 
     async def body() -> AsyncIterator[str]:
-        text = vocab.text_stream() if stream_text else None
+        text: Any = vocab.text_stream() if stream_text else None  # "tokens" events come only with stream_text
         calls = ToolCallStream() if plan.mode == "tools" else None
         call_ids: dict[int, str] = {}
         sent: list[str] = []  # text streamed as content (modes text and json)
