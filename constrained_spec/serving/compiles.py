@@ -21,9 +21,12 @@ workers). What :class:`CompileAdmission` adds:
 Stopping a running compile raises :class:`CompileInterrupted` in its thread (CPython's
 ``PyThreadState_SetAsyncExc``): it lands at the next Python bytecode, so the schema compiler (pure
 Python, where the time goes) stops within moments; a call into native code (a DFA build, which
-has its own ``compile_timeout``) finishes that call first. It is raised at most once per compile
-and only while that compile's code runs on the thread, never into the pool's own code. The
-thread's slot is free again once the compile has stopped.
+has its own ``compile_timeout``) finishes that call first. It is raised only while that compile's
+code runs on the thread, never into the pool's own code. Where it lands in code that swallows it
+(CPython ignores an exception raised in a weakref or ``__del__`` callback that garbage collection
+runs on that thread, seen in the soak), it is raised again every ``REINTERRUPT_S`` while the
+compile still runs, up to ``REINTERRUPT_TRIES`` times. The thread's slot is free again once the
+compile has stopped.
 """
 
 from __future__ import annotations
@@ -55,6 +58,12 @@ DEFAULT_MAX_COMPILE_QUEUE = 8
 DEFAULT_MAX_COMPILES_PER_CLIENT = 4
 #: how often a waiting request looks at its cancel flag and deadline
 POLL_SECONDS = 0.05
+
+
+#: seconds between raising :class:`CompileInterrupted` again into a compile that has not stopped
+REINTERRUPT_S = 0.25
+#: how many times it is raised again (a compile's own time budget bounds it after that)
+REINTERRUPT_TRIES = 40
 
 
 class CompileInterrupted(BaseException):
@@ -199,6 +208,22 @@ class CompileAdmission:
             job.interrupted = why
             if job.thread_id:  # on its thread: stop it there; else it sees the flag as it starts
                 _raise_in_thread(job.thread_id, CompileInterrupted)
+        self._interrupt_again_later(job, REINTERRUPT_TRIES)
+
+    def _interrupt_again_later(self, job: _Job, tries: int) -> None:
+        if tries <= 0:
+            return
+        with contextlib.suppress(RuntimeError):  # no running loop (shut down): nothing to repeat
+            asyncio.get_running_loop().call_later(REINTERRUPT_S, self._interrupt_again, job, tries)
+
+    def _interrupt_again(self, job: _Job, tries: int) -> None:
+        """An interrupt a callback swallowed: raised again while the compile still runs."""
+        with job.lock:
+            if job.state != "running" or not job.thread_id:
+                return
+            _raise_in_thread(job.thread_id, CompileInterrupted)
+        if tries > 1:
+            self._interrupt_again_later(job, tries - 1)
 
     def _finish(self, job: _Job, result: Any, exc: BaseException | None) -> None:
         if job.timer is not None:
