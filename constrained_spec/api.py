@@ -24,6 +24,7 @@ from constrained_spec.engine.proposers import GrammarStringProposer, GrammarStri
 from constrained_spec.engine.smc import SMCReport, check_smc_options, decode_smc
 from constrained_spec.engine.stats import DecodeHooks, DecodeStats
 from constrained_spec.errors import (
+    CompileLimitError,
     ConfigError,
     ContextLengthError,
     ModelLoadError,
@@ -398,7 +399,8 @@ class Generator:
         return self.decode.sources(self.draft is not None)
 
     def _grammar_strings(self, compiled: CompiledConstraint) -> GrammarStrings:
-        return self._strings.get_or_make(compiled.spec.regex, lambda: GrammarStrings(self._encode, self.vocab))
+        key = compiled.spec.regex or compiled.spec.grammar or ""  # a grammar-only schema: its grammar
+        return self._strings.get_or_make(key, lambda: GrammarStrings(self._encode, self.vocab))
 
     def _encode(self, text: str) -> list[int]:
         """The tokenizer's canonical tokens of ``text`` (no special tokens): what zero-cost proposals spell."""
@@ -454,7 +456,7 @@ class Generator:
             options = dataclasses.replace(options or SchemaOptions(), draft=schema_draft)
         # an OutputSpec (grammar.output_spec's, e.g. checked before the models loaded) is used as it is
         spec = output_type if isinstance(output_type, OutputSpec) else output_spec(output_type, options)
-        key = f"{spec.kind}:{spec.regex}"
+        key = f"{spec.kind}:{spec.regex or spec.grammar or ''}"  # a grammar-only schema: its grammar
         hit = self._compiled.get(key)
         if hit is not None and hit.spec == spec:
             return hit
@@ -468,6 +470,9 @@ class Generator:
         engine off its disk cache (a cold build, as the benchmark times it)."""
         if spec.kind == "lark" or self.grammar_engine == "lazy":
             return lazy_grammar(spec, self.vocab, self._encode, self.compiler.max_regex_chars)
+        if not spec.regex and spec.grammar is not None:
+            raise CompileLimitError("this schema's regex passes max_regex_chars: only its Lark grammar holds it, which the "
+                                    "automaton engine cannot run; use the lazy engine (the default)")
         compiler = self.compiler
         if not disk_cache:
             compiler = AutomatonCompiler(self.vocab, disk_cache=False, compile_timeout=compiler.compile_timeout)

@@ -250,13 +250,15 @@ def _conflict(lang: _Lang, t1: tuple, t2: tuple, follow: tuple) -> bool:
     return False
 
 
-def greedy_safe(terminals: dict[str, tuple], colive: list[frozenset], follows: dict[str, frozenset]) -> bool:
+def greedy_safe(terminals: dict[str, tuple], colive: list[frozenset], follows: dict[str, frozenset],
+                budget: int = WORK_BUDGET) -> bool:
     """Whether greedy lexing loses no string of the grammar (conservative: False when unsure).
 
     ``terminals``: name -> normalised node; ``colive``: sets of terminal names that may start at
-    one point; ``follows``: name -> the terminal names that may come right after it.
+    one point; ``follows``: name -> the terminal names that may come right after it; ``budget``:
+    the most derivative steps (False once spent).
     """
-    lang = _Lang()
+    lang = _Lang(budget)
     try:
         if any(lang.nullable(n) for n in terminals.values()):
             return False
