@@ -98,27 +98,25 @@ def _over_cap(schema: Union[dict, bool], options: SchemaOptions, start: float, e
     """A schema whose regex passed ``max_regex_chars``: its grammar with every conjunction larger
     than :data:`~.options.HOIST_CHARS` a rule of its own (the whole language, sizes adding up
     instead of multiplying; None where it cannot be built exactly), and the regex of the compiler's
-    tighter retries (a sound part of the language, for the automaton engine) where one fits.
+    tighter retries (a sound part of the language, for the automaton engine) where one fits. The
+    retries run first, as before grammars; the grammar gets the time budget they leave.
 
     With a grammar and no regex, ``regex`` is ``""`` (no JSON text is empty) and ``narrowed`` says
     so; with neither, ``error`` is raised, as before grammars. ``first``: the compiler that failed
     (its schema document is used again)."""
-    lark, gcomp = (None, None)
-    if options.recursive_refs == "grammar":
-        lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS, doc=first.doc)
     result: Optional[SchemaRegex] = None
     recursive = False
-    if first.reducible:
-        try:
-            found = _retry_regex(schema, options, start, first.doc)
-        except CompileLimitError:
-            if lark is None:
-                raise
-            found = None
+    if first.reducible:  # the retries first, as before grammars (their time limit raises as before)
+        found = _retry_regex(schema, options, start, first.doc)
         if found is not None:
             result, recursive = found
+    if options.recursive_refs != "grammar":
+        if result is None:
+            raise error
+        return result
+    lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS, doc=first.doc)
     if result is not None:
-        if lark is None and (recursive or result.narrowed) and options.recursive_refs == "grammar":
+        if lark is None and (recursive or result.narrowed):
             lark, _ = _schema_grammar(schema, options, start, doc=first.doc)
         return dataclasses.replace(result, lark=lark) if lark is not None else result
     if lark is None or gcomp is None:
@@ -151,7 +149,7 @@ def _schema_grammar(schema: Union[dict, bool], options: SchemaOptions, start: fl
         root = comp.compile([(comp.doc.root_ctx(), True)])
         if root is None or not comp.rule_bodies:
             return None, None
-        lark = build_lark(root, comp.rule_bodies, comp.and_lexemes, scaled=hoist is not None)
+        lark = build_lark(root, comp.rule_bodies, comp.and_lexemes, scaled=hoist is not None, deadline=comp.deadline)
     except (CompileLimitError, UnsupportedKeywordError, EmptyLanguageError, RecursionError):
         return None, None
     return (lark, comp) if lark is not None else (None, None)

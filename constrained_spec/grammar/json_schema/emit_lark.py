@@ -476,7 +476,8 @@ def _render(e: tuple) -> str:
 
 
 def build_lark(root: str, rules: dict[int, Optional[str]],
-               and_lexemes: Optional[dict[int, tuple[str, str]]] = None, scaled: bool = False) -> Optional[str]:
+               and_lexemes: Optional[dict[int, tuple[str, str]]] = None, scaled: bool = False,
+               deadline: Optional[float] = None) -> Optional[str]:
     """The Lark grammar of ``root`` (a regex with placeholders) and the rule bodies ``rules``
     (rule number -> regex with placeholders); None where it cannot be built or llguidance's
     greedy lexer could lose strings of it. Terminals are as long as the regexes allow first; where
@@ -490,10 +491,11 @@ def build_lark(root: str, rules: dict[int, Optional[str]],
 
     ``scaled``: the greedy-lexing check's work budget grows with the pairs of lexemes it must compare
     (:data:`PAIR_STEPS` each, at most :data:`MAX_CHECK_STEPS`) instead of staying
-    :data:`~.lexeme_check.WORK_BUDGET`: for the grammars of large schemas (many rules, many lexemes)."""
+    :data:`~.lexeme_check.WORK_BUDGET`: for the grammars of large schemas (many rules, many lexemes).
+    ``deadline`` (``time.monotonic()``): past it the check answers False (None: no grammar)."""
     ands = and_lexemes or {}
-    return (_build_lark(root, rules, ands, fine=False, scaled=scaled)
-            or _build_lark(root, rules, ands, fine=True, scaled=scaled))
+    return (_build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline)
+            or _build_lark(root, rules, ands, fine=True, scaled=scaled, deadline=deadline))
 
 
 #: ``build_lark(scaled=True)``: derivative steps the greedy-lexing check may spend per pair of lexemes
@@ -504,7 +506,7 @@ MAX_CHECK_STEPS = 2_000_000
 
 
 def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tuple[str, str]],
-                fine: bool, scaled: bool = False) -> Optional[str]:
+                fine: bool, scaled: bool = False, deadline: Optional[float] = None) -> Optional[str]:
     b = _Builder(fine)
     and_text: dict[str, str] = {}  # name of a %json string -> its definition
     try:
@@ -554,7 +556,7 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
     if scaled:
         pairs = sum(len(group) ** 2 for group in flow.colive)
         budget = min(WORK_BUDGET + PAIR_STEPS * pairs, MAX_CHECK_STEPS)
-    if not greedy_safe(terminals, list(flow.colive), follows, budget):
+    if not greedy_safe(terminals, list(flow.colive), follows, budget, deadline):
         return None
     lines = ["start: " + _render(root_e)]
     lines += [f"{r}: {_render(kept[r])}" for r in sorted(kept, key=lambda s: int(s[1:]))]
