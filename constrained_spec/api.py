@@ -21,7 +21,7 @@ from constrained_spec.engine.draft_length import AdaptiveDraftLength
 from constrained_spec.engine.request import DecodeRequest, RequestBuilder
 from constrained_spec.engine.smc import SMCReport, check_smc_options
 from constrained_spec.engine.stats import DecodeHooks, DecodeStats
-from constrained_spec.errors import ConfigError, ContextLengthError, ModelLoadError, OutputValidationError, VocabularyMismatchError
+from constrained_spec.errors import CompileLimitError, ConfigError, ContextLengthError, ModelLoadError, OutputValidationError, VocabularyMismatchError
 from constrained_spec.grammar import CFG, OutputSpec, Regex, output_spec
 from constrained_spec.grammar.automaton import AutomatonCompiler, CompiledAutomaton
 from constrained_spec.grammar.lazy import MAX_SOURCE_CHARS, LazyGrammar, compile_grammar
@@ -399,7 +399,7 @@ class Generator:
             options = dataclasses.replace(options or SchemaOptions(), draft=schema_draft)
         # an OutputSpec (grammar.output_spec's, e.g. checked before the models loaded) is used as it is
         spec = output_type if isinstance(output_type, OutputSpec) else output_spec(output_type, options)
-        key = f"{spec.kind}:{spec.regex}"
+        key = f"{spec.kind}:{spec.regex or spec.grammar or ''}"  # a grammar-only schema: its grammar
         hit = self._compiled.get(key)
         if hit is not None and hit.spec == spec:
             return hit
@@ -413,6 +413,9 @@ class Generator:
         engine off its disk cache (a cold build, as the benchmark times it)."""
         if spec.kind == "lark" or self.grammar_engine == "lazy":
             return lazy_grammar(spec, self.vocab, self._encode, self.compiler.max_regex_chars)
+        if not spec.regex and spec.grammar is not None:
+            raise CompileLimitError("this schema's regex passes max_regex_chars: only its Lark grammar holds it, which the "
+                                    "automaton engine cannot run; use the lazy engine (the default)")
         compiler = self.compiler
         if not disk_cache:
             compiler = AutomatonCompiler(self.vocab, disk_cache=False, compile_timeout=compiler.compile_timeout)
@@ -505,7 +508,7 @@ class Generator:
                 raise ContextLengthError(len(ids), budget, limit)
         if on_tokens is not None:
             hooks = dataclasses.replace(hooks or DecodeHooks(), on_tokens=on_tokens)
-        request = DecodeRequest(ids, compiled.matcher, policy, config, budget, grammar_key=compiled.spec.regex, kind=compiled.spec.kind,
+        request = DecodeRequest(ids, compiled.matcher, policy, config, budget, grammar_key=compiled.spec.regex or compiled.spec.grammar or "", kind=compiled.spec.kind,
                                 output_bound=compiled.output_bound, hooks=hooks)
         if alignment == "smc":  # particles one after another on this Generator's own models (not batch rows)
             smc = self.builder.decode_smc(request, particles, ess_threshold)

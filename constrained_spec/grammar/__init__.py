@@ -53,9 +53,10 @@ class OutputSpec:
     ignored_formats: tuple[tuple[str, str], ...] = ()
     #: the SchemaOptions it was compiled with: the draft and ref_allow the value is validated by
     schema_options: Any = None
-    #: kinds json and pydantic, for a schema with recursive ``$ref``: a Lark grammar of its whole
-    #: language (nesting unbounded), which the lazy engine enforces instead of ``regex`` (``regex``
-    #: unrolls the recursion a bounded depth, for the automaton engine); the value is still
+    #: kinds json and pydantic, for a schema with recursive ``$ref``, one the regex narrows, or one
+    #: whose regex would pass ``max_regex_chars``: a Lark grammar of its whole language, which the
+    #: lazy engine enforces instead of ``regex`` (``regex`` unrolls recursion a bounded depth or
+    #: narrows, for the automaton engine; ``""`` where no regex fits the cap); the value is still
     #: parsed as JSON and validated against the schema
     grammar: str | None = None
 

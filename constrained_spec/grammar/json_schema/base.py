@@ -29,9 +29,11 @@ class CompilerBase:
     #: that compare against compiling every occurrence again
     memoize = True
 
-    def __init__(self, schema: Union[dict, bool], options: SchemaOptions) -> None:
+    def __init__(self, schema: Union[dict, bool], options: SchemaOptions, doc: Optional[SchemaDocument] = None) -> None:
         self.opts = options
-        self.doc = SchemaDocument(schema, options)
+        #: ``doc``: the document of an earlier compilation of the same schema under the same draft
+        #: and ``ref_allow`` (checked once: the metaschema check is the slow part of a large schema)
+        self.doc = doc if doc is not None else SchemaDocument(schema, options)
         self.draft = self.doc.draft
         self.ws = whitespace_regex(options)
         self.unenforced: list[str] = []
@@ -52,6 +54,11 @@ class CompilerBase:
         self.rule_of: dict = {}  # conjunction key -> rule number
         self.rule_bodies: dict[int, Optional[str]] = {}  # rule number -> its regex (None: empty)
         self.open_keys: set = set()  # conjunctions being compiled now
+        #: grammar mode: a conjunction whose regex passes this many characters becomes a rule of its
+        #: own too, so sizes add up instead of multiplying (None: only conjunctions met inside
+        #: themselves and large all-optional objects become rules)
+        self.hoist_chars: Optional[int] = None
+        self.recursion_cuts = 0  # how many times recursion past max_recursion_depth was cut off
         #: JSON pointers where the regex holds a sound part of the language only (a narrowing):
         #: strings whose pattern and length bounds one regex cannot hold, large all-optional objects
         self.length_narrowed: list[str] = []

@@ -41,8 +41,10 @@ from constrained_spec.grammar.json_schema.ir import Flat
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS, Keywords
 from constrained_spec.grammar.json_schema.options import (
     DECLARED_PROPERTIES_NOTE,
+    HOIST_CHARS,
     MAX_BRANCH_COMBINATIONS,
     MAX_REF_CHAIN,
+    NO_REGEX_NOTE,
     REF_CYCLE_DEPTH,
     SchemaOptions,
     SchemaRegex,
@@ -77,44 +79,87 @@ def schema_to_regex(
     if not isinstance(schema, (dict, bool)):
         raise SchemaError(f"a schema must be an object or a boolean, not {type(schema).__name__}")
     start = time.monotonic()
-    result, recursive = _schema_regex(schema, options, start)
+    comp = Compiler(schema, options)
+    try:
+        result, recursive = comp.run(), comp.recursive
+    except CompileLimitError as e:
+        if getattr(e, "kind", "") != "size":
+            raise
+        return _over_cap(schema, options, start, e, comp)
     if (recursive or result.narrowed) and options.recursive_refs == "grammar":
-        lark = _schema_grammar(schema, options, start)
+        lark, _ = _schema_grammar(schema, options, start)
         if lark is not None:
             result = dataclasses.replace(result, lark=lark)
     return result
 
 
-def _schema_grammar(schema: Union[dict, bool], options: SchemaOptions, start: float) -> Optional[str]:
-    """The Lark grammar of a recursive schema (rules for the conjunctions met inside themselves),
-    or None where it cannot be built exactly (:func:`~.emit_lark.build_lark`) or in time."""
+def _over_cap(schema: Union[dict, bool], options: SchemaOptions, start: float, error: CompileLimitError,
+              first: "Compiler") -> SchemaRegex:
+    """A schema whose regex passed ``max_regex_chars``: its grammar with every conjunction larger
+    than :data:`~.options.HOIST_CHARS` a rule of its own (the whole language, sizes adding up
+    instead of multiplying; None where it cannot be built exactly), and the regex of the compiler's
+    tighter retries (a sound part of the language, for the automaton engine) where one fits. The
+    retries run first, as before grammars; the grammar gets the time budget they leave.
+
+    With a grammar and no regex, ``regex`` is ``""`` (no JSON text is empty) and ``narrowed`` says
+    so; with neither, ``error`` is raised, as before grammars. ``first``: the compiler that failed
+    (its schema document is used again)."""
+    result: Optional[SchemaRegex] = None
+    recursive = False
+    if first.reducible:  # the retries first, as before grammars (their time limit raises as before)
+        found = _retry_regex(schema, options, start, first.doc)
+        if found is not None:
+            result, recursive = found
+    if options.recursive_refs != "grammar":
+        if result is None:
+            raise error
+        return result
+    lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS, doc=first.doc)
+    if result is not None:
+        if lark is None and (recursive or result.narrowed):
+            lark, _ = _schema_grammar(schema, options, start, doc=first.doc)
+        return dataclasses.replace(result, lark=lark) if lark is not None else result
+    if lark is None or gcomp is None:
+        raise error
+    return SchemaRegex(
+        "",
+        tuple(gcomp.unenforced),
+        gcomp.max_seen_depth,
+        tuple(sorted(gcomp.ignored_formats.items())),
+        lark=lark,
+        narrowed=(NO_REGEX_NOTE,),
+    )
+
+
+def _schema_grammar(schema: Union[dict, bool], options: SchemaOptions, start: float,
+                    hoist: Optional[int] = None, doc: Any = None) -> tuple[Optional[str], Optional["Compiler"]]:
+    """The Lark grammar of a recursive or narrowed schema (rules for the conjunctions met inside
+    themselves, large all-optional objects and, with ``hoist``, every conjunction whose regex passes
+    that many characters) and the compiler that wrote it; (None, None) where it cannot be built
+    exactly (:func:`~.emit_lark.build_lark`) or in time."""
     budget = options.time_budget_s
     if budget is not None:
         budget -= time.monotonic() - start
         if budget <= 0:
-            return None
-    comp = Compiler(schema, dataclasses.replace(options, time_budget_s=budget))
+            return None, None
+    comp = Compiler(schema, dataclasses.replace(options, time_budget_s=budget), doc)
     comp.grammar_mode = True
+    comp.hoist_chars = hoist
     try:
         root = comp.compile([(comp.doc.root_ctx(), True)])
+        if root is None or not comp.rule_bodies:
+            return None, None
+        lark = build_lark(root, comp.rule_bodies, comp.and_lexemes, scaled=hoist is not None, deadline=comp.deadline)
     except (CompileLimitError, UnsupportedKeywordError, EmptyLanguageError, RecursionError):
-        return None
-    if root is None or not comp.rule_bodies:
-        return None
-    return build_lark(root, comp.rule_bodies, comp.and_lexemes)
+        return None, None
+    return (lark, comp) if lark is not None else (None, None)
 
 
-def _schema_regex(schema: Union[dict, bool], options: SchemaOptions, start: float) -> tuple[SchemaRegex, bool]:
-    """The regex (recursion unrolled) and whether a $ref target was met inside itself."""
-    comp = Compiler(schema, options)
-    try:
-        return comp.run(), comp.recursive
-    except CompileLimitError as e:
-        if getattr(e, "kind", "") != "size" or not comp.reducible:
-            raise
-        first_error = e
-    # Too large: retry with tighter (still sound) restrictions -- shallower free-form
-    # values and shallower recursion.
+def _retry_regex(schema: Union[dict, bool], options: SchemaOptions, start: float,
+                 doc: Any = None) -> Optional[tuple[SchemaRegex, bool]]:
+    """The regex under tighter (still sound) restrictions -- shallower free-form values, shallower
+    recursion, all-optional objects that start with their first property -- and whether a $ref
+    target was met inside itself; None where none fits in ``max_regex_chars`` (or in time)."""
     tried = {(options.any_value_depth, options.max_recursion_depth, options.linear_objects)}
     ad, rd = options.any_value_depth, options.max_recursion_depth
     plan = [(min(ad, 1), rd, options.linear_objects), (min(ad, 1), rd, True)]
@@ -134,13 +179,13 @@ def _schema_regex(schema: Union[dict, bool], options: SchemaOptions, start: floa
         opts2 = dataclasses.replace(
             options, any_value_depth=ad, max_recursion_depth=rd, linear_objects=lin, time_budget_s=budget
         )
-        comp = Compiler(schema, opts2)
+        comp = Compiler(schema, opts2, doc)
         try:
             return comp.run(), comp.recursive
         except CompileLimitError as e:
             if getattr(e, "kind", "") != "size":
                 raise
-    raise first_error
+    return None
 
 
 def value_regex(value: Any, options: Optional[SchemaOptions] = None) -> str:
@@ -299,13 +344,19 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
                 n = self.rule_of[key] = len(self.rule_of)
             return placeholder(n)
         self.open_keys.add(key)
+        cuts = self.recursion_cuts
         try:
             r = self.compile_items(items)
         finally:
             self.open_keys.discard(key)
         n = self.rule_of.get(key)
         if n is None:
-            return r
+            # hoisting: a large conjunction becomes a rule that every later occurrence names (its
+            # language is the same wherever it occurs: placeholders stand for whole rules) -- unless
+            # recursion was cut off inside it, which may depend on where it was met
+            if self.hoist_chars is None or r is None or len(r) <= self.hoist_chars or self.recursion_cuts != cuts:
+                return r
+            n = self.rule_of[key] = len(self.rule_of)
         self.rule_bodies[n] = r
         return placeholder(n)
 
@@ -384,6 +435,7 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             if over:
                 self.max_seen_depth = max(self.max_seen_depth, self.opts.max_recursion_depth)
                 self.reducible = True
+                self.recursion_cuts += 1
                 return []
             parts = self.compile_leaf(flat)
             self.check_size("".join(parts))

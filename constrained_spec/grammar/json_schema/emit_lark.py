@@ -24,7 +24,7 @@ import itertools
 from typing import Any, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
-from constrained_spec.grammar.json_schema.lexeme_check import greedy_safe, nullable, nullable_by, to_node
+from constrained_spec.grammar.json_schema.lexeme_check import WORK_BUDGET, greedy_safe, nullable, nullable_by, to_node
 from constrained_spec.grammar.json_schema.regex_text import quantifier
 
 __all__ = ["placeholder", "build_lark"]
@@ -476,7 +476,8 @@ def _render(e: tuple) -> str:
 
 
 def build_lark(root: str, rules: dict[int, Optional[str]],
-               and_lexemes: Optional[dict[int, tuple[str, str]]] = None) -> Optional[str]:
+               and_lexemes: Optional[dict[int, tuple[str, str]]] = None, scaled: bool = False,
+               deadline: Optional[float] = None) -> Optional[str]:
     """The Lark grammar of ``root`` (a regex with placeholders) and the rule bodies ``rules``
     (rule number -> regex with placeholders); None where it cannot be built or llguidance's
     greedy lexer could lose strings of it. Terminals are as long as the regexes allow first; where
@@ -486,13 +487,26 @@ def build_lark(root: str, rules: dict[int, Optional[str]],
     A rule in ``and_lexemes`` (number -> (regex, JSON Schema of one string), placeholder-free) is
     ``%json <schema>`` (llguidance compiles that string schema itself: a pattern and length bounds
     intersected exactly, which one regex cannot spell) instead of its body; the greedy-lexing check
-    reads it as ``regex``, a superset of it with the same quotes."""
+    reads it as ``regex``, a superset of it with the same quotes.
+
+    ``scaled``: the greedy-lexing check's work budget grows with the pairs of lexemes it must compare
+    (:data:`PAIR_STEPS` each, at most :data:`MAX_CHECK_STEPS`) instead of staying
+    :data:`~.lexeme_check.WORK_BUDGET`: for the grammars of large schemas (many rules, many lexemes).
+    ``deadline`` (``time.monotonic()``): past it the check answers False (None: no grammar)."""
     ands = and_lexemes or {}
-    return _build_lark(root, rules, ands, fine=False) or _build_lark(root, rules, ands, fine=True)
+    return (_build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline)
+            or _build_lark(root, rules, ands, fine=True, scaled=scaled, deadline=deadline))
+
+
+#: ``build_lark(scaled=True)``: derivative steps the greedy-lexing check may spend per pair of lexemes
+#: that may start at one point (a large schema's grammar needs about 2), on top of ``WORK_BUDGET``
+PAIR_STEPS = 4
+#: ``build_lark(scaled=True)``: the most derivative steps the greedy-lexing check may spend
+MAX_CHECK_STEPS = 2_000_000
 
 
 def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tuple[str, str]],
-                fine: bool) -> Optional[str]:
+                fine: bool, scaled: bool = False, deadline: Optional[float] = None) -> Optional[str]:
     b = _Builder(fine)
     and_text: dict[str, str] = {}  # name of a %json string -> its definition
     try:
@@ -538,7 +552,11 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
     used = set(flow.follows)
     terminals = {name: node for name, node in b.nodes.items() if name in used}
     follows = {name: frozenset(f) for name, f in flow.follows.items()}
-    if not greedy_safe(terminals, list(flow.colive), follows):
+    budget = WORK_BUDGET
+    if scaled:
+        pairs = sum(len(group) ** 2 for group in flow.colive)
+        budget = min(WORK_BUDGET + PAIR_STEPS * pairs, MAX_CHECK_STEPS)
+    if not greedy_safe(terminals, list(flow.colive), follows, budget, deadline):
         return None
     lines = ["start: " + _render(root_e)]
     lines += [f"{r}: {_render(kept[r])}" for r in sorted(kept, key=lambda s: int(s[1:]))]

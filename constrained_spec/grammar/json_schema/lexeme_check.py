@@ -17,6 +17,7 @@ explored with Brzozowski derivatives over normalised, hashable nodes.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
@@ -125,8 +126,9 @@ def nullable(n: tuple) -> bool:
 class _Lang:
     """Derivatives, nullability and front character sets, memoised, under a work budget."""
 
-    def __init__(self, budget: int = WORK_BUDGET) -> None:
+    def __init__(self, budget: int = WORK_BUDGET, deadline: Optional[float] = None) -> None:
         self.budget = budget
+        self.deadline = deadline  # time.monotonic() past which the work stops (checked every 1024 steps)
         self._null: dict = {}
         self._deriv: dict = {}
         self._front: dict = {}
@@ -135,6 +137,8 @@ class _Lang:
         """Count one step against the budget (:class:`_OverBudget` once it is spent)."""
         self.budget -= 1
         if self.budget < 0:
+            raise _OverBudget
+        if self.deadline is not None and self.budget % 1024 == 0 and time.monotonic() > self.deadline:
             raise _OverBudget
 
     def nullable(self, n: tuple) -> bool:
@@ -250,13 +254,16 @@ def _conflict(lang: _Lang, t1: tuple, t2: tuple, follow: tuple) -> bool:
     return False
 
 
-def greedy_safe(terminals: dict[str, tuple], colive: list[frozenset], follows: dict[str, frozenset]) -> bool:
+def greedy_safe(terminals: dict[str, tuple], colive: list[frozenset], follows: dict[str, frozenset],
+                budget: int = WORK_BUDGET, deadline: Optional[float] = None) -> bool:
     """Whether greedy lexing loses no string of the grammar (conservative: False when unsure).
 
     ``terminals``: name -> normalised node; ``colive``: sets of terminal names that may start at
-    one point; ``follows``: name -> the terminal names that may come right after it.
+    one point; ``follows``: name -> the terminal names that may come right after it; ``budget``:
+    the most derivative steps (False once spent); ``deadline``: a ``time.monotonic()`` past which it
+    answers False.
     """
-    lang = _Lang()
+    lang = _Lang(budget, deadline)
     try:
         if any(lang.nullable(n) for n in terminals.values()):
             return False

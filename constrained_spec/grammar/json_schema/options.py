@@ -16,6 +16,8 @@ __all__ = [
     "DECLARED_PROPERTIES_NOTE",
     "whitespace_regex",
     "LOCAL_OBJECT_CAP",
+    "HOIST_CHARS",
+    "NO_REGEX_NOTE",
     "UNROLL_BUDGET",
     "MAX_BRANCH_COMBINATIONS",
     "MAX_REF_CHAIN",
@@ -35,6 +37,12 @@ DECLARED_PROPERTIES_NOTE = (
 #: its regex stays linear (80_000 passes 8 more JSONSchemaBench schemas but triples their DFA
 #: build time)
 LOCAL_OBJECT_CAP = 40_000
+#: a schema whose regex passes ``max_regex_chars``: its grammar makes every conjunction whose regex
+#: passes this many characters a rule of its own (named wherever it occurs), so the grammar's size
+#: grows with the schema, not with the product of its optional parts
+HOIST_CHARS = 1_000
+#: ``SchemaRegex.narrowed`` of a schema compiled to a grammar only (``regex`` is then ``""``)
+NO_REGEX_NOTE = "# (no regex within max_regex_chars: only the Lark grammar holds the language)"
 #: cap on (bounded count x expanded element size) of an array repetition: the DFA builder
 #: unrolls bounded repetitions, so a heavier one gets a lower maxItems (a sound restriction)
 UNROLL_BUDGET = 60_000
