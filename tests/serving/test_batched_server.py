@@ -195,8 +195,11 @@ def test_a_cancelled_stream_frees_its_row(batched):
                     break  # the first letters arrived: hang up
         wait_for(lambda: batched.batch.active_rows == 0)
         wait_for(lambda: app.state.queue.pending == 0)
+        cancelled = ("constrained_spec_generations_total", (("outcome", "cancelled"),))
+        # the outcome is counted when the generation's task ends on the loop, a moment after its row is freed
+        wait_for(lambda: metric_samples(http.get("/metrics").text).get(cancelled) == 1)
         metrics = metric_samples(http.get("/metrics").text)
-        assert metrics[("constrained_spec_generations_total", (("outcome", "cancelled"),))] == 1
+        assert metrics[cancelled] == 1
         assert ("constrained_spec_generations_total", (("outcome", "stop"),)) not in metrics
         r = http.post("/v1/chat/completions", json={**body, "stream": False})  # the freed slot serves the same request in full
         assert r.status_code == 200, r.text
