@@ -74,7 +74,7 @@ def serve_child(args: argparse.Namespace) -> None:
 
     import uvicorn
 
-    from constrained_spec.serving import create_app
+    from constrained_spec.serving import ServerConfig, create_app
 
     if args.model:
         from constrained_spec import Generator
@@ -109,7 +109,7 @@ def serve_child(args: argparse.Namespace) -> None:
 
         signal.signal(signal.SIGUSR1, dump)
     options: dict[str, Any] = {} if args.trim_interval is None else {"trim_interval": args.trim_interval or None}
-    app = create_app(generator, model_name="soak", max_queue=args.max_queue, request_timeout=60.0, **options)
+    app = create_app(generator, ServerConfig(model_name="soak", max_queue=args.max_queue, request_timeout=60.0, **options))
     logging.getLogger("constrained_spec").setLevel(logging.CRITICAL)  # 500s are counted by the client, not logged here
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="critical")
 

@@ -147,8 +147,8 @@ def test_openai_client_against_a_served_tiny_model() -> None:
 
     port = _free_port()
     launcher = ("import argparse, sys; sys.path.insert(0, 'examples'); import uvicorn; from _models import make_generator; "
-                "from constrained_spec.serving.app import create_app; "
-                "app = create_app(make_generator(argparse.Namespace(tiny=True)), api_key='example-key'); "
+                "from constrained_spec.serving.app import ServerConfig, create_app; "
+                "app = create_app(make_generator(argparse.Namespace(tiny=True)), ServerConfig(api_key='example-key')); "
                 f"uvicorn.run(app, host='127.0.0.1', port={port}, log_level='warning')")
     server = subprocess.Popen([sys.executable, "-c", launcher], cwd=ROOT, env=example_env(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

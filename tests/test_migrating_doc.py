@@ -60,9 +60,9 @@ def test_vllm_json_parameters_are_refused_by_name(tiny_generator):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from constrained_spec.serving.app import create_app
+    from constrained_spec.serving.app import ServerConfig, create_app
 
-    with TestClient(create_app(tiny_generator(draft=False), model_name="tiny")) as client:
+    with TestClient(create_app(tiny_generator(draft=False), ServerConfig(model_name="tiny"))) as client:
         for field, value, hint in (("guided_json", SCHEMA, "response_format"), ("guided_choice", ["a", "b"], "grammar")):
             r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}], field: value})
             assert r.status_code == 400 and field in r.json()["error"]["message"] and hint in r.json()["error"]["message"], r.text

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from typing import Sequence
 
 from constrained_spec.cli.args import add_model_arguments, model_config
 from constrained_spec.config import DRAFT_PLANS, NUM_DRAFT_TOKENS, SCHEMA_HINT_STYLES, DecodeConfig
 from constrained_spec.serving.compiles import DEFAULT_COMPILE_BUDGET, DEFAULT_MAX_COMPILE_QUEUE, DEFAULT_MAX_COMPILES_PER_CLIENT
+from constrained_spec.serving.config import ServerConfig
 from constrained_spec.serving.limits import (
     API_KEY_ENV,
     DEFAULT_BODY_TIMEOUT,
@@ -80,25 +82,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def admission_options(args: argparse.Namespace) -> dict:
-    """The compile-admission and body-read options of ``create_app`` (0 seconds: no limit)."""
-    return dict(compile_threads=args.compile_threads, max_compile_queue=args.max_compile_queue,
-                max_compiles_per_client=args.max_compiles_per_client,
-                compile_budget=args.compile_budget or None, max_schema_properties=args.max_schema_properties,
-                body_timeout=args.body_timeout or None, max_body_readers=args.max_body_readers)
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    """The :class:`ServerConfig` of the parsed arguments: the key from ``--api-key`` or
+    ``$CONSTRAINED_SPEC_API_KEY``; 0 seconds: no limit."""
+    from constrained_spec.serving.app import public_model_id
+
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    return ServerConfig(model_name=args.model_name or public_model_id(args.model), max_queue=args.max_queue, request_timeout=args.timeout,
+                        max_tokens_limit=args.max_tokens_limit, api_key=api_key, max_body_bytes=args.max_body_bytes,
+                        max_schema_chars=args.max_schema_chars, max_grammar_chars=args.max_grammar_chars,
+                        compile_threads=args.compile_threads, max_compile_queue=args.max_compile_queue,
+                        max_compiles_per_client=args.max_compiles_per_client, compile_budget=args.compile_budget or None,
+                        max_schema_properties=args.max_schema_properties, body_timeout=args.body_timeout or None,
+                        max_body_readers=args.max_body_readers)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Load the models, then run uvicorn until interrupted."""
     args = build_parser().parse_args(argv)  # before the heavy imports: --help and bad arguments stay fast
-    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    from constrained_spec.serving.app import public_model_id
+    config = server_config(args)
     if args.ray:  # the replicas load the models; this process only deploys them
         from constrained_spec.cli.ray_serve import run_ray
 
-        return run_ray(args, dict(model_name=args.model_name or public_model_id(args.model), max_queue=args.max_queue, request_timeout=args.timeout,
-                                  max_tokens_limit=args.max_tokens_limit, api_key=api_key, max_body_bytes=args.max_body_bytes,
-                                  max_schema_chars=args.max_schema_chars, max_grammar_chars=args.max_grammar_chars, **admission_options(args)))
+        return run_ray(args, dataclasses.asdict(config))
     import uvicorn
 
     from constrained_spec.api import Generator
@@ -108,10 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       max_new_tokens=args.max_new_tokens, compile_timeout=args.compile_timeout,
                                       max_batch_size=args.max_batch_size, batch_max_tokens=args.batch_max_tokens,
                                       prefix_cache_mb=args.prefix_cache_mb, schema_hint_style=args.schema_hint)
-    app = create_app(generator, model_name=args.model_name or public_model_id(args.model), max_queue=args.max_queue,
-                     request_timeout=args.timeout, max_tokens_limit=args.max_tokens_limit, api_key=api_key,
-                     max_body_bytes=args.max_body_bytes, max_schema_chars=args.max_schema_chars,
-                     max_grammar_chars=args.max_grammar_chars, **admission_options(args))
+    app = create_app(generator, config)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 

@@ -1,6 +1,7 @@
 """An OpenAI-compatible HTTP server over one :class:`~constrained_spec.api.Generator`.
 
-``create_app(generator)`` returns a FastAPI app with
+``create_app(generator, ServerConfig(...))`` returns a FastAPI app (:class:`~.config.ServerConfig`:
+its id, limits and timeouts; the defaults are ``constrained-spec serve``'s) with
 
 * ``POST /v1/chat/completions`` - OpenAI chat completions. Every reply is produced under an
   exact constraint and validated before it is returned:
@@ -54,16 +55,18 @@ its row, an abandoned compile is stopped. Freed memory goes back to the system w
 
 Modules: :mod:`.protocol` (request model, request checks, response shapes), :mod:`.completion`
 (what a request generates, the reply message), :mod:`.errors`, :mod:`.refusals`, :mod:`.limits`,
-:mod:`.scheduler`, :mod:`.compiles`, :mod:`.memory`, :mod:`.streaming`, :mod:`.metrics` and :mod:`.app` (``create_app``).
+:mod:`.scheduler`, :mod:`.compiles`, :mod:`.memory`, :mod:`.streaming`, :mod:`.metrics`, :mod:`.config` (``ServerConfig``)
+and :mod:`.app` (``create_app``).
 """
 
 from __future__ import annotations
 
 from constrained_spec.serving.app import create_app
+from constrained_spec.serving.config import ServerConfig
 from constrained_spec.serving.errors import APIError, api_error
 from constrained_spec.serving.limits import API_KEY_ENV, MAX_BODY_BYTES, MAX_GRAMMAR_CHARS, MAX_SCHEMA_CHARS
 from constrained_spec.serving.protocol import ChatCompletionRequest
 from constrained_spec.serving.scheduler import Cancelled, GenerationQueue, QueueFull, QueueTimeout
 
 __all__ = ["API_KEY_ENV", "MAX_BODY_BYTES", "MAX_GRAMMAR_CHARS", "MAX_SCHEMA_CHARS", "APIError", "Cancelled", "ChatCompletionRequest",
-           "GenerationQueue", "QueueFull", "QueueTimeout", "api_error", "create_app"]
+           "GenerationQueue", "QueueFull", "QueueTimeout", "ServerConfig", "api_error", "create_app"]

@@ -1,14 +1,18 @@
-"""``create_app(generator)``: the FastAPI app, wiring the protocol, the admission limits, the
-scheduler, streaming and the error answers together (see :mod:`constrained_spec.serving`)."""
+"""``create_app(generator, ServerConfig(...))``: the FastAPI app, wiring the protocol, the
+admission limits, the scheduler, streaming and the error answers together (see
+:mod:`constrained_spec.serving`). Its routes are registered by concern (``add_*`` below); one
+chat request is checked, planned, compiled, then streamed or generated (:func:`chat_completion`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import threading
 import time
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from typing import Any, AsyncIterator, Callable
 
 try:  # the endpoints' annotations are strings (postponed): their Request must be a module name
     from starlette.requests import Request
@@ -16,31 +20,19 @@ except ImportError:  # pragma: no cover - without the serve extra, create_app sa
     Request = Any  # type: ignore[misc,assignment]
 
 from constrained_spec.errors import TokenBudgetExceeded
-from constrained_spec.serving.compiles import (
-    DEFAULT_COMPILE_BUDGET,
-    DEFAULT_MAX_COMPILE_QUEUE,
-    DEFAULT_MAX_COMPILES_PER_CLIENT,
-    CompileAdmission,
-)
+from constrained_spec.serving.compiles import CompileAdmission
 from constrained_spec.serving.completion import Plan, make_plan, partial_message, reply_message, stats_extra
+from constrained_spec.serving.config import ServerConfig
 from constrained_spec.serving.errors import APIError, api_error, error_response, http_error, validation_error
 from constrained_spec.serving.grammars import grammar_texts, tools_for_schema_limit
 from constrained_spec.serving.limits import (
-    DEFAULT_BODY_TIMEOUT,
-    DEFAULT_MAX_BODY_READERS,
-    DEFAULT_MAX_QUEUE,
-    DEFAULT_REQUEST_TIMEOUT,
-    MAX_BODY_BYTES,
-    MAX_GRAMMAR_CHARS,
-    MAX_SCHEMA_CHARS,
-    MAX_SCHEMA_PROPERTIES,
     Guard,
     check_grammar_size,
     check_max_tokens,
     check_schema_properties,
     check_schema_size,
 )
-from constrained_spec.serving.memory import DEFAULT_TRIM_INTERVAL, IdleTrimmer
+from constrained_spec.serving.memory import IdleTrimmer
 from constrained_spec.serving.metrics import install_metrics
 from constrained_spec.serving.protocol import (
     ChatCompletionRequest,
@@ -55,7 +47,7 @@ from constrained_spec.serving.protocol import (
 from constrained_spec.serving.scheduler import Scheduler, watch_disconnect
 from constrained_spec.serving.streaming import stream_completion
 
-__all__ = ["create_app", "public_model_id", "served_model_name"]
+__all__ = ["ServerConfig", "create_app", "public_model_id", "served_model_name"]
 
 
 def public_model_id(name: str) -> str:
@@ -102,78 +94,93 @@ def sampling_options(req: ChatCompletionRequest, plan: Plan, max_tokens: int | N
     return options
 
 
-def create_app(
-    generator: Any,
-    *,
-    model_name: str | None = None,
-    max_queue: int = DEFAULT_MAX_QUEUE,
-    request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
-    max_tokens_limit: int | None = None,
-    api_key: str | None = None,
-    max_body_bytes: int | None = MAX_BODY_BYTES,
-    max_schema_chars: int | None = MAX_SCHEMA_CHARS,
-    compile_threads: int = 2,
-    max_grammar_chars: int | None = MAX_GRAMMAR_CHARS,
-    max_compile_queue: int = DEFAULT_MAX_COMPILE_QUEUE,
-    max_compiles_per_client: int | None = DEFAULT_MAX_COMPILES_PER_CLIENT,
-    compile_budget: float | None = DEFAULT_COMPILE_BUDGET,
-    max_schema_properties: int | None = MAX_SCHEMA_PROPERTIES,
-    body_timeout: float | None = DEFAULT_BODY_TIMEOUT,
-    max_body_readers: int | None = DEFAULT_MAX_BODY_READERS,
-    trim_interval: float | None = DEFAULT_TRIM_INTERVAL,
-) -> Any:
-    """The FastAPI app serving ``generator`` (see :mod:`constrained_spec.serving`).
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """What the routes share: the generator and its id, the config, the scheduler (and its queue),
+    the compile admission and the idle trimmer (None: never trims)."""
 
-    ``max_queue``: requests allowed to wait beyond the running ones (more get 429); as many run at
-    once as ``generator.batch`` has slots (continuous batching), else one.
-    ``request_timeout``: seconds a request may take, compiling and waiting included (504 after).
-    ``max_tokens_limit``: the largest ``max_tokens`` accepted (default: no limit).
-    ``api_key``: the bearer token every route but ``/health`` needs, ``/metrics`` included (None: no key).
-    ``max_body_bytes`` / ``max_schema_chars`` / ``max_grammar_chars``: the request body, schema
-    and grammar caps (None: none).
-    ``compile_threads``: threads that compile constraints, off the generation worker;
-    ``max_compile_queue``: compiles that may wait beyond those (429 beyond);
-    ``max_compiles_per_client``: compiles one client (by address) may have under way at once
-    (joining another's counts not; 429 beyond; None: no limit); ``compile_budget``:
-    seconds one compile may run before it is stopped (400 ``compile_limit``; None: no budget);
-    ``max_schema_properties``: properties the request's schemas may declare in all, 400
-    ``compile_limit`` beyond, before any compile (None: no limit) (:mod:`.compiles`).
-    ``body_timeout``: seconds the whole body may take to arrive (408 after; None: no limit);
-    ``max_body_readers``: requests reading their bodies at once (429 beyond; None: no limit).
-    ``trim_interval``: seconds idle after some work before freed memory is given back to the
-    system (:mod:`.memory`; None: never).
-    """
-    from fastapi import FastAPI
-    from fastapi.exceptions import RequestValidationError
-    from starlette.exceptions import HTTPException as StarletteHTTPException
+    generator: Any
+    config: ServerConfig
+    name: str
+    scheduler: Scheduler
+    compiles: CompileAdmission
+    trimmer: IdleTrimmer | None
 
-    name = model_name or served_model_name(generator)
-    compiles = CompileAdmission(threads=max(compile_threads, 1), max_waiting=max_compile_queue, budget=compile_budget,
-                                per_client=max_compiles_per_client)
-    scheduler = Scheduler(generator, max_queue=max_queue, request_timeout=request_timeout, compiles=compiles)
+    def request_error(self, exc: BaseException, plan: Plan) -> APIError:
+        """``exc`` as the API error of a request for ``plan``."""
+        return api_error(exc, plan.param, request_timeout=self.config.request_timeout)
+
+    def model_card(self) -> dict:
+        """The served model as ``/v1/models`` lists it."""
+        return {"id": self.name, "object": "model", "created": 0, "owned_by": "constrained-spec"}
+
+    def unknown_model(self, model: str) -> APIError:
+        """The 404 for a request naming another model."""
+        return APIError(404, f"the model {model!r} does not exist; this server serves {self.name!r}", param="model", code="model_not_found")
+
+
+def serving_state(generator: Any, config: ServerConfig) -> Served:
+    """The scheduler, compile admission and idle trimmer that serve ``generator`` under ``config``."""
+    name = config.model_name or served_model_name(generator)
+    compiles = CompileAdmission(threads=max(config.compile_threads, 1), max_waiting=config.max_compile_queue, budget=config.compile_budget,
+                                per_client=config.max_compiles_per_client)
+    scheduler = Scheduler(generator, max_queue=config.max_queue, request_timeout=config.request_timeout, compiles=compiles)
     queue = scheduler.queue
+    trimmer = None if config.trim_interval is None else IdleTrimmer(
+        lambda: queue.pending > 0 or compiles.running > 0 or compiles.waiting > 0, config.trim_interval)
+    return Served(generator, config, name, scheduler, compiles, trimmer)
 
-    trimmer = None if trim_interval is None else IdleTrimmer(
-        lambda: queue.pending > 0 or compiles.running > 0 or compiles.waiting > 0, trim_interval)
+
+def lifespan(served: Served) -> Callable[[Any], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the idle trimmer runs while the app does; at shutdown the scheduler stops."""
 
     @contextlib.asynccontextmanager
-    async def lifespan(_: Any):
-        if trimmer is not None:
-            trimmer.start()
+    async def run(_: Any) -> AsyncIterator[None]:
+        if served.trimmer is not None:
+            served.trimmer.start()
         yield
-        if trimmer is not None:
-            await trimmer.stop()
-        scheduler.shutdown()
+        if served.trimmer is not None:
+            await served.trimmer.stop()
+        served.scheduler.shutdown()
 
+    return run
+
+
+def create_app(generator: Any, config: ServerConfig | None = None) -> Any:
+    """The FastAPI app serving ``generator`` (see :mod:`constrained_spec.serving`) as ``config``
+    says (None: :class:`ServerConfig`'s defaults, those of ``constrained-spec serve``)."""
+    from fastapi import FastAPI
+
+    served = serving_state(generator, config or ServerConfig())
     app = FastAPI(title="constrained-spec", description="Exact grammar-constrained speculative decoding, OpenAI-compatible.",
-                  lifespan=lifespan)
+                  lifespan=lifespan(served))
     app.state.generator = generator
-    app.state.queue = queue
-    app.state.compiles = compiles
-    app.state.trimmer = trimmer
-    app.state.model_name = name
-    app.add_middleware(Guard, api_key=api_key, max_body_bytes=max_body_bytes, body_timeout=body_timeout, max_body_readers=max_body_readers)
-    install_metrics(app, scheduler)  # GET /metrics; outermost middleware: counts 401/413 too
+    app.state.queue = served.scheduler.queue
+    app.state.compiles = served.compiles
+    app.state.trimmer = served.trimmer
+    app.state.model_name = served.name
+    add_middleware(app, served)
+    add_error_handlers(app)
+    add_model_routes(app, served)
+    add_refused_routes(app)
+    add_chat_routes(app, served)
+    return app
+
+
+def add_middleware(app: Any, served: Served) -> None:
+    """The API key and body limits (:class:`Guard`), then the metrics (``GET /metrics``; the
+    outermost middleware: it counts 401/413 too)."""
+    config = served.config
+    app.add_middleware(Guard, api_key=config.api_key, max_body_bytes=config.max_body_bytes, body_timeout=config.body_timeout,
+                       max_body_readers=config.max_body_readers)
+    install_metrics(app, served.scheduler)
+
+
+def add_error_handlers(app: Any) -> None:
+    """Every error answers OpenAI's error body: API errors, request validation, HTTP errors
+    (unknown routes, methods) and anything else (a 500 naming no internals)."""
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> Any:
@@ -191,89 +198,113 @@ def create_app(
     async def _internal_error(_: Request, exc: Exception) -> Any:
         return error_response(api_error(exc))  # logged there; no internals in the body
 
-    def request_error(exc: BaseException, plan: Plan) -> APIError:
-        return api_error(exc, plan.param, request_timeout=request_timeout)
 
-    def model_card() -> dict:
-        return {"id": name, "object": "model", "created": 0, "owned_by": "constrained-spec"}
-
-    def unknown_model(model: str) -> APIError:
-        return APIError(404, f"the model {model!r} does not exist; this server serves {name!r}", param="model", code="model_not_found")
+def add_model_routes(app: Any, served: Served) -> None:
+    """``GET /health``, ``GET /v1/models`` and ``GET /v1/models/{id}``."""
+    queue = served.scheduler.queue
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok", "model": name, "queue": {"pending": queue.pending, "running": queue.running, "waiting": queue.waiting,
-                                                                   "max_queue": queue.max_queue}}
+        return {"status": "ok", "model": served.name, "queue": {"pending": queue.pending, "running": queue.running, "waiting": queue.waiting,
+                                                                          "max_queue": queue.max_queue}}
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [model_card()]}
+        return {"object": "list", "data": [served.model_card()]}
 
     @app.get("/v1/models/{model_id:path}")
     async def model(model_id: str) -> dict:
-        if model_id != name:
-            raise unknown_model(model_id)
-        return model_card()
+        if model_id != served.name:
+            raise served.unknown_model(model_id)
+        return served.model_card()
+
+
+def add_refused_routes(app: Any) -> None:
+    """Endpoints refused by name: ``POST /v1/responses`` (no client this server is tested with needs it)."""
 
     @app.post("/v1/responses")
-    async def responses() -> Any:  # refused by name: no client this server is tested with needs it
+    async def responses() -> Any:
         raise APIError(404, "the OpenAI Responses API (/v1/responses) is not served here: use /v1/chat/completions; its "
                        "response_format {'type': 'json_schema', 'json_schema': {...}} is what text.format json_schema asks "
                        "(LangChain: ChatOpenAI(use_responses_api=False), its default)", code="unsupported_endpoint")
 
+
+def add_chat_routes(app: Any, served: Served) -> None:
+    """``POST /v1/chat/completions`` (:func:`chat_completion`)."""
+
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Any:
-        deadline = scheduler.deadline()
-        if trimmer is not None:
-            trimmer.touch()
-        check_unsupported(req)
-        if req.model is not None and req.model != name:
-            raise unknown_model(req.model)
-        check_values(req.model_dump())
-        check_messages(req.messages)
-        max_tokens = req.max_completion_tokens or req.max_tokens
-        check_max_tokens(max_tokens, max_tokens_limit)
-        check_schema_size(req.response_format, tools_for_schema_limit(req.tools), max_schema_chars)
-        check_schema_properties(req.response_format, tools_for_schema_limit(req.tools), max_schema_properties)
-        check_grammar_size(grammar_texts(req), max_grammar_chars)
-        try:
-            plan = make_plan(req, getattr(generator, "tokenizer", None))
-        except Exception as exc:  # noqa: BLE001 - a bad tool is a 400; anything else a 500
-            raise api_error(exc, param="tools" if req.tools else "response_format") from exc  # an APIError keeps its own param
+        return await chat_completion(served, req, request)
 
-        options = sampling_options(req, plan, max_tokens)
-        completion_id = new_completion_id()
-        created = int(time.time())
-        cancel = threading.Event()
-        watcher = asyncio.ensure_future(watch_disconnect(request, cancel))
-        streaming = False  # once the SSE response is returned, the watcher runs until the stream ends
-        try:
-            try:
-                client = request.client.host if request.client else None
-                output_type = await scheduler.compile(plan.output_type, deadline, cancel, client)
-            except Exception as exc:  # noqa: BLE001
-                raise request_error(exc, plan) from exc
-            remaining = scheduler.remaining(deadline)
-            if req.stream:
-                include_usage = bool((req.stream_options or {}).get("include_usage"))
-                response = await stream_completion(scheduler, plan, output_type, options, completion_id=completion_id, created=created,
-                                                   model=name, include_usage=include_usage, cancel=cancel, timeout=remaining)
-                streaming = True
-                return response
-            try:
-                result = await scheduler.generate(plan.prompt, output_type, options, cancel, remaining)
-            except TokenBudgetExceeded as exc:  # OpenAI's answer: the partial output, finish_reason "length"
-                message, used = partial_message(plan, exc.partial_text), budget_usage(exc)
-                extra: dict[str, Any] = {"stats": None, "mode": plan.mode}
-                finish = "length"
-            except Exception as exc:  # noqa: BLE001
-                raise request_error(exc, plan) from exc
-            else:
-                message, finish = reply_message(plan, result)
-                used, extra = usage(result), stats_extra(plan, result)
-        finally:
-            if not streaming:
-                watcher.cancel()
-        return completion_body(completion_id, created, name, message, finish, used, extra)
 
-    return app
+def check_request(served: Served, req: ChatCompletionRequest) -> int | None:
+    """Refuse, before any compile, what this server does not serve and what its limits bound;
+    the request's ``max_tokens`` (None: the generator's default)."""
+    config = served.config
+    check_unsupported(req)
+    if req.model is not None and req.model != served.name:
+        raise served.unknown_model(req.model)
+    check_values(req.model_dump())
+    check_messages(req.messages)
+    max_tokens = req.max_completion_tokens or req.max_tokens
+    check_max_tokens(max_tokens, config.max_tokens_limit)
+    check_schema_size(req.response_format, tools_for_schema_limit(req.tools), config.max_schema_chars)
+    check_schema_properties(req.response_format, tools_for_schema_limit(req.tools), config.max_schema_properties)
+    check_grammar_size(grammar_texts(req), config.max_grammar_chars)
+    return max_tokens
+
+
+def request_plan(served: Served, req: ChatCompletionRequest) -> Plan:
+    """What ``req`` generates (a bad tool or schema is a 400; anything else a 500)."""
+    try:
+        return make_plan(req, getattr(served.generator, "tokenizer", None))
+    except Exception as exc:  # noqa: BLE001 - a bad tool is a 400; anything else a 500
+        raise api_error(exc, param="tools" if req.tools else "response_format") from exc  # an APIError keeps its own param
+
+
+async def chat_completion(served: Served, req: ChatCompletionRequest, request: Request) -> Any:
+    """Answer one chat request: check it, compile its constraint (off the generation workers),
+    then stream the reply or generate it whole; a client gone meanwhile stops the work."""
+    deadline = served.scheduler.deadline()
+    if served.trimmer is not None:
+        served.trimmer.touch()
+    max_tokens = check_request(served, req)
+    plan = request_plan(served, req)
+    options = sampling_options(req, plan, max_tokens)
+    completion_id = new_completion_id()
+    created = int(time.time())
+    cancel = threading.Event()
+    watcher = asyncio.ensure_future(watch_disconnect(request, cancel))
+    streaming = False  # once the SSE response is returned, the watcher runs until the stream ends
+    try:
+        try:
+            client = request.client.host if request.client else None
+            output_type = await served.scheduler.compile(plan.output_type, deadline, cancel, client)
+        except Exception as exc:  # noqa: BLE001
+            raise served.request_error(exc, plan) from exc
+        remaining = served.scheduler.remaining(deadline)
+        if req.stream:
+            include_usage = bool((req.stream_options or {}).get("include_usage"))
+            response = await stream_completion(served.scheduler, plan, output_type, options, completion_id=completion_id, created=created,
+                                               model=served.name, include_usage=include_usage, cancel=cancel, timeout=remaining)
+            streaming = True
+            return response
+        message, finish, used, extra = await generate_reply(served, plan, output_type, options, cancel, remaining)
+    finally:
+        if not streaming:
+            watcher.cancel()
+    return completion_body(completion_id, created, served.name, message, finish, used, extra)
+
+
+async def generate_reply(served: Served, plan: Plan, output_type: Any, options: dict[str, Any], cancel: threading.Event,
+                         timeout: float | None) -> tuple[dict, str, dict, dict[str, Any]]:
+    """A non-streamed reply: its message, finish reason, usage and ``constrained_spec`` field. A
+    token budget run out is OpenAI's answer: the partial output, finish reason ``"length"``."""
+    try:
+        result = await served.scheduler.generate(plan.prompt, output_type, options, cancel, timeout)
+    except TokenBudgetExceeded as exc:
+        return partial_message(plan, exc.partial_text), "length", budget_usage(exc), {"stats": None, "mode": plan.mode}
+    except Exception as exc:  # noqa: BLE001
+        raise served.request_error(exc, plan) from exc
+    message, finish = reply_message(plan, result)
+    return message, finish, usage(result), stats_extra(plan, result)

@@ -107,7 +107,7 @@ class ReplicaOptions:
     prefix_cache_mb: int = 1024
     #: how prompts write a response_format schema (Generator's schema_hint_style)
     schema_hint: str = "full"
-    #: keyword arguments of create_app (model_name, max_queue, request_timeout, api_key, ...)
+    #: the fields of the replicas' ServerConfig (model_name, max_queue, request_timeout, api_key, ...)
     app_options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def request_timeout(self) -> float | None:
@@ -203,10 +203,10 @@ class ConstrainedSpecReplica:
         import ray
         from ray import serve
 
-        from constrained_spec.serving.app import create_app
+        from constrained_spec.serving.app import ServerConfig, create_app
 
         generator = await asyncio.get_running_loop().run_in_executor(None, _load_generator, options)
-        self.app = create_app(generator, **options.app_options)
+        self.app = create_app(generator, ServerConfig(**options.app_options))
         self._lifespan = self.app.router.lifespan_context(self.app)
         await self._lifespan.__aenter__()
         context = serve.get_replica_context()

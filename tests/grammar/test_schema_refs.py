@@ -140,7 +140,7 @@ def test_the_server_refuses_a_remote_ref_with_a_400_and_no_hit(server):
     from fastapi.testclient import TestClient
 
     from constrained_spec.api import Generator
-    from constrained_spec.serving.app import create_app
+    from constrained_spec.serving.app import ServerConfig, create_app
 
     class NoModelGenerator(Generator):
         def __init__(self) -> None:  # compile() only: the request is refused before any decoding
@@ -152,7 +152,7 @@ def test_the_server_refuses_a_remote_ref_with_a_400_and_no_hit(server):
             return output_spec(output_type, self.schema_options)
 
     schema = {"type": "object", "properties": {"a": {"$ref": server.base + "/int.json"}}}
-    with TestClient(create_app(NoModelGenerator(), model_name="m")) as client:
+    with TestClient(create_app(NoModelGenerator(), ServerConfig(model_name="m"))) as client:
         r = client.post("/v1/chat/completions", json={
             "model": "m", "messages": [{"role": "user", "content": "hi"}],
             "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})

@@ -22,7 +22,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from constrained_spec.engine.stats import DecodeStats  # noqa: E402
-from constrained_spec.serving.app import create_app  # noqa: E402
+from constrained_spec.serving.app import ServerConfig, create_app  # noqa: E402
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -103,7 +103,7 @@ def background_post(client, body, results):
 
 def test_a_cached_schema_never_waits_behind_compiles():
     gen = SpinCompileGenerator()
-    with TestClient(create_app(gen, compile_threads=2)) as c:
+    with TestClient(create_app(gen, ServerConfig(compile_threads=2))) as c:
         assert c.post("/v1/chat/completions", json=schema_body("a")).status_code == 200  # compiled once, cached
         results: list = []
         threads = [background_post(c, schema_body(f"spin{i}"), results) for i in range(4)]  # both threads busy, two waiting
@@ -121,7 +121,7 @@ def test_a_cached_schema_never_waits_behind_compiles():
 
 def test_a_full_compile_queue_is_a_429_with_retry_after():
     gen = SpinCompileGenerator()
-    app = create_app(gen, compile_threads=1, max_compile_queue=1)
+    app = create_app(gen, ServerConfig(compile_threads=1, max_compile_queue=1))
     with TestClient(app) as c:
         results: list = []
         threads = [background_post(c, schema_body("spin1"), results)]
@@ -174,7 +174,7 @@ def test_one_client_cannot_take_the_whole_compile_queue():
 
 def test_a_compile_past_its_budget_is_stopped_and_answered_with_a_400():
     gen = SpinCompileGenerator(spin_seconds=6.0)
-    app = create_app(gen, compile_budget=0.5)
+    app = create_app(gen, ServerConfig(compile_budget=0.5))
     with TestClient(app) as c:
         start = time.monotonic()
         r = c.post("/v1/chat/completions", json=schema_body("spin"))
@@ -197,7 +197,7 @@ def test_an_interrupt_that_a_callback_swallows_is_raised_again(again, monkeypatc
     if not again:
         monkeypatch.setattr(compiles, "REINTERRUPT_TRIES", 0)
     gen = SpinCompileGenerator(spin_seconds=2.5, swallow=2)
-    with TestClient(create_app(gen, compile_budget=0.3)) as c:
+    with TestClient(create_app(gen, ServerConfig(compile_budget=0.3))) as c:
         start = time.monotonic()
         c.post("/v1/chat/completions", json=schema_body("spin"))
         wait_for(lambda: gen.ended, timeout=5)
@@ -210,7 +210,7 @@ def test_an_interrupt_that_a_callback_swallows_is_raised_again(again, monkeypatc
 
 def test_an_abandoned_compile_is_stopped_and_frees_its_slot():
     gen = SpinCompileGenerator(spin_seconds=6.0)
-    app = create_app(gen, compile_threads=1)
+    app = create_app(gen, ServerConfig(compile_threads=1))
     status: list[int] = []
     body = json.dumps(schema_body("spin")).encode()
     t = threading.Thread(target=lambda: status.append(asgi_post(app, [body], disconnect_after=0.3)), daemon=True)
@@ -258,7 +258,7 @@ def test_freed_memory_is_given_back_once_the_server_is_idle():
 
     if not trim_memory():
         pytest.skip("no malloc_trim here (not glibc)")
-    app = create_app(SpinCompileGenerator(), trim_interval=0.2)
+    app = create_app(SpinCompileGenerator(), ServerConfig(trim_interval=0.2))
     with TestClient(app) as c:
         time.sleep(0.5)
         assert app.state.trimmer.trims == 0  # nothing served yet: nothing to give back
@@ -306,7 +306,7 @@ def read_answer(s: socket.socket, timeout: float) -> bytes:
 
 
 def test_a_body_that_stops_arriving_is_a_408_and_the_connection_closes():
-    app = create_app(SpinCompileGenerator(), body_timeout=1.0)
+    app = create_app(SpinCompileGenerator(), ServerConfig(body_timeout=1.0))
     with served(app) as port:
         start = time.monotonic()
         s = open_body(port, 1_048_576, 1_048_000)
@@ -323,7 +323,7 @@ def test_a_body_that_stops_arriving_is_a_408_and_the_connection_closes():
 
 
 def test_bodies_read_at_once_are_bounded_with_a_429():
-    app = create_app(SpinCompileGenerator(), body_timeout=5.0, max_body_readers=2)
+    app = create_app(SpinCompileGenerator(), ServerConfig(body_timeout=5.0, max_body_readers=2))
     with served(app) as port:
         slow = [open_body(port, 1000, 10) for _ in range(2)]
         try:
@@ -359,7 +359,7 @@ def guards(app):
 
 @pytest.mark.parametrize("order", [("wrong", "k"), ("k", "wrong"), ("k", "k")])
 def test_two_authorization_headers_are_a_401(order):
-    with TestClient(create_app(SpinCompileGenerator(), api_key="k")) as c:
+    with TestClient(create_app(SpinCompileGenerator(), ServerConfig(api_key="k"))) as c:
         headers = [("Authorization", f"Bearer {key}") for key in order]
         r = c.post("/v1/chat/completions", json={"messages": USER}, headers=headers)
         err = assert_openai_error(r, 401, "invalid_api_key")

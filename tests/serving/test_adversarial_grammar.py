@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from constrained_spec.serving.app import create_app  # noqa: E402
+from constrained_spec.serving.app import ServerConfig, create_app  # noqa: E402
 
 USER = [{"role": "user", "content": "Answer."}]
 KEY = "a" * 40 + "b"
@@ -47,7 +47,7 @@ def generator(tiny_generator):
 
 @pytest.fixture(scope="module")
 def client(generator):
-    with TestClient(create_app(generator, model_name="tiny", request_timeout=30.0)) as c:
+    with TestClient(create_app(generator, ServerConfig(model_name="tiny", request_timeout=30.0))) as c:
         yield c
 
 

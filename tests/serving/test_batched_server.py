@@ -26,7 +26,7 @@ parser = pytest.importorskip("prometheus_client.parser")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from constrained_spec.serving.app import create_app  # noqa: E402
+from constrained_spec.serving.app import ServerConfig, create_app  # noqa: E402
 
 PERSON = {
     "type": "object",
@@ -64,7 +64,7 @@ def batched(tiny_generator):
 @pytest.fixture(scope="module")
 def reference_outputs(tiny_generator):
     """Each client's greedy content from today's server: one generation at a time, no batch."""
-    app = create_app(tiny_generator(max_new_tokens=200, num_draft_tokens=3), model_name="tiny")
+    app = create_app(tiny_generator(max_new_tokens=200, num_draft_tokens=3), ServerConfig(model_name="tiny"))
     with TestClient(app) as c:
         return [c.post("/v1/chat/completions", json=body_for(i, False)).json()["choices"][0]["message"]["content"] for i in range(CLIENTS)]
 
@@ -123,7 +123,7 @@ def wait_for(predicate, timeout: float = 10.0) -> None:
 
 
 def test_eight_concurrent_clients_are_batched_and_all_answered(batched, reference_outputs):
-    app = create_app(batched, model_name="tiny", max_queue=CLIENTS)
+    app = create_app(batched, ServerConfig(model_name="tiny", max_queue=CLIENTS))
     assert app.state.queue.workers == SLOTS
     before = dict(batched.batch.metrics.rows_per_forward)
     results: dict[int, Any] = {}
@@ -185,7 +185,7 @@ LONG = {"structured_outputs": {"regex": "[a-z]{600}"}}
 
 
 def test_a_cancelled_stream_frees_its_row(batched):
-    app = create_app(batched, model_name="tiny", max_queue=4)
+    app = create_app(batched, ServerConfig(model_name="tiny", max_queue=4))
     with serve(app) as url, httpx.Client(base_url=url, timeout=30) as http:
         body = {"messages": [{"role": "user", "content": "Letters."}], "temperature": 0.0, "max_tokens": 800, "stream": True, **LONG}
         with http.stream("POST", "/v1/chat/completions", json=body) as r:
@@ -228,7 +228,7 @@ class HeldGenerator:
 
 def test_the_queue_bound_counts_beyond_the_running_rows(batched):
     gen = HeldGenerator(batched)
-    app = create_app(gen, model_name="tiny", max_queue=1, request_timeout=30)
+    app = create_app(gen, ServerConfig(model_name="tiny", max_queue=1, request_timeout=30))
     queue = app.state.queue
     results: list[Any] = []
     with serve(app) as url, httpx.Client(base_url=url, timeout=30) as http:
@@ -272,8 +272,8 @@ def _valid(value: Any, schema: dict) -> bool:
 
 
 def test_metrics_needs_the_api_key_and_each_app_has_its_own_registry(batched):
-    a = create_app(batched, model_name="tiny", api_key="k")
-    b = create_app(batched, model_name="tiny")  # a second app in the same process: no duplicate registration
+    a = create_app(batched, ServerConfig(model_name="tiny", api_key="k"))
+    b = create_app(batched, ServerConfig(model_name="tiny"))  # a second app in the same process: no duplicate registration
     with TestClient(a) as ca, TestClient(b) as cb:
         assert ca.get("/metrics").status_code == 401
         assert ca.get("/health").status_code == 200

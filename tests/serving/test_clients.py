@@ -15,7 +15,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
 
-from constrained_spec.serving.app import create_app  # noqa: E402
+from constrained_spec.serving.app import ServerConfig, create_app  # noqa: E402
 
 
 class Person(BaseModel):
@@ -31,7 +31,7 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 
 @pytest.fixture(scope="module")
 def http(tiny_generator):
-    with TestClient(create_app(tiny_generator(draft=False, max_new_tokens=400), model_name="tiny")) as c:
+    with TestClient(create_app(tiny_generator(draft=False, max_new_tokens=400), ServerConfig(model_name="tiny"))) as c:
         yield c
 
 

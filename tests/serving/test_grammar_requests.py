@@ -20,7 +20,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from constrained_spec import serving as server  # noqa: E402
-from constrained_spec.serving.app import create_app  # noqa: E402
+from constrained_spec.serving.app import ServerConfig, create_app  # noqa: E402
 
 YES_NO = 'start: "yes" | "no"\n'
 BRACKETS = 'start: pair | pair pair\npair: "(" ")" | "[" "]"\n'
@@ -46,7 +46,7 @@ def generator(tiny_generator):
 
 @pytest.fixture(scope="module")
 def client(generator):
-    with TestClient(create_app(generator, model_name="tiny")) as c:
+    with TestClient(create_app(generator, ServerConfig(model_name="tiny"))) as c:
         yield c
 
 
@@ -142,20 +142,20 @@ def test_a_grammar_over_the_cap_is_a_400_naming_the_limit_before_compiling(gener
     monkeypatch.setattr(generator, "compile", lambda *a, **k: compiled.append(a))
     big = 'start: "a"\n' + "".join(f'r{i}: "x{i}"\n' for i in range(4000))  # > 32768 characters
     assert len(big) > server.MAX_GRAMMAR_CHARS
-    with TestClient(create_app(generator, model_name="tiny")) as c:
+    with TestClient(create_app(generator, ServerConfig(model_name="tiny"))) as c:
         start = time.monotonic()
         err = error_of(post(c, structured_outputs={"grammar": big}), 400, "grammar_too_large", "structured_outputs.grammar")
         assert time.monotonic() - start < 3.0 and str(server.MAX_GRAMMAR_CHARS) in err["message"]
         err = error_of(post(c, tools=[custom(grammar=big)], tool_choice=pick("shape")), 400, "grammar_too_large",
                        "tools[0].custom.format.grammar.definition")
         assert "max_grammar_chars" in err["message"]
-    with TestClient(create_app(generator, model_name="tiny", max_grammar_chars=20)) as c:
+    with TestClient(create_app(generator, ServerConfig(model_name="tiny", max_grammar_chars=20))) as c:
         error_of(post(c, guided_grammar=BRACKETS), 400, "grammar_too_large", "guided_grammar")
     assert compiled == []  # refused on admission, nothing compiled
 
 
 def test_a_custom_tools_grammar_counts_against_the_grammar_cap_not_the_schema_cap(generator):
-    with TestClient(create_app(generator, model_name="tiny", max_schema_chars=200, max_grammar_chars=None)) as c:
+    with TestClient(create_app(generator, ServerConfig(model_name="tiny", max_schema_chars=200, max_grammar_chars=None))) as c:
         big = BRACKETS + "".join(f'r{i}: "x{i}"\n' for i in range(40))  # > 200 characters: only the grammar cap could refuse it
         r = post(c, tools=[custom(grammar=big)], tool_choice=pick("shape"))
         assert r.status_code == 200, r.text
@@ -196,7 +196,7 @@ def test_grammars_compile_on_the_compile_threads(generator, monkeypatch):
         return real(kind, source, *args)
 
     monkeypatch.setattr(api, "compile_grammar", spy)  # the compile work itself; the generation finds it in the cache
-    with TestClient(create_app(generator, model_name="tiny")) as c:
+    with TestClient(create_app(generator, ServerConfig(model_name="tiny"))) as c:
         assert post(c, guided_grammar='start: "maybe" | "no"\n').status_code == 200
         assert post(c, tools=[custom(grammar='start: "(" ")" "(" ")"\n')], tool_choice=pick("shape")).status_code == 200
     assert [kind for kind, _ in threads] == ["lark", "lark"], threads
@@ -332,7 +332,7 @@ def test_the_official_client_reads_custom_calls_and_sends_grammars(generator):
     openai = pytest.importorskip("openai", reason="the openai package is not installed")
     from openai.types.chat import ChatCompletion
 
-    with TestClient(create_app(generator, model_name="tiny")) as http:
+    with TestClient(create_app(generator, ServerConfig(model_name="tiny"))) as http:
         raw = post(http, tools=[custom()], tool_choice=pick("shape")).json()
         parsed = ChatCompletion.model_validate(raw)  # the client's own types
         call = parsed.choices[0].message.tool_calls[0]

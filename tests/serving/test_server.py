@@ -18,7 +18,7 @@ from constrained_spec import serving as server  # noqa: E402
 from constrained_spec.cli import serve as serve_cli  # noqa: E402
 from constrained_spec.engine.stats import DecodeStats  # noqa: E402
 from constrained_spec.serving import app as server_app  # noqa: E402
-from constrained_spec.serving.app import create_app  # noqa: E402
+from constrained_spec.serving.app import ServerConfig, create_app  # noqa: E402
 
 PERSON = {
     "type": "object",
@@ -49,7 +49,7 @@ def generator(tiny_generator):
 
 @pytest.fixture(scope="module")
 def client(generator):
-    with TestClient(create_app(generator, model_name="tiny")) as c:
+    with TestClient(create_app(generator, ServerConfig(model_name="tiny"))) as c:
         yield c
 
 
@@ -364,7 +364,7 @@ def _wait_for(predicate, timeout=5.0):
 
 def test_queue_full_is_a_429():
     gen = BlockingGenerator()
-    app = create_app(gen, max_queue=1, request_timeout=20)
+    app = create_app(gen, ServerConfig(max_queue=1, request_timeout=20))
     body = {"messages": USER, "response_format": {"type": "json_object"}}
     with TestClient(app) as c:
         results = []
@@ -386,7 +386,7 @@ def test_queue_full_is_a_429():
 
 def test_request_timeout_is_a_504_and_the_waiting_job_is_dropped():
     gen = BlockingGenerator()
-    app = create_app(gen, max_queue=4, request_timeout=0.3)
+    app = create_app(gen, ServerConfig(max_queue=4, request_timeout=0.3))
     body = {"messages": USER, "response_format": {"type": "json_object"}}
     with TestClient(app) as c:
         first = threading.Thread(target=lambda: c.post("/v1/chat/completions", json=body))
@@ -426,7 +426,7 @@ class LoopingGenerator:
 
 def test_a_timed_out_running_generation_stops_at_its_next_step():
     gen = LoopingGenerator()
-    app = create_app(gen, request_timeout=0.3)
+    app = create_app(gen, ServerConfig(request_timeout=0.3))
     with TestClient(app) as c:
         r = c.post("/v1/chat/completions", json={"messages": USER, "response_format": {"type": "json_object"}})
         assert r.status_code == 504
@@ -456,6 +456,25 @@ def test_main_builds_the_generator_and_runs_uvicorn_on_loopback(monkeypatch):
     assert made["model"] == "m" and made["draft"] is None and made["num_draft_tokens"] == 3
     assert ran["host"] == "127.0.0.1" and ran["port"] == 8123
     assert ran["app"].state.queue.max_queue == 2 and ran["app"].state.model_name == "m"
+
+
+def test_serve_flags_become_one_server_config_for_local_and_ray(monkeypatch):
+    """Every ``serve`` limit flag lands in its ServerConfig field (0 seconds: no limit), and ``--ray``
+    hands the replicas the same config as plain values."""
+    import constrained_spec.cli.ray_serve as ray_serve
+
+    argv = ["--model", "some/dir/m", "--draft", "none", "--max-queue", "3", "--timeout", "7", "--max-tokens-limit", "9", "--api-key", "k",
+            "--max-body-bytes", "11", "--max-schema-chars", "12", "--max-grammar-chars", "13", "--compile-threads", "4",
+            "--max-compile-queue", "5", "--max-compiles-per-client", "6", "--compile-budget", "0", "--max-schema-properties", "14",
+            "--body-timeout", "0", "--max-body-readers", "15"]
+    config = serve_cli.server_config(serve_cli.build_parser().parse_args(argv))
+    assert config == ServerConfig(model_name="some/dir/m", max_queue=3, request_timeout=7.0, max_tokens_limit=9, api_key="k", max_body_bytes=11,
+                                  max_schema_chars=12, max_grammar_chars=13, compile_threads=4, max_compile_queue=5, max_compiles_per_client=6,
+                                  compile_budget=None, max_schema_properties=14, body_timeout=None, max_body_readers=15)
+    handed = {}
+    monkeypatch.setattr(ray_serve, "run_ray", lambda args, options: handed.update(options) or 0)
+    assert serve_cli.main(argv + ["--ray"]) == 0
+    assert ServerConfig(**handed) == config
 
 
 class ScriptedGenerator:
@@ -553,7 +572,7 @@ def test_prefill_computes_the_head_for_the_last_position_only(gpt2_tokenizer):
 
 
 def test_api_key_is_required_when_set(monkeypatch):
-    with TestClient(create_app(ScriptedGenerator({}), api_key="s3cret")) as c:
+    with TestClient(create_app(ScriptedGenerator({}), ServerConfig(api_key="s3cret"))) as c:
         body = {"messages": USER, "response_format": {"type": "json_object"}}
         assert_openai_error(c.post("/v1/chat/completions", json=body), 401, "invalid_api_key")
         r = c.post("/v1/chat/completions", json=body, headers={"Authorization": "Bearer wrong"})
@@ -595,7 +614,7 @@ def test_a_5_mb_body_is_a_413():
 
 def test_a_chunked_body_over_the_cap_is_a_413_while_reading():
     gen = RecordingGenerator(None)
-    app = create_app(gen, max_body_bytes=100_000)
+    app = create_app(gen, ServerConfig(max_body_bytes=100_000))
     parts = [b'{"messages": [{"role": "user", "content": "'] + [b"x" * 10_000] * 50 + [b'"}]}']  # no Content-Length
     status, body, pulled = asgi_post(app, parts)
     assert status == 413 and json.loads(body)["error"]["code"] == "request_too_large"
@@ -913,7 +932,7 @@ def test_a_client_that_disconnects_cancels_its_generation():
 
 def test_official_openai_client(generator):
     openai = pytest.importorskip("openai", reason="the openai package is not installed")
-    with TestClient(create_app(generator, model_name="tiny", api_key="k")) as http:
+    with TestClient(create_app(generator, ServerConfig(model_name="tiny", api_key="k"))) as http:
         client = openai.OpenAI(api_key="k", base_url="http://testserver/v1", http_client=http, max_retries=0)
         done = client.chat.completions.create(model="tiny", messages=USER, response_format=json_format(PERSON), seed=1, temperature=1.0)
         jsonschema.validate(json.loads(done.choices[0].message.content), PERSON)

@@ -10,7 +10,7 @@ from grammar_oracles import in_language
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from constrained_spec.serving.app import create_app  # noqa: E402
+from constrained_spec.serving.app import ServerConfig, create_app  # noqa: E402
 
 YES_NO = 'start: "yes" | "no" | "yes please"\n'
 USER = [{"role": "user", "content": "Answer."}]
@@ -18,7 +18,7 @@ USER = [{"role": "user", "content": "Answer."}]
 
 @pytest.fixture(scope="module")
 def client(tiny_generator):
-    with TestClient(create_app(tiny_generator(max_new_tokens=16, num_draft_tokens=3), model_name="tiny")) as c:
+    with TestClient(create_app(tiny_generator(max_new_tokens=16, num_draft_tokens=3), ServerConfig(model_name="tiny"))) as c:
         yield c
 
 
