@@ -76,6 +76,10 @@ class EmptyLanguageError(GrammarError):
 class CompileLimitError(GrammarError):
     """Compilation exceeded a configured size cap or timeout."""
 
+    #: what ran out: ``"size"`` where a regex passed ``max_regex_chars`` (the JSON Schema compiler
+    #: then retries tighter or builds a grammar), ``""`` otherwise
+    kind: str = ""
+
 
 class VocabularyMismatchError(ConstrainedSpecError):
     """Two components (target/draft model, tokenizer/model) do not share one vocabulary."""

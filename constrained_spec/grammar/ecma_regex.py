@@ -33,6 +33,7 @@ __all__ = [
     "PatternError",
     "parse",
     "Ranges",
+    "Node",
     "emit",
     "emit_set",
     "search_regex",
@@ -46,6 +47,8 @@ __all__ = [
 ]
 
 Ranges = tuple  # tuple[tuple[int, int], ...]
+#: a node of a parsed pattern: one of the tuples in the module docstring (its fields are read by position)
+Node = tuple
 
 MAX_CP = 0x10FFFF
 SURR = (0xD800, 0xDFFF)

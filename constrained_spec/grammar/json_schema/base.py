@@ -11,15 +11,24 @@ parts call on one another (implemented by the part that owns them).
 from __future__ import annotations
 
 import time
-from typing import Any, Optional, Union
+from typing import Any, NoReturn, Optional, Union
 
 from constrained_spec.errors import CompileLimitError, UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.context import Ctx, SchemaDocument
-from constrained_spec.grammar.json_schema.ir import Flat
+from constrained_spec.grammar.json_schema.ir import Conjunct, Flat
 from constrained_spec.grammar.json_schema.options import SchemaOptions, whitespace_regex
 
-__all__ = ["CompilerBase"]
+__all__ = ["CompilerBase", "ConjunctionKey", "RuleKey", "MemoKey"]
+
+#: a conjunction as the grammar mode knows it: per subschema (schema id, pointer, context type, sign)
+ConjunctionKey = tuple[tuple[int, str, str, bool], ...]
+#: a rule of the grammar mode: a conjunction met inside itself, or a (tag, number) of a rule the
+#: emitters make (``"exact-string"``, ``"object-part"``)
+RuleKey = Union[ConjunctionKey, tuple[str, int]]
+#: a conjunction as the memo knows it: per subschema (schema id, pointer, context type, base URI,
+#: sign), and the recursion counts in force ((``$ref`` target id, count) pairs)
+MemoKey = tuple[tuple[tuple[int, str, str, str, bool], ...], tuple[tuple[int, int], ...]]
 
 
 class CompilerBase:
@@ -29,7 +38,8 @@ class CompilerBase:
     #: that compare against compiling every occurrence again
     memoize = True
 
-    def __init__(self, schema: Union[dict, bool], options: SchemaOptions, doc: Optional[SchemaDocument] = None) -> None:
+    def __init__(self, schema: Union[dict[str, Any], bool], options: SchemaOptions,
+                 doc: Optional[SchemaDocument] = None) -> None:
         self.opts = options
         #: ``doc``: the document of an earlier compilation of the same schema under the same draft
         #: and ``ref_allow`` (checked once: the metaschema check is the slow part of a large schema)
@@ -39,21 +49,21 @@ class CompilerBase:
         self.unenforced: list[str] = []
         #: 'if' pointers whose 'else' side was dropped (its negation of 'if' is not supported)
         self.dropped_else: list[str] = []
-        self.ignored_formats: dict = {}  # pointer -> format name
-        self.active: dict = {}  # id of a $ref target -> how many times it is being compiled now
+        self.ignored_formats: dict[str, str] = {}  # pointer -> format name
+        self.active: dict[int, int] = {}  # id of a $ref target -> how many times it is being compiled now
         self.max_seen_depth = 0
         self.deadline = (
             time.monotonic() + options.time_budget_s if options.time_budget_s is not None else None
         )
-        self._any_cache: dict = {}
+        self._any_cache: dict[int, str] = {}  # depth -> regex of any value
         self.reducible = False  # whether a retry with tighter restrictions can shrink the regex
         self.recursive = False  # whether a $ref target was met inside itself (the regex is unrolled)
         # grammar mode (emit_lark): a conjunction met again while it is being compiled becomes a
         # placeholder, and its regex (placeholders in it) the body of a rule
         self.grammar_mode = False
-        self.rule_of: dict = {}  # conjunction key -> rule number
+        self.rule_of: dict[RuleKey, int] = {}  # conjunction key -> rule number
         self.rule_bodies: dict[int, Optional[str]] = {}  # rule number -> its regex (None: empty)
-        self.open_keys: set = set()  # conjunctions being compiled now
+        self.open_keys: set[ConjunctionKey] = set()  # conjunctions being compiled now
         #: grammar mode: a conjunction whose regex passes this many characters becomes a rule of its
         #: own too, so sizes add up instead of multiplying (None: only conjunctions met inside
         #: themselves and large all-optional objects become rules)
@@ -67,10 +77,11 @@ class CompilerBase:
         self.and_lexemes: dict[int, tuple[str, str]] = {}
         # (the conjunction's subschemas, the recursion counts in force) -> its regex: a subschema
         # met again under the same counts (a recursive $ref's branches, unrolled) compiles once
-        self.conjunction_regex: dict = {}
+        self.conjunction_regex: dict[MemoKey, tuple[Optional[str], list[Conjunct]]] = {}
         self.memo_chars = 0  # characters of the regexes held there (bounded: compiler.MEMO_CHARS_FACTOR)
         c = ecma.emit_set(ecma.ANY_RANGES)
-        self.canon_char = c
+        assert c is not None  # the set of every character is not empty
+        self.canon_char: str = c
         # generic (non-canonical spellings allowed) character of a JSON string; no
         # surrogate escapes so that lengths count code points exactly
         self.str_char = '([^"\\\\\\x00-\\x1f]|\\\\(["\\\\/bfnrt]|u[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}))'
@@ -93,7 +104,7 @@ class CompilerBase:
             return
         raise UnsupportedKeywordError(keyword, ptr or "#", reason)
 
-    def refuse(self, keyword: str, ptr: str, reason: str = "") -> None:
+    def refuse(self, keyword: str, ptr: str, reason: str = "") -> NoReturn:
         """Refuse a keyword even when allow_unenforced (it cannot even be approximated)."""
         raise UnsupportedKeywordError(keyword, ptr or "#", reason)
 
@@ -113,11 +124,11 @@ class CompilerBase:
         """Add the constraints of ctx (or of its negation) to flat (:mod:`.compiler`)."""
         raise NotImplementedError
 
-    def compile(self, items: list) -> Optional[str]:
+    def compile(self, items: list[Conjunct]) -> Optional[str]:
         """The regex of the conjunction of (ctx, positive) pairs (:mod:`.compiler`)."""
         raise NotImplementedError
 
-    def compile_ctx(self, ctxs: list) -> Optional[str]:
+    def compile_ctx(self, ctxs: list[Ctx]) -> Optional[str]:
         """The regex of the conjunction of subschemas (:mod:`.compiler`)."""
         raise NotImplementedError
 
@@ -133,7 +144,8 @@ class CompilerBase:
         """The regex of the strings of flat (:mod:`.emit_string`)."""
         raise NotImplementedError
 
-    def content_excluding(self, words: list, lo: int, hi: Optional[int], ranges: Any = None) -> Optional[str]:
+    def content_excluding(self, words: list[str], lo: int, hi: Optional[int],
+                          ranges: Optional[ecma.Ranges] = None) -> Optional[str]:
         """String content other than words (:mod:`.emit_string`)."""
         raise NotImplementedError
 

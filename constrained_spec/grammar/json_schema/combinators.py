@@ -13,7 +13,7 @@ from typing import Optional
 from constrained_spec.errors import UnsupportedKeywordError
 from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
-from constrained_spec.grammar.json_schema.ir import Flat
+from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Holds, NarrowTypes, Require
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS
 from constrained_spec.grammar.json_schema.py_regex import py_pattern_ok, py_search
 from constrained_spec.grammar.json_schema.regex_ops import first_chars_disjoint
@@ -26,20 +26,13 @@ __all__ = ["Combinators"]
 class Combinators(CompilerBase):
     """``oneOf`` disjointness, subschema disjointness tests and ``not``."""
 
-    def one_of_branches(self, branches: list, ptr: str) -> list:
+    def one_of_branches(self, branches: list[list[Action]], ptr: str) -> list[list[Action]]:
         """Make the branches of a oneOf pairwise disjoint by restricting each one: drop the
         types it cannot be told apart on, forbid/require discriminating properties, filter
         finite branches exactly.  Every value of restricted branch i fails every branch j."""
-        ctxs = [b[0][1] for b in branches]
-        flats = []
-        for c in ctxs:
-            f = Flat()
-            try:
-                self.absorb(f, c, True)
-            except UnsupportedKeywordError:
-                f = None
-            flats.append(f)
-        out = []
+        ctxs = [_branch_ctx(b) for b in branches]
+        flats = [self._absorbed(c) for c in ctxs]
+        out: list[list[Action]] = []
         kept_any = False
         for i, br in enumerate(branches):
             acts = list(br)
@@ -48,16 +41,16 @@ class Combinators(CompilerBase):
                 out.append(acts)
                 continue
             if fi.enum is not None:
-                acts += [("not", ctxs[j]) for j in range(len(ctxs)) if j != i]
+                acts += [Holds(ctxs[j], False) for j in range(len(ctxs)) if j != i]
                 out.append(acts)
                 kept_any = True
                 continue
             types_i = set(ALL_TYPES) if fi.types is None else set(fi.types)
             base = [t for t in types_i if not (t == "integer" and "number" in types_i)]
-            keep = set()
-            extra: list = []
+            keep: set[str] = set()
+            extra: list[Action] = []
             for t in base:
-                acts_t: list = []
+                acts_t: list[Action] = []
                 ok = True
                 for j, fj in enumerate(flats):
                     if j == i:
@@ -75,7 +68,7 @@ class Combinators(CompilerBase):
             if keep:
                 kept_any = True
             if keep != types_i:
-                acts.append(("types", keep))
+                acts.append(NarrowTypes(frozenset(keep)))
             acts += extra
             out.append(acts)
         if not kept_any:
@@ -83,7 +76,16 @@ class Combinators(CompilerBase):
             return branches
         return out
 
-    def _exclude(self, t: str, fi: Flat, fj: Flat, ci: Ctx, cj: Ctx) -> Optional[list]:
+    def _absorbed(self, ctx: Ctx) -> Optional[Flat]:
+        """The conjunction of ctx alone; None where it holds a keyword that is not supported."""
+        f = Flat()
+        try:
+            self.absorb(f, ctx, True)
+        except UnsupportedKeywordError:
+            return None
+        return f
+
+    def _exclude(self, t: str, fi: Flat, fj: Flat, ci: Ctx, cj: Ctx) -> Optional[list[Action]]:
         """Actions restricting branch i so that its values of type t fail branch j, or None."""
         if cj.schema is False or fj.types == set():
             return []
@@ -113,13 +115,13 @@ class Combinators(CompilerBase):
                     return []
             for p in fj.required:
                 if p not in fi.required:
-                    return [("forbid", p)]
+                    return [Forbid(p)]
             for p in fi.props:
                 if p in fj.props and self._props_disjoint(fi, fj, p):
-                    return [("require", [p])]
+                    return [Require((p,))]
             for p in fi.props:
                 if self.forbids(fj, p) and not self.forbids(fi, p):
-                    return [("require", [p])]
+                    return [Require((p,))]
             if self._disjoint_type(t, fi, fj, 0):
                 return []
             return None
@@ -140,7 +142,7 @@ class Combinators(CompilerBase):
             return False
         return self.disjoint((ca, x), (cb, y), 1)
 
-    def disjoint(self, a: tuple, b: tuple, depth: int) -> bool:
+    def disjoint(self, a: tuple[Ctx, Optional[Flat]], b: tuple[Ctx, Optional[Flat]], depth: int) -> bool:
         """Whether no value satisfies both a and b, each a (ctx, flat) pair (False: unknown)."""
         ca, fa = a
         cb, fb = b
@@ -230,7 +232,7 @@ class Combinators(CompilerBase):
                 return True
         return False
 
-    def apply_not(self, flat: Flat, nctx: Ctx, types: set) -> None:
+    def apply_not(self, flat: Flat, nctx: Ctx, types: set[str]) -> None:
         """Add ``not: nctx`` to flat (narrowing ``types`` in place) where the negation has a form
         the emitters support; refuse (or record) it otherwise."""
         s = nctx.schema
@@ -243,11 +245,7 @@ class Combinators(CompilerBase):
             return
         if flat.enum is not None:
             return  # exact filtering by validation
-        nf = Flat()
-        try:
-            self.absorb(nf, nctx, True)
-        except UnsupportedKeywordError:
-            nf = None
+        nf = self._absorbed(nctx)
         if nf is not None:
             keys = {k for k in s if k not in IGNORED_KEYWORDS} if isinstance(s, dict) else set()
             # not {type: ...}
@@ -313,3 +311,12 @@ class Combinators(CompilerBase):
                 types.intersection_update({"object"})
                 return
         self.unsupported("not", nctx.ptr, "only 'not' of types, constants and required properties is supported")
+
+
+def _branch_ctx(branch: list[Action]) -> Ctx:
+    """The subschema of a ``oneOf`` branch (as :meth:`~.keywords.Keywords._kw_oneOf` writes it:
+    one :class:`~.ir.Holds`)."""
+    first = branch[0]
+    if not isinstance(first, Holds):
+        raise TypeError(f"a oneOf branch starts with {first!r}, not the subschema it holds")
+    return first.ctx

@@ -29,15 +29,16 @@ import time
 from typing import Any, Optional, Union
 
 from constrained_spec.errors import CompileLimitError, EmptyLanguageError, SchemaError, UnsupportedKeywordError
+from constrained_spec.grammar.json_schema.base import ConjunctionKey, MemoKey
 from constrained_spec.grammar.json_schema.combinators import Combinators
-from constrained_spec.grammar.json_schema.context import Ctx
+from constrained_spec.grammar.json_schema.context import Ctx, SchemaDocument
 from constrained_spec.grammar.json_schema.emit_array import ArrayEmitter
 from constrained_spec.grammar.json_schema.emit_lark import build_lark, placeholder
 from constrained_spec.grammar.json_schema.emit_number import NumberEmitter
 from constrained_spec.grammar.json_schema.emit_object import ObjectEmitter
 from constrained_spec.grammar.json_schema.emit_string import StringEmitter
 from constrained_spec.grammar.json_schema.emit_value import ValueEmitter
-from constrained_spec.grammar.json_schema.ir import Flat
+from constrained_spec.grammar.json_schema.ir import Action, Conjunct, Flat, Forbid, Holds, Require
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS, Keywords
 from constrained_spec.grammar.json_schema.options import (
     DECLARED_PROPERTIES_NOTE,
@@ -61,7 +62,7 @@ MEMO_CHARS_FACTOR = 20
 
 
 def schema_to_regex(
-    schema: Union[dict, bool, str], options: Optional[SchemaOptions] = None
+    schema: Union[dict[str, Any], bool, str], options: Optional[SchemaOptions] = None
 ) -> SchemaRegex:
     """Compile a JSON Schema (dict, bool or JSON text) to a regex over the JSON text.
 
@@ -83,7 +84,7 @@ def schema_to_regex(
     try:
         result, recursive = comp.run(), comp.recursive
     except CompileLimitError as e:
-        if getattr(e, "kind", "") != "size":
+        if e.kind != "size":
             raise
         return _over_cap(schema, options, start, e, comp)
     if (recursive or result.narrowed) and options.recursive_refs == "grammar":
@@ -93,7 +94,7 @@ def schema_to_regex(
     return result
 
 
-def _over_cap(schema: Union[dict, bool], options: SchemaOptions, start: float, error: CompileLimitError,
+def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start: float, error: CompileLimitError,
               first: "Compiler") -> SchemaRegex:
     """A schema whose regex passed ``max_regex_chars``: its grammar with every conjunction larger
     than :data:`~.options.HOIST_CHARS` a rule of its own (the whole language, sizes adding up
@@ -131,8 +132,8 @@ def _over_cap(schema: Union[dict, bool], options: SchemaOptions, start: float, e
     )
 
 
-def _schema_grammar(schema: Union[dict, bool], options: SchemaOptions, start: float,
-                    hoist: Optional[int] = None, doc: Any = None) -> tuple[Optional[str], Optional["Compiler"]]:
+def _schema_grammar(schema: Union[dict[str, Any], bool], options: SchemaOptions, start: float,
+                    hoist: Optional[int] = None, doc: Optional[SchemaDocument] = None) -> tuple[Optional[str], Optional["Compiler"]]:
     """The Lark grammar of a recursive or narrowed schema (rules for the conjunctions met inside
     themselves, large all-optional objects and, with ``hoist``, every conjunction whose regex passes
     that many characters) and the compiler that wrote it; (None, None) where it cannot be built
@@ -155,8 +156,8 @@ def _schema_grammar(schema: Union[dict, bool], options: SchemaOptions, start: fl
     return (lark, comp) if lark is not None else (None, None)
 
 
-def _retry_regex(schema: Union[dict, bool], options: SchemaOptions, start: float,
-                 doc: Any = None) -> Optional[tuple[SchemaRegex, bool]]:
+def _retry_regex(schema: Union[dict[str, Any], bool], options: SchemaOptions, start: float,
+                 doc: Optional[SchemaDocument] = None) -> Optional[tuple[SchemaRegex, bool]]:
     """The regex under tighter (still sound) restrictions -- shallower free-form values, shallower
     recursion, all-optional objects that start with their first property -- and whether a $ref
     target was met inside itself; None where none fits in ``max_regex_chars`` (or in time)."""
@@ -183,7 +184,7 @@ def _retry_regex(schema: Union[dict, bool], options: SchemaOptions, start: float
         try:
             return comp.run(), comp.recursive
         except CompileLimitError as e:
-            if getattr(e, "kind", "") != "size":
+            if e.kind != "size":
                 raise
     return None
 
@@ -193,12 +194,12 @@ def value_regex(value: Any, options: Optional[SchemaOptions] = None) -> str:
     return json_value_regex(value, whitespace_regex(options or SchemaOptions()))
 
 
-def ctx_identity(ctx: Any) -> tuple:
+def ctx_identity(ctx: Ctx) -> tuple[int, str, str]:
     """A subschema in a conjunction's key: the schema object, its pointer and its context type."""
     return id(ctx.schema), ctx.ptr, type(ctx).__name__
 
 
-def resolver_base_uri(resolver: Any) -> Optional[str]:
+def resolver_base_uri(resolver: object) -> Optional[str]:
     """The base URI a ``referencing`` resolver resolves against. ``referencing`` has no public
     accessor for it, so this reads the resolver's ``_base_uri`` field (a test pins that it is
     there); None where a later version has renamed it (the memo then stays off rather than key by
@@ -228,11 +229,11 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
                 "schema does not declare: " + DECLARED_PROPERTIES_NOTE
             )
         if len(r) > self.opts.max_regex_chars:
-            e = CompileLimitError(
+            err = CompileLimitError(
                 f"regex has {len(r)} characters, over max_regex_chars={self.opts.max_regex_chars}"
             )
-            e.kind = "size"
-            raise e
+            err.kind = "size"
+            raise err
         return SchemaRegex(
             r,
             tuple(self.unenforced),
@@ -281,14 +282,14 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
                 flat.constrained = True
         self.absorb_structure(flat, ctx)
 
-    def compile(self, items: list) -> Optional[str]:
+    def compile(self, items: list[Conjunct]) -> Optional[str]:
         """Compile the conjunction of a list of (ctx, positive) pairs."""
         self.tick()
         if self.grammar_mode:
             return self.compile_as_rule(items)
         return self.compile_items(items)
 
-    def compile_items(self, items: list) -> Optional[str]:
+    def compile_items(self, items: list[Conjunct]) -> Optional[str]:
         """The regex of the conjunction of (ctx, positive) pairs (in grammar mode, with
         placeholders where a conjunction being compiled is met again).
 
@@ -310,7 +311,7 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             self.memo_chars += len(r or "")
         return r
 
-    def memo_key(self, items: list) -> Optional[tuple]:
+    def memo_key(self, items: list[Conjunct]) -> Optional[MemoKey]:
         """A conjunction's subschemas as compiled here (not through their ``$ref``: entering a
         target through a ``$ref`` counts towards its recursion, entering it directly does not),
         their base URIs and signs, with the recursion counts in force; None (not remembered)
@@ -323,7 +324,7 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             parts.append((*ctx_identity(ctx), base, pos))
         return tuple(parts), tuple(sorted((k, n) for k, n in self.active.items() if n))
 
-    def conjunction_key(self, items: list) -> tuple:
+    def conjunction_key(self, items: list[Conjunct]) -> ConjunctionKey:
         """What identifies a conjunction: its subschemas (a bare ``$ref`` by its target) and signs."""
         key = []
         for ctx, pos in items:
@@ -333,7 +334,7 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             key.append((*ctx_identity(ctx), pos))
         return tuple(key)
 
-    def compile_as_rule(self, items: list) -> Optional[str]:
+    def compile_as_rule(self, items: list[Conjunct]) -> Optional[str]:
         """Grammar mode: a placeholder for a conjunction met inside itself (its rule), else its regex."""
         key = self.conjunction_key(items)
         n = self.rule_of.get(key)
@@ -360,36 +361,32 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
         self.rule_bodies[n] = r
         return placeholder(n)
 
-    def compile_ctx(self, ctxs: list) -> Optional[str]:
+    def compile_ctx(self, ctxs: list[Ctx]) -> Optional[str]:
         """The regex of the conjunction of the subschemas ctxs."""
         return self.compile([(c, True) for c in ctxs])
 
-    def apply_action(self, flat: Flat, action: tuple) -> None:
-        """Apply one action of a chosen branch: absorb a subschema (``ctx``) or its negation
-        (``not``), forbid a property, require properties, or narrow the types."""
-        kind, arg = action
-        if kind == "ctx":
-            self.absorb(flat, arg, True)
-        elif kind == "not":
-            self.absorb(flat, arg, False)
-        elif kind == "forbid":
-            flat.forbidden.add(arg)
-        elif kind == "types":
-            pass
-        if kind in ("forbid", "require", "types"):
-            flat.constrained = True
-        if kind == "require":
-            for n in arg:
+    def apply_action(self, flat: Flat, action: Action) -> None:
+        """Apply one action of a chosen branch: absorb a subschema or its negation
+        (:class:`~.ir.Holds`), forbid a property, require properties, or narrow the types."""
+        if isinstance(action, Holds):
+            self.absorb(flat, action.ctx, action.positive)
+            return
+        flat.constrained = True
+        if isinstance(action, Forbid):
+            flat.forbidden.add(action.name)
+        elif isinstance(action, Require):
+            for n in action.names:
                 if n not in flat.required:
                     flat.required.append(n)
-        elif kind == "types":
-            flat.types = set(arg) if flat.types is None else intersect_types(flat.types, set(arg))
+        else:
+            types = set(action.types)
+            flat.types = types if flat.types is None else intersect_types(flat.types, types)
 
     def compile_flat(self, flat: Flat) -> Optional[str]:
         """The regex of flat (None: the empty language)."""
         return self.check_size(alt(self.flat_parts(flat)))
 
-    def flat_parts(self, flat: Flat) -> list:
+    def flat_parts(self, flat: Flat) -> list[str]:
         """Alternatives (one per JSON type and branch, deduplicated) of a flat schema."""
         self.tick()
         if flat.groups:
@@ -444,7 +441,7 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             for key in set(flat.refs):
                 self.active[key] -= 1
 
-    def compile_leaf(self, flat: Flat) -> list:
+    def compile_leaf(self, flat: Flat) -> list[str]:
         """The alternatives, one per JSON type, of a flat without branch groups."""
         if not flat.constrained and not flat.nots:
             return [self.any_value()]

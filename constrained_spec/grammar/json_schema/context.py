@@ -8,29 +8,45 @@ retrieved unless ``ref_allow`` lists it); :class:`SchemaDocument` applies them t
 from __future__ import annotations
 
 import urllib.parse
-from typing import Any, Union
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from constrained_spec.errors import SchemaError, UnsupportedKeywordError
 from constrained_spec.grammar.json_schema.options import SchemaOptions
+
+if TYPE_CHECKING:  # referencing documents Resolver (what Registry.resolver() returns) but exports it from _core only
+    from referencing._core import Resolver
 
 __all__ = ["Ctx", "NegCtx", "SchemaDocument"]
 
 
 class Ctx:
-    """A subschema with its JSON pointer and the resolver for its base URI."""
+    """A subschema with its JSON pointer and the resolver for its base URI.
+
+    ``schema`` is the JSON value of the subschema (a dict or a boolean in a valid schema);
+    ``resolver`` is None only for the ``true`` schemas the compiler makes up (they hold no
+    ``$ref``)."""
 
     __slots__ = ("schema", "ptr", "resolver")
 
-    def __init__(self, schema: Any, ptr: str, resolver: Any) -> None:
+    def __init__(self, schema: Any, ptr: str, resolver: Optional[Resolver[Any]]) -> None:
         self.schema = schema
         self.ptr = ptr
         self.resolver = resolver
 
-    def child(self, sub: Any, *path: Any) -> "Ctx":
+    def child(self, sub: Any, *path: Union[str, int]) -> "Ctx":
+        """The subschema ``sub`` found under ``path`` (keys and indexes) below this one."""
         p = self.ptr
         for x in path:
             p += "/" + str(x).replace("~", "~0").replace("/", "~1")
         return Ctx(sub, p, self.resolver)
+
+
+def _resolver(ctx: Ctx) -> Resolver[Any]:
+    """ctx's resolver; the made-up ``true`` schemas that have none hold no ``$id`` or ``$ref``."""
+    if ctx.resolver is None:
+        raise SchemaError("internal: a subschema without a base URI was asked to resolve a reference", ctx.ptr)
+    return ctx.resolver
 
 
 class NegCtx(Ctx):
@@ -47,13 +63,15 @@ class SchemaDocument:
     JSON Schema, and :class:`UnsupportedKeywordError` for draft-03 schemas.
     """
 
-    def __init__(self, schema: Union[dict, bool], options: SchemaOptions) -> None:
+    def __init__(self, schema: Union[dict[str, Any], bool], options: SchemaOptions) -> None:
         from jsonschema import exceptions as js_exc
 
         from constrained_spec.grammar.nesting import COMPOSE_MARGIN, MAX_SCHEMA_NESTING, check_nesting
         from constrained_spec.grammar.schema_refs import make_registry, validator_class
 
         check_nesting(schema, cap=MAX_SCHEMA_NESTING + COMPOSE_MARGIN)  # before anything recurses on it
+        # jsonschema ships no type information (no py.typed): its validator classes are Any to mypy
+        cls: Any
         try:
             cls = validator_class(schema, options.draft)
         except Exception as e:  # unknown $schema etc.
@@ -83,8 +101,8 @@ class SchemaDocument:
         self.draft: int = names.get(cls.__name__, 2020)
         if self.draft == 3:
             raise UnsupportedKeywordError("$schema", "#", "draft-03 schemas are not supported")
-        self._val_cache: dict = {}
-        self._keep: list = []
+        self._val_cache: dict[tuple[int, int], Any] = {}  # (schema id, resolver id) -> validator
+        self._keep: list[Ctx] = []
 
     def root_ctx(self) -> Ctx:
         """The whole schema, at pointer ``""``, with the root resolver."""
@@ -104,14 +122,13 @@ class SchemaDocument:
         if isinstance(s, dict):
             key = "$id" if self.draft >= 6 else "id"
             if isinstance(s.get(key), str):
-                from referencing import Resource
                 from referencing.jsonschema import specification_with
 
                 try:
                     urllib.parse.urlsplit(s[key])
                     spec = specification_with(self.validator.META_SCHEMA.get("$schema", ""))
-                    res = Resource(contents=s, specification=spec)
-                    return Ctx(s, ctx.ptr, ctx.resolver.in_subresource(res))
+                    res = spec.create_resource(s)
+                    return Ctx(s, ctx.ptr, _resolver(ctx).in_subresource(res))
                 except Exception as e:  # a malformed base URI: the $refs under it cannot be resolved
                     raise SchemaError(
                         f"{key} {s[key]!r} cannot be used as a base URI ({type(e).__name__}: {e})",
@@ -125,7 +142,7 @@ class SchemaDocument:
         from constrained_spec.grammar.schema_refs import ref_error
 
         try:
-            resolved = ctx.resolver.lookup(ref)
+            resolved = _resolver(ctx).lookup(ref)
         except Exception as e:
             err = ref_error(e, ref, ctx.ptr + "/" + kw)
             if err is None:
@@ -149,7 +166,7 @@ class SchemaDocument:
         except RecursionError:
             return False
 
-    def valid_all(self, sources, value) -> bool:
+    def valid_all(self, sources: Iterable[tuple[Ctx, bool]], value: Any) -> bool:
         """Whether value satisfies every (ctx, positive) source: valid where positive, invalid
         where not."""
         for ctx, pos in sources:

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from constrained_spec.grammar.json_schema.base import CompilerBase
+from constrained_spec.grammar.json_schema.context import Ctx
 from constrained_spec.grammar.json_schema.ir import EMPTY, Flat
 from constrained_spec.grammar.json_schema.options import MAX_UNIQUE_DOMAIN, UNROLL_BUDGET
-from constrained_spec.grammar.json_schema.regex_text import expanded_size, group, rep, sequence, strip_opt
+from constrained_spec.grammar.json_schema.regex_text import SeqItem, expanded_size, group, rep, sequence, strip_opt
 from constrained_spec.grammar.json_schema.values import json_key, norm_numbers
 
 __all__ = ["ArrayEmitter"]
@@ -17,9 +18,9 @@ __all__ = ["ArrayEmitter"]
 class ArrayEmitter(CompilerBase):
     """Arrays: items by position, counts, ``contains`` and ``uniqueItems``."""
 
-    def _pos_ctxs(self, flat: Flat, i: int) -> list:
+    def _pos_ctxs(self, flat: Flat, i: int) -> list[Ctx]:
         """The subschemas of the item at position i."""
-        out = []
+        out: list[Ctx] = []
         for pre, rest in flat.arr_owners:
             if i < len(pre):
                 out.append(pre[i])
@@ -27,7 +28,7 @@ class ArrayEmitter(CompilerBase):
                 out.append(rest)
         return out
 
-    def _rest_ctxs(self, flat: Flat) -> list:
+    def _rest_ctxs(self, flat: Flat) -> list[Ctx]:
         """The subschemas of the items after every prefix."""
         return [rest for _, rest in flat.arr_owners if rest is not None]
 
@@ -67,7 +68,7 @@ class ArrayEmitter(CompilerBase):
         if M is not None and M < m:
             return EMPTY
         positions = max(n_prefix, n_contains)
-        elems: list = []
+        elems: list[Optional[str]] = []
         for i in range(positions):
             if M is not None and i >= M:
                 break
@@ -80,13 +81,13 @@ class ArrayEmitter(CompilerBase):
             if M is not None and i >= M:
                 return ""
             if i < len(elems):
-                e = elems[i]
-                if e is None:
+                elem = elems[i]
+                if elem is None:
                     return "" if i >= m else None
                 t = tail(i + 1)
                 if t is None:
                     return "" if i >= m else None
-                piece = (sep if i > 0 else "") + group(e) + t
+                piece = (sep if i > 0 else "") + group(elem) + t
                 return "(" + piece + ")?" if i >= m else piece
             # the rest
             need = max(0, m - i)
@@ -109,10 +110,10 @@ class ArrayEmitter(CompilerBase):
                 return body if need >= 1 else "(" + body + ")?"
             return rep("(" + sep + e + ")", need, most)
 
-        body = tail(0)
-        if body is None:
+        members = tail(0)
+        if members is None:
             return EMPTY
-        return "\\[" + ws + body + ws + "\\]"
+        return "\\[" + ws + members + ws + "\\]"
 
     def unique_array(self, flat: Flat, m: int, M: Optional[int]) -> Optional[str]:
         """Arrays of m..M distinct items: exact for finite item domains (strictly ordered
@@ -130,14 +131,14 @@ class ArrayEmitter(CompilerBase):
             itf = Flat()
             for c in rest_ctxs:
                 self.absorb(itf, c)
-            values = None
+            values: Optional[list[Any]] = None
             if itf.enum is not None and not itf.groups:
                 values = [v for v in itf.enum if self.doc.valid_all(itf.sources, v)]
             elif itf.types is not None and itf.types <= {"boolean", "null"} and not itf.groups:
                 values = [v for v in ([True, False] if "boolean" in itf.types else []) + ([None] if "null" in itf.types else []) if self.doc.valid_all(itf.sources, v)]
             if values is not None and len(values) <= MAX_UNIQUE_DOMAIN:
-                seen = set()
-                vals = []
+                seen: set[str] = set()
+                vals: list[Any] = []
                 for v in values:
                     k = json_key(norm_numbers(v))
                     if k not in seen:
@@ -148,12 +149,12 @@ class ArrayEmitter(CompilerBase):
                 if m <= 1:
                     if M is not None and M < len(vals):
                         vals = vals[:M]
-                    regs = [("opt", self.value_regex(v)) for v in vals]
+                    regs = [SeqItem("opt", self.value_regex(v)) for v in vals]
                     body = sequence(regs, sep, self.check_size)
                     if m == 1:
                         body = strip_opt(body)
                     return "\\[" + ws + body + ws + "\\]"
-        self.unsupported("uniqueItems", flat.unique, "uniqueItems is only enforced for finite item types or maxItems <= 1")
+        self.unsupported("uniqueItems", flat.unique or "", "uniqueItems is only enforced for finite item types or maxItems <= 1")
         f2 = flat.copy()
         f2.unique = None
         return self.compile_array(f2)

@@ -21,16 +21,21 @@ was merged into a class (then :func:`build_lark` answers None).
 from __future__ import annotations
 
 import itertools
-from typing import Any, Optional
+from typing import Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
-from constrained_spec.grammar.json_schema.lexeme_check import WORK_BUDGET, greedy_safe, nullable, nullable_by, to_node
+from constrained_spec.grammar.ecma_regex import Node
+from constrained_spec.grammar.json_schema.lexeme_check import WORK_BUDGET, Lexeme, greedy_safe, nullable, nullable_by, to_node
 from constrained_spec.grammar.json_schema.regex_text import quantifier
 
 __all__ = ["placeholder", "build_lark"]
 
+#: a grammar expression: ``("T", terminal name)``, ``("R", rule name)``, ``("seq", [expressions])``,
+#: ``("alt", [expressions])`` or ``("rep", expression, lo, hi)`` (its fields are read by position)
+Expr = tuple
+
 _NUL = ("set", ((0, 0),))
-_EPS: tuple = ("seq", [])
+_EPS: Expr = ("seq", [])
 
 
 def placeholder(n: int) -> str:
@@ -38,13 +43,13 @@ def placeholder(n: int) -> str:
     return "(\x00%d\x00)" % n
 
 
-def _digit(node: Any) -> Optional[str]:
+def _digit(node: Node) -> Optional[str]:
     if node[0] == "set" and len(node[1]) == 1 and node[1][0][0] == node[1][0][1] and 48 <= node[1][0][0] <= 57:
         return chr(node[1][0][0])
     return None
 
 
-def _has_nul(node: Any) -> bool:
+def _has_nul(node: Node) -> bool:
     kind = node[0]
     if kind == "set":
         return ecma.contains(node[1], 0)
@@ -69,7 +74,7 @@ def _char(cp: int, in_class: bool) -> str:
     return ch
 
 
-def _class(ranges: tuple) -> str:
+def _class(ranges: ecma.Ranges) -> str:
     parts = []
     for a, b in ranges:
         if a == b:
@@ -81,7 +86,7 @@ def _class(ranges: tuple) -> str:
     return "".join(parts)
 
 
-def _regex_text(node: Any) -> Optional[str]:
+def _regex_text(node: Node) -> Optional[str]:
     """Plain regex text (Rust ``regex`` syntax, as llguidance reads it) of a regex node; None: the
     empty language."""
     kind = node[0]
@@ -126,7 +131,7 @@ def _regex_text(node: Any) -> Optional[str]:
 _UNKNOWN = ("unknown",)
 
 
-def _without_empty(node: Any) -> Any:
+def _without_empty(node: Node) -> Optional[Node]:
     """A regex node for the language of ``node`` less the empty string: ``node`` itself where it
     is not nullable; None where only the empty string is left; :data:`_UNKNOWN` for shapes not
     handled. ``x{lo,hi}`` with a nullable or optional body is ``x'{1,hi}`` (x' = x less the empty
@@ -174,17 +179,17 @@ class _Builder:
 
     def __init__(self, fine: bool = False) -> None:
         self.terminals: dict[str, str] = {}  # regex text -> terminal name
-        self.nodes: dict[str, tuple] = {}  # terminal name -> normalised node
+        self.nodes: dict[str, Lexeme] = {}  # terminal name -> normalised node
         #: cut a sequence's terminal before and after each part that may read nothing (an
         #: optional property, a starred group): ``A (B)? C`` instead of one lexeme ``AB?C``
         self.fine = fine
 
-    def term(self, items: list) -> Optional[tuple]:
+    def term(self, items: list[Node]) -> Optional[Expr]:
         """The grammar expression of a placeholder-free sequence: one terminal, or in ``fine``
         mode the runs between its optional parts and each optional part (an alternation: each
         branch so)."""
         if self.fine:
-            flat: list = []
+            flat: list[Node] = []
             for it in items:
                 flat.extend(self._flat(it) if it[0] == "seq" else [it])
             if len(flat) == 1 and flat[0][0] == "alt":  # each branch cut on its own
@@ -196,10 +201,10 @@ class _Builder:
                     return self.one_term(items)  # a branch that reads nothing: no plain way to write it here
                 return ("alt", kept) if len(kept) > 1 else kept[0]
             if len(flat) > 1 and any(nullable(x) for x in flat):
-                chunks: list = []  # each run of parts that read something, and each optional part
+                chunks: list[list[Node]] = []  # each run of parts that read something, and each optional part
                 for optional, group in itertools.groupby(flat, key=nullable):
                     chunks.extend([[x] for x in group] if optional else [list(group)])
-                parts: list = []
+                parts: list[Expr] = []
                 for chunk in chunks:
                     t = self.one_term(chunk)
                     if t is None:
@@ -209,7 +214,7 @@ class _Builder:
                 return ("seq", parts) if len(parts) != 1 else parts[0]
         return self.one_term(items)
 
-    def one_term(self, items: list) -> Optional[tuple]:
+    def one_term(self, items: list[Node]) -> Optional[Expr]:
         """One terminal for a placeholder-free sequence (``(T)?`` where it may read nothing)."""
         node = ("seq", items) if len(items) != 1 else items[0]
         if node[0] == "seq" and not node[1]:
@@ -237,7 +242,7 @@ class _Builder:
             self.nodes[name] = norm
         return ("T", name)
 
-    def conv(self, node: Any) -> Optional[tuple]:
+    def conv(self, node: Node) -> Optional[Expr]:
         """The grammar expression of a regex node (None: the empty language)."""
         if not _has_nul(node):
             return self.term([node])
@@ -255,21 +260,21 @@ class _Builder:
             return ("rep", body, node[2], node[3])
         raise _Mangled(kind)
 
-    def _flat(self, node: Any) -> list:
-        out: list = []
+    def _flat(self, node: Node) -> list[Node]:
+        out: list[Node] = []
         for it in node[1]:
             out.extend(self._flat(it) if it[0] == "seq" else [it])
         return out
 
-    def _seq(self, nested: list) -> Optional[tuple]:
-        items: list = []
+    def _seq(self, nested: list[Node]) -> Optional[Expr]:
+        items: list[Node] = []
         for it in nested:  # a group inside a sequence is spliced into it: longer terminals
             if it[0] == "seq":
                 items.extend(self._flat(it))
             else:
                 items.append(it)
-        parts: list = []
-        plain: list = []
+        parts: list[Expr] = []
+        plain: list[Node] = []
 
         def flush() -> bool:
             if plain:
@@ -286,8 +291,8 @@ class _Builder:
             if it == _NUL:
                 j = i + 1
                 digits = ""
-                while j < len(items) and _digit(items[j]) is not None:
-                    digits += _digit(items[j])  # type: ignore[operator]
+                while j < len(items) and (d := _digit(items[j])) is not None:
+                    digits += d
                     j += 1
                 if not digits or j >= len(items) or items[j] != _NUL:
                     raise _Mangled("placeholder")
@@ -314,7 +319,7 @@ class _Builder:
 # -- grammar analysis ---------------------------------------------------------------------------
 
 
-def _productive(e: tuple, ok: set) -> bool:
+def _productive(e: Expr, ok: set[str]) -> bool:
     kind = e[0]
     if kind == "T":
         return True
@@ -327,7 +332,7 @@ def _productive(e: tuple, ok: set) -> bool:
     return e[2] == 0 or _productive(e[1], ok)
 
 
-def _prune(e: tuple, ok: set) -> tuple:
+def _prune(e: Expr, ok: set[str]) -> Expr:
     """e without the alternatives that derive no text (e itself must be productive)."""
     kind = e[0]
     if kind == "seq":
@@ -339,7 +344,7 @@ def _prune(e: tuple, ok: set) -> tuple:
     return e
 
 
-def _refs(e: tuple, out: set) -> set:
+def _refs(e: Expr, out: set[str]) -> set[str]:
     if e[0] == "R":
         out.add(e[1])
     elif e[0] in ("seq", "alt"):
@@ -354,9 +359,9 @@ class _Flow:
     """FIRST sets, nullability, the terminals that may follow each terminal, and the sets of
     terminals that may start at one point."""
 
-    def __init__(self, root: tuple, rules: dict[str, tuple]) -> None:
+    def __init__(self, root: Expr, rules: dict[str, Expr]) -> None:
         self.rules = rules
-        self.first_r: dict[str, frozenset] = {r: frozenset() for r in rules}
+        self.first_r: dict[str, frozenset[str]] = {r: frozenset() for r in rules}
         self.null_r: dict[str, bool] = {r: False for r in rules}
         changed = True
         while changed:
@@ -366,9 +371,9 @@ class _Flow:
                 if f != self.first_r[r] or n != self.null_r[r]:
                     self.first_r[r], self.null_r[r] = f, n
                     changed = True
-        self.follow_r: dict[str, frozenset] = {r: frozenset() for r in rules}
-        self.follows: dict[str, set] = {}
-        self.colive: set = set()
+        self.follow_r: dict[str, frozenset[str]] = {r: frozenset() for r in rules}
+        self.follows: dict[str, set[str]] = {}  # terminal -> the terminals that may follow it
+        self.colive: set[frozenset[str]] = set()  # sets of terminals that may start at one point
         while True:
             before = dict(self.follow_r)
             self.walk(root, frozenset())
@@ -377,21 +382,21 @@ class _Flow:
             if before == self.follow_r:
                 break
 
-    def nullable(self, e: tuple) -> bool:
+    def nullable(self, e: Expr) -> bool:
         if e[0] == "T":
             return False
         if e[0] == "R":
             return self.null_r[e[1]]
         return nullable_by(e, self.nullable)
 
-    def first(self, e: tuple) -> frozenset:
+    def first(self, e: Expr) -> frozenset[str]:
         kind = e[0]
         if kind == "T":
             return frozenset([e[1]])
         if kind == "R":
             return self.first_r[e[1]]
         if kind == "seq":
-            acc: frozenset = frozenset()
+            acc: frozenset[str] = frozenset()
             for x in e[1]:
                 acc |= self.first(x)
                 if not self.nullable(x):
@@ -401,7 +406,7 @@ class _Flow:
             return frozenset().union(*(self.first(x) for x in e[1]))
         return self.first(e[1])
 
-    def walk(self, e: tuple, follow: frozenset) -> None:
+    def walk(self, e: Expr, follow: frozenset[str]) -> None:
         start = self.first(e) | (follow if self.nullable(e) else frozenset())
         if len(start) > 0:
             self.colive.add(start)
@@ -447,7 +452,7 @@ def _lark_regex(text: str) -> str:
     return "/" + "".join(out) + "/"
 
 
-def _render(e: tuple) -> str:
+def _render(e: Expr) -> str:
     kind = e[0]
     if kind == "T":
         return e[1]
@@ -511,7 +516,7 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
     and_text: dict[str, str] = {}  # name of a %json string -> its definition
     try:
         root_e = b.conv(ecma.parse(root))
-        bodies: dict[str, Optional[tuple]] = {}
+        bodies: dict[str, Optional[Expr]] = {}
         for n, text in rules.items():
             if n in ands:
                 wide, leaf = ands[n]
@@ -529,7 +534,7 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
     if root_e is None:
         return None
     defined = {r: e for r, e in bodies.items() if e is not None}
-    ok: set = set()
+    ok: set[str] = set()
     while True:
         grown = {r for r, e in defined.items() if _productive(e, ok)}
         if grown == ok:
@@ -538,7 +543,7 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
     if not _productive(root_e, ok):
         return None
     root_e = _prune(root_e, ok)
-    kept: dict[str, tuple] = {}
+    kept: dict[str, Expr] = {}
     todo = sorted(_refs(root_e, set()))
     while todo:
         r = todo.pop()

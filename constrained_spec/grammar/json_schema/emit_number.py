@@ -45,7 +45,7 @@ class NumberEmitter(CompilerBase):
         if flat.non_integer:
             self.unsupported("not", "", "'not: {type: integer}' on numbers is not supported")
         q: Optional[int] = None
-        frac_set = None
+        frac_set: Optional[set[str]] = None
         for m, ptr in flat.multiple_of:
             fr = Fraction(m)
             if fr.numerator == 1 and is_pow10(fr.denominator):
@@ -71,7 +71,7 @@ class NumberEmitter(CompilerBase):
         return decimal_range(lo, lo_s, hi, hi_s, q)
 
     def number_frac_set(
-        self, lo: Optional[Decimal], lo_s: bool, hi: Optional[Decimal], hi_s: bool, fracs: set, q: Optional[int]
+        self, lo: Optional[Decimal], lo_s: bool, hi: Optional[Decimal], hi_s: bool, fracs: set[str], q: Optional[int]
     ) -> Optional[str]:
         """Numbers whose fractional part is one of ``fracs`` (digit strings) in the range."""
         fr_alts = sorted(f for f in fracs if f != "")
@@ -85,7 +85,7 @@ class NumberEmitter(CompilerBase):
             self.unsupported("multipleOf", "", "multipleOf with fractional bounds")
             return EMPTY
         # x = I + f, f in fracs (value in [0,1))
-        parts = []
+        parts: list[Optional[str]] = []
         ilo = int(lo) if lo is not None else None
         ihi = int(hi) if hi is not None else None
         # non-negative numbers: I >= 0 ; negative: -(I + f)
@@ -151,6 +151,7 @@ class NumberEmitter(CompilerBase):
             pos_small = [s for s in small if s != "0"]
             body_pos = "[1-9][0-9]*" + tail if t >= 1 else "[1-9][0-9]*"
             pos = alt(pos_small + [body_pos, *([e.lstrip("0") for e in ends if e.lstrip("0") and len(e.lstrip("0")) == t and int(e) % k == 0])])
+            assert pos is not None  # body_pos is one of the alternatives
             parts = []
             if ilo is None or ilo <= 0:
                 parts.append("0")

@@ -15,13 +15,17 @@ from constrained_spec.grammar.json_schema.emit_lark import placeholder
 from constrained_spec.grammar.json_schema.ir import EMPTY, Flat, Owner
 from constrained_spec.grammar.json_schema.options import DECLARED_PROPERTIES_NOTE, LOCAL_OBJECT_CAP
 from constrained_spec.grammar.json_schema.py_regex import line_pattern, py_search, universal_pattern
-from constrained_spec.grammar.json_schema.regex_text import alt, group, rep, sequence
+from constrained_spec.grammar.json_schema.regex_text import SeqItem, alt, group, rep, sequence
 
-__all__ = ["ObjectEmitter", "canonical_key_orders", "KEY_RANGES"]
+__all__ = ["ObjectEmitter", "canonical_key_orders", "KEY_RANGES", "Extra"]
 
 #: characters of generated extra property names: printable ASCII without '"' and '\\'
 #: (a restriction that keeps the name-exclusion regexes small)
 KEY_RANGES = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7E))
+
+#: a rule for properties beyond the declared ones: (key regex with its quotes, value regex, how
+#: many such properties at most (None: any number))
+Extra = tuple[str, str, Optional[int]]
 
 
 class ObjectEmitter(CompilerBase):
@@ -44,16 +48,16 @@ class ObjectEmitter(CompilerBase):
         if self.opts.linear_objects and n_req == 0 and len(items) > 1:
             items[0][0] = "req"  # a sound restriction that keeps the regex linear
             self.length_narrowed.append((ptr or "#") + " (first property required)")
-        seq_items = [(it[0], it[1]) for it in items]
+        seq_items = [SeqItem("req" if it[0] == "req" else "opt", it[1]) for it in items]
         for k, v, count in extras:
             e = k + ws + ":" + ws + group(v)
             if plus_extra:
                 more = None if count is None else count - 1
-                seq_items.append(("req", group(e) + rep("(" + sep + group(e) + ")", 0, more)))
+                seq_items.append(SeqItem("req", group(e) + rep("(" + sep + group(e) + ")", 0, more)))
             else:
-                seq_items.append(("star", (e, count)))
+                seq_items.append(SeqItem("star", e, count))
         if self.opts.property_order == "any" and len(seq_items) <= self.opts.max_any_order_properties and all(
-            k in ("req", "opt") for k, _ in seq_items
+            it.kind in ("req", "opt") for it in seq_items
         ) and len(seq_items) > 1:
             body = self.any_order(seq_items, sep)
         else:
@@ -68,7 +72,7 @@ class ObjectEmitter(CompilerBase):
                 # all-optional objects cost O(n log n) copies; past a size, require the
                 # first property (a sound restriction) so that the regex stays linear; the
                 # grammar (optional_sequence_rules) holds the whole language
-                seq_items[0] = ("req", seq_items[0][1])
+                seq_items[0] = SeqItem("req", seq_items[0].regex)
                 body = sequence(seq_items, sep, self.check_size)
                 self.length_narrowed.append((ptr or "#") + " (first property required)")
         if body is None:
@@ -76,12 +80,12 @@ class ObjectEmitter(CompilerBase):
         return "\\{" + ws + body + ws + "\\}"
 
     @staticmethod
-    def _large(seq_items: list, sep: str) -> bool:
+    def _large(seq_items: list[SeqItem], sep: str) -> bool:
         """Whether the regex of an all-optional sequence would pass LOCAL_OBJECT_CAP."""
         body = sequence(seq_items, sep)
         return body is None or len(body) > LOCAL_OBJECT_CAP
 
-    def optional_sequence_rules(self, seq_items: list, sep: str) -> str:
+    def optional_sequence_rules(self, seq_items: list[SeqItem], sep: str) -> str:
         """Grammar mode: an all-optional comma-separated sequence as rules, linear in its items:
         each item a rule P_i, each tail T_i = (sep P_i)? T_(i+1) a rule, and the body
         ``(P_1 T_2 | P_2 T_3 | ... | P_n)?`` (repeatable 'star' items likewise)."""
@@ -92,15 +96,15 @@ class ObjectEmitter(CompilerBase):
             self.rule_bodies[n] = text
             return placeholder(n)
 
-        parts = []
-        for kind, x in seq_items:
-            if kind == "star":
-                e, cnt = x
-                p = rule(group(e))
+        parts: list[tuple[str, str, str]] = []  # (rule, the item first, the item after another)
+        for it in seq_items:
+            if it.kind == "star":
+                cnt = it.count
+                p = rule(group(it.regex))
                 parts.append((p, p + rep("(" + sep + p + ")", 0, None if cnt is None else cnt - 1),
                               rep("(" + sep + p + ")", 0, cnt)))
             else:
-                p = rule(group(x))
+                p = rule(group(it.regex))
                 parts.append((p, p, "(" + sep + p + ")?"))
         tails: list[str] = [""] * (len(parts) + 1)
         for i in range(len(parts) - 1, 0, -1):
@@ -108,7 +112,7 @@ class ObjectEmitter(CompilerBase):
         firsts = [parts[i][1] + tails[i + 1] for i in range(len(parts))]
         return "(" + "|".join(firsts) + ")?"
 
-    def _members(self, flat: Flat) -> Optional[tuple[list, int, list]]:
+    def _members(self, flat: Flat) -> Optional[tuple[list[list[str]], int, list[str]]]:
         """The declared properties of flat as ([kind, "name":value regex, name] items, number
         required, all names); None when a required one can have no value."""
         ws = self.ws
@@ -122,7 +126,7 @@ class ObjectEmitter(CompilerBase):
             pn_ok = {n: all(self.doc.valid(c, n) for c in flat.property_names) for n in names}
         else:
             pn_ok = {n: True for n in names}
-        items = []  # (kind, regex, name)
+        items: list[list[str]] = []  # [kind ("req"/"opt"), regex, name]: the kind may change
         n_req = 0
         for name in names:
             self.tick()
@@ -133,6 +137,7 @@ class ObjectEmitter(CompilerBase):
                     return None
                 continue
             ctxs = list(flat.props.get(name, []))
+            v: Optional[str]
             for o in owners:
                 matched = False
                 for p, pc in o.patterns:
@@ -154,7 +159,8 @@ class ObjectEmitter(CompilerBase):
             n_req += is_req
         return items, n_req, names
 
-    def _count_limits(self, flat: Flat, items: list, extras: list, n_req: int) -> Optional[tuple[list, list, bool]]:
+    def _count_limits(self, flat: Flat, items: list[list[str]], extras: list[Extra],
+                      n_req: int) -> Optional[tuple[list[list[str]], list[Extra], bool]]:
         """Apply ``minProperties``/``maxProperties`` to the items and extra-property rules:
         (items, extras, whether one extra property is required); None when impossible."""
         # minProperties / maxProperties
@@ -201,16 +207,16 @@ class ObjectEmitter(CompilerBase):
             plus_extra = False
         return items, extras, plus_extra
 
-    def any_order(self, seq_items: list, sep: str) -> Optional[str]:
+    def any_order(self, seq_items: list[SeqItem], sep: str) -> Optional[str]:
         """The alternation of every order of the (required/optional) items."""
-        outs = []
+        outs: list[Optional[str]] = []
         for perm in itertools.permutations(seq_items):
             r = sequence(list(perm), sep, self.check_size)
             if r is not None:
                 outs.append(r)
         return alt(outs)
 
-    def object_extras(self, flat: Flat, declared: list, all_names: list) -> list:
+    def object_extras(self, flat: Flat, declared: list[str], all_names: list[str]) -> list[Extra]:
         """Regexes (key, value, max_count) for properties beyond the declared ones."""
         owners = flat.owners
         explicit = [o for o in owners if o.patterns or o.ap is not None]
@@ -227,7 +233,7 @@ class ObjectEmitter(CompilerBase):
         if len(nontrivial) > 1:
             return []
         owner = nontrivial[0] if nontrivial else explicit[0]
-        out = []
+        out: list[Extra] = []
         pn_ctxs = flat.property_names
         # value schema for a pattern key: all pattern schemas (conservative when several)
         all_pat_ctxs = [pc for _, pc in owner.patterns]
@@ -289,7 +295,7 @@ class ObjectEmitter(CompilerBase):
                 out.append(('"' + key + '"', v, None))
         return out
 
-    def _string_only(self, ctxs: list) -> Optional[str]:
+    def _string_only(self, ctxs: list[Ctx]) -> Optional[str]:
         """The string alternative of the conjunction of ctxs (None when it has branches or
         ``not``, or allows no string)."""
         f = Flat()
@@ -302,13 +308,13 @@ class ObjectEmitter(CompilerBase):
         return self.compile_string(f)
 
 
-def canonical_key_orders(schema: Any) -> dict:
+def canonical_key_orders(schema: Any) -> dict[str, int]:
     """Property name -> rank in the order the compiler emits properties (first declaration
     in the schema, depth first).  Used to re-order instance keys before matching."""
-    order: dict = {}
-    seen: set = set()
+    order: dict[str, int] = {}
+    seen: set[int] = set()
 
-    def walk(s, depth):
+    def walk(s: Any, depth: int) -> None:
         if depth > 50 or not isinstance(s, (dict, list)) or id(s) in seen:
             return
         seen.add(id(s))

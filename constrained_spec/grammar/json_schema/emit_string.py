@@ -4,7 +4,7 @@ lengths folded in), intersections of patterns, and strings other than a finite s
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Any, Literal, Optional, Union
 
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
@@ -18,6 +18,11 @@ __all__ = ["StringEmitter", "LENGTH_CUT_CHARS"]
 
 #: longest regex an exact length cut of one pattern may take (past it, the cut counts as inexact)
 LENGTH_CUT_CHARS = 8_000
+
+#: a node of a trie of words: next character -> node; the key ``""`` marks the end of a word
+Trie = dict[str, "Trie"]
+#: a ``pattern`` or ``format`` of a string: (ECMA pattern, JSON pointer, keyword), as ``Flat.patterns``
+Pattern = tuple[str, str, str]
 
 
 class StringEmitter(CompilerBase):
@@ -35,7 +40,7 @@ class StringEmitter(CompilerBase):
             if pats:
                 self.unsupported("not", excluded[0][0].ptr, "excluding constants from patterned strings is not supported")
             else:
-                strs = set()
+                strs: set[str] = set()
                 for _, vals in excluded:
                     strs |= {v for v in vals if isinstance(v, str)}
                 body = self.content_excluding(sorted(strs), lo, hi)
@@ -47,13 +52,13 @@ class StringEmitter(CompilerBase):
         if len(self.length_narrowed) > mark and self.grammar_mode:
             wide = self._patterned(pats, 0, None)
             if wide is not None and len(pats) == 1:
-                leaf: dict = {"type": "string", "pattern": pats[0][0], "minLength": lo}
+                leaf: dict[str, Any] = {"type": "string", "pattern": pats[0][0], "minLength": lo}
                 if hi is not None:
                     leaf["maxLength"] = hi
                 return self.exact_string_rule(out, wide, leaf)
         return out
 
-    def exact_string_rule(self, narrow: Optional[str], wide: str, leaf: dict) -> str:
+    def exact_string_rule(self, narrow: Optional[str], wide: str, leaf: dict[str, Any]) -> str:
         """Grammar mode: a placeholder for a rule that reads one string of the schema ``leaf``
         (llguidance's own ``%json`` string: pattern and length bounds intersected exactly)."""
         n = len(self.rule_of)
@@ -62,7 +67,7 @@ class StringEmitter(CompilerBase):
         self.and_lexemes[n] = (wide, json.dumps(leaf, ensure_ascii=True, sort_keys=True))
         return placeholder(n)
 
-    def _patterned(self, pats, lo: int, hi: Optional[int]) -> Optional[str]:
+    def _patterned(self, pats: list[Pattern], lo: int, hi: Optional[int]) -> Optional[str]:
         """The regex (quotes included) of the strings lo..hi long that match every pattern."""
         if len(pats) > 1:
             body = self.intersect_patterns(pats, lo, hi)
@@ -81,31 +86,32 @@ class StringEmitter(CompilerBase):
             return EMPTY
         return '"' + body + '"'
 
-    def intersect_patterns(self, pats, lo, hi):
+    def intersect_patterns(self, pats: list[Pattern], lo: int, hi: Optional[int]) -> Union[str, None, Literal[False]]:
         """Content regex for strings matching all patterns, where all but one of them
         only fix a finite set of prefixes (``^(https?|file)://``) or are a finite set of
         whole strings.  Returns False when not possible, None when empty."""
-        finite = []
-        others = []
+        finite: list[tuple[Optional[str], list[str], str]] = []  # (kind "whole"/"prefix", words, pattern)
+        others: list[Pattern] = []
         for p, ptr, kw in pats:
             try:
                 brs = ecma.anchored_branches(ecma.parse(p))
             except ecma.PatternError:
                 return False
-            words = []
-            kind = None
+            words: list[str] = []
+            is_finite = True
+            kind: Optional[str] = None
             for b, sa, ea in brs:
                 ws = finite_strings(b, 32)
                 if ws is None or not sa:
-                    words = None
+                    is_finite = False
                     break
                 k = "whole" if ea else "prefix"
                 if kind not in (None, k):
-                    words = None
+                    is_finite = False
                     break
                 kind = k
                 words += ws
-            if words is None:
+            if not is_finite:
                 others.append((p, ptr, kw))
             else:
                 finite.append((kind, words, p))
@@ -121,16 +127,16 @@ class StringEmitter(CompilerBase):
         else:
             base = ("seq", [("rep", ("set", ecma.ANY_RANGES), 0, None)])
         # intersect the finite constraints one after the other
-        outs = [("", base)]
+        outs: list[tuple[str, ecma.Node]] = [("", base)]
         for kind, words, _p in finite:
-            new = []
+            new: list[tuple[str, ecma.Node]] = []
             for prefix, node in outs:
                 for w in dict.fromkeys(words):
-                    d = node
+                    d: Optional[ecma.Node] = node
                     for ch in w:
-                        d = deriv(d, ord(ch))
                         if d is None:
                             break
+                        d = deriv(d, ord(ch))
                     if d is None:
                         continue
                     if kind == "whole":
@@ -141,13 +147,13 @@ class StringEmitter(CompilerBase):
             outs = new
             if len(outs) > 64:
                 return False
-        res = []
+        res: list[Optional[str]] = []
         for prefix, node in outs:
             full = ("seq", [("seq", [("set", ((ord(c), ord(c)),)) for c in prefix]), node])
-            full = self.constrain_length(full, lo, hi, pats[0][1])
-            if full is None:
+            shaped = self.constrain_length(full, lo, hi, pats[0][1])
+            if shaped is None:
                 continue
-            r = ecma.emit(full)
+            r = ecma.emit(shaped)
             if r is not None:
                 res.append(r)
         return alt(res)
@@ -156,7 +162,7 @@ class StringEmitter(CompilerBase):
         """String content (no quotes) matching the ECMA pattern (search semantics), lo..hi long."""
         node = ecma.parse(pattern)
         anyrep = ("rep", ("set", ecma.ANY_RANGES), 0, None)
-        outs = []
+        outs: list[Optional[str]] = []
         for b, sa, ea in ecma.anchored_branches(node):
             b = trim_unanchored(b, sa, ea)
             if b is None:
@@ -174,16 +180,15 @@ class StringEmitter(CompilerBase):
                             outs.append(r)
                     continue
             items = ([] if sa else [anyrep]) + [b] + ([] if ea else [anyrep])
-            seq = ("seq", items)
-            seq = self.constrain_length(seq, lo, hi, ptr)
-            if seq is None:
+            shaped = self.constrain_length(("seq", items), lo, hi, ptr)
+            if shaped is None:
                 continue
-            r = ecma.emit(seq)
+            r = ecma.emit(shaped)
             if r is not None:
                 outs.append(r)
         return alt(outs)
 
-    def constrain_length(self, seq, lo: int, hi: Optional[int], ptr: str):
+    def constrain_length(self, seq: ecma.Node, lo: int, hi: Optional[int], ptr: str) -> Optional[ecma.Node]:
         """Restrict a pattern node so that every match has lo <= length <= hi.
 
         Exact where :func:`~.length_cut.cut` can write the window into the pattern within its
@@ -208,15 +213,17 @@ class StringEmitter(CompilerBase):
             self.length_narrowed.append(ptr or "#")
         node = seq
         if hi is not None and (mx is None or mx > hi):
-            node = shrink(node, hi)
-            if node is None:
+            shrunk = shrink(node, hi)
+            if shrunk is None:
                 return None
+            node = shrunk
         mn, mx = ecma.node_len(node)
         if mn < lo:
-            node = grow(node, lo)
-            if node is None:
+            grown = grow(node, lo)
+            if grown is None:
                 self.unsupported("minLength", ptr, "pattern and minLength cannot be combined exactly")
                 return seq
+            node = grown
             mn, mx = ecma.node_len(node)
             if mn < lo:
                 self.unsupported("minLength", ptr, "pattern and minLength cannot be combined exactly")
@@ -224,13 +231,16 @@ class StringEmitter(CompilerBase):
             self.unsupported("maxLength", ptr, "pattern and maxLength cannot be combined exactly")
         return node
 
-    def content_excluding(self, words: list, lo: int, hi: Optional[int], ranges=None) -> Optional[str]:
+    def content_excluding(self, words: list[str], lo: int, hi: Optional[int],
+                          ranges: Optional[ecma.Ranges] = None) -> Optional[str]:
         """Canonical string content not equal to any of ``words`` (lengths in [lo, hi]),
         made of characters in ``ranges`` (all characters by default)."""
         universe = ecma.ANY_RANGES if ranges is None else ranges
         c = self.canon_char if ranges is None else ecma.emit_set(ranges)
+        if c is None:
+            raise ValueError("content_excluding needs a non-empty set of characters")
         words = [w for w in words if all(ecma.contains(universe, ord(ch)) for ch in w)]
-        trie: dict = {}
+        trie: Trie = {}
         for w in words:
             node = trie
             for ch in w:
@@ -244,7 +254,7 @@ class StringEmitter(CompilerBase):
             self.unsupported("not", "", "excluding strings together with length bounds is not supported")
             return rep(c, lo, hi)
 
-        def build(node, depth) -> str:
+        def build(node: Trie, depth: int) -> Optional[str]:
             # strings that, from this trie node on, are not a word
             self.tick()
             alts = []

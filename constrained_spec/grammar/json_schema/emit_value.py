@@ -19,12 +19,12 @@ class ValueEmitter(CompilerBase):
 
     def compile_enum(self, flat: Flat) -> Optional[str]:
         """The alternation of the enum values that every source of flat accepts."""
-        outs = []
+        outs: list[Optional[str]] = []
         size = 0
         # the validator oracle ignores `format` (an annotation by default): keep only the
         # strings that match the compiler's own (restricting) format patterns
         formats = [p for p, _, k in flat.patterns if k == "format"]
-        for v in flat.enum:
+        for v in flat.enum or []:
             self.tick()
             if not self.doc.valid_all(flat.sources, v):
                 continue

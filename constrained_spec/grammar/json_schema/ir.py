@@ -12,14 +12,57 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from decimal import Decimal
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from constrained_spec.grammar.json_schema.context import Ctx
 
-__all__ = ["EMPTY", "Owner", "Flat"]
+__all__ = ["EMPTY", "Conjunct", "Owner", "Flat", "Holds", "Forbid", "Require", "NarrowTypes", "Action", "Group"]
 
 #: the empty language (no value matches)
 EMPTY = None
+
+#: one member of a conjunction: a subschema and whether it must hold (True) or fail (False)
+Conjunct = tuple[Ctx, bool]
+
+
+# -- the actions of one branch of a branch group (``anyOf``/``oneOf``/``if``/dependencies),
+# applied by :meth:`~.compiler.Compiler.apply_action` to a copy of the conjunction
+
+
+@dataclass(frozen=True)
+class Holds:
+    """The subschema ``ctx`` holds (``positive``) or fails (not ``positive``)."""
+
+    ctx: Ctx
+    positive: bool = True
+
+
+@dataclass(frozen=True)
+class Forbid:
+    """No property called ``name``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Require:
+    """Properties ``names`` are required."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NarrowTypes:
+    """The value is of one of ``types`` (type names, as ``Flat.types``)."""
+
+    types: frozenset[str]
+
+
+#: one action of a branch
+Action = Union[Holds, Forbid, Require, NarrowTypes]
+#: a branch group: (kind ``"anyOf"``/``"oneOf"``/``"if"``/``"dependency"``, its branches (each a list
+#: of actions), JSON pointer of the keyword)
+Group = tuple[str, list[list[Action]], str]
 
 
 class Owner:
@@ -28,7 +71,7 @@ class Owner:
 
     __slots__ = ("names", "patterns", "ap", "ptr")
 
-    def __init__(self, names: set, patterns: list, ap: Optional[Ctx], ptr: str) -> None:
+    def __init__(self, names: set[str], patterns: list[tuple[str, Ctx]], ap: Optional[Ctx], ptr: str) -> None:
         self.names = names  # set of property names declared next to it
         self.patterns = patterns  # list of (pattern, ctx)
         self.ap = ap  # None (absent), or a ctx (schema / bool)
@@ -45,15 +88,15 @@ class Flat:
 
     # -- every type: ``type``, ``enum``/``const``, the subschemas absorbed, ``not``, the
     # branch groups (``anyOf``/``oneOf``/``if``/dependencies) and the ``$ref``s followed
-    types: Optional[set] = None  # allowed type names (None: all); ``"integer"`` apart from ``"number"``
-    enum: Optional[list] = None  # the finite set of allowed values (None: no enum/const)
-    sources: list[tuple[Ctx, bool]] = field(default_factory=list)  # (ctx, positive): the validation oracle's inputs
+    types: Optional[set[str]] = None  # allowed type names (None: all); ``"integer"`` apart from ``"number"``
+    enum: Optional[list[Any]] = None  # the finite set of allowed values (None: no enum/const)
+    sources: list[Conjunct] = field(default_factory=list)  # (ctx, positive): the validation oracle's inputs
     nots: list[Ctx] = field(default_factory=list)  # ``not`` subschemas, applied at the leaf
-    groups: list[tuple[str, list, str]] = field(default_factory=list)  # (kind, [branch actions], ptr)
+    groups: list[Group] = field(default_factory=list)
     refs: list[int] = field(default_factory=list)  # ids of the ``$ref`` targets followed (recursion accounting)
     constrained: bool = False  # False while only annotations / ``true`` schemas were absorbed
     # values a ``not: {enum/const}`` removes: (ctx of the ``not``, values)
-    excluded: list[tuple[Ctx, list]] = field(default_factory=list)
+    excluded: list[tuple[Ctx, list[Any]]] = field(default_factory=list)
 
     # -- numbers: ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum``
     # (draft 4's boolean forms too), ``multipleOf``; ``not: {type: integer}`` sets non_integer
@@ -75,7 +118,7 @@ class Flat:
     min_items: int = 0
     max_items: Optional[int] = None
     unique: Optional[str] = None  # ptr of a true ``uniqueItems``
-    contains: list[tuple[Ctx, int, Any, str]] = field(default_factory=list)  # (ctx, min, max, ptr)
+    contains: list[tuple[Ctx, int, Optional[int], str]] = field(default_factory=list)  # (ctx, min, max, ptr)
 
     # -- objects: ``properties``, ``required``, ``additionalProperties``/``patternProperties``/
     # ``unevaluatedProperties`` (as owners), ``propertyNames``, ``minProperties``,

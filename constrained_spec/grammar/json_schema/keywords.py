@@ -16,7 +16,7 @@ from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.formats import format_pattern, is_spec_format
 from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.context import Ctx
-from constrained_spec.grammar.json_schema.ir import Flat, Owner
+from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Holds, Owner, Require
 from constrained_spec.grammar.json_schema.options import STATIC_WALK_DEPTH
 from constrained_spec.grammar.json_schema.values import dec, intersect_types, json_key
 
@@ -131,11 +131,11 @@ class Keywords(CompilerBase):
                 return True
         return False
 
-    def _static_names(self, ctx: Ctx, depth: int) -> tuple[set, list]:
+    def _static_names(self, ctx: Ctx, depth: int) -> tuple[set[str], list[tuple[str, Ctx]]]:
         """(property names, [(pattern, true ctx)]) that ctx's schema evaluates through its own
         keywords and its static applicators (``allOf``, ``$ref``)."""
-        names: set = set()
-        pats: list = []
+        names: set[str] = set()
+        pats: list[tuple[str, Ctx]] = []
         s = ctx.schema
         if not isinstance(s, dict) or depth > STATIC_WALK_DEPTH:
             return names, pats
@@ -170,7 +170,7 @@ class Keywords(CompilerBase):
     def _kw_const(self, f: Flat, ctx: Ctx, v: Any, ptr: str, depth: int) -> None:
         self._set_enum(f, [v])
 
-    def _set_enum(self, f: Flat, values: list) -> None:
+    def _set_enum(self, f: Flat, values: list[Any]) -> None:
         if f.enum is None:
             f.enum = values
         else:
@@ -182,10 +182,10 @@ class Keywords(CompilerBase):
             self.absorb(f, ctx.child(sub, "allOf", i), True, depth + 1)
 
     def _kw_anyOf(self, f: Flat, ctx: Ctx, v: Any, ptr: str, depth: int) -> None:
-        f.groups.append(("anyOf", [[("ctx", ctx.child(sub, "anyOf", i))] for i, sub in enumerate(v)], ptr))
+        f.groups.append(("anyOf", [[Holds(ctx.child(sub, "anyOf", i))] for i, sub in enumerate(v)], ptr))
 
     def _kw_oneOf(self, f: Flat, ctx: Ctx, v: Any, ptr: str, depth: int) -> None:
-        f.groups.append(("oneOf", [[("ctx", ctx.child(sub, "oneOf", i))] for i, sub in enumerate(v)], ptr))
+        f.groups.append(("oneOf", [[Holds(ctx.child(sub, "oneOf", i))] for i, sub in enumerate(v)], ptr))
 
     def _kw_not(self, f: Flat, ctx: Ctx, v: Any, ptr: str, depth: int) -> None:
         self.absorb(f, ctx.child(v, "not"), False, depth + 1)
@@ -197,7 +197,7 @@ class Keywords(CompilerBase):
         c_if = ctx.child(v, "if")
         c_then = ctx.child(s.get("then", True), "then")
         c_else = ctx.child(s.get("else", True), "else")
-        branches = [[("ctx", c_if), ("ctx", c_then)], [("not", c_if), ("ctx", c_else)]]
+        branches: list[list[Action]] = [[Holds(c_if), Holds(c_then)], [Holds(c_if, False), Holds(c_else)]]
         f.groups.append(("if", branches, ptr))
 
     # numbers
@@ -335,18 +335,18 @@ class Keywords(CompilerBase):
 
     def _kw_dependentRequired(self, f: Flat, ctx: Ctx, v: Any, ptr: str, depth: int) -> None:
         for a, bs in v.items():
-            self._dep(f, a, [("require", [a] + list(bs))], ptr)
+            self._dep(f, a, [Require((a, *bs))], ptr)
 
     def _kw_dependentSchemas(self, f: Flat, ctx: Ctx, v: Any, ptr: str, depth: int) -> None:
         for a, sub in v.items():
-            self._dep(f, a, [("require", [a]), ("ctx", ctx.child(sub, "dependentSchemas", a))], ptr)
+            self._dep(f, a, [Require((a,)), Holds(ctx.child(sub, "dependentSchemas", a))], ptr)
 
     def _kw_dependencies(self, f: Flat, ctx: Ctx, v: Any, ptr: str, depth: int) -> None:
         for a, sub in v.items():
             if isinstance(sub, list):
-                self._dep(f, a, [("require", [a] + list(sub))], ptr)
+                self._dep(f, a, [Require((a, *sub))], ptr)
             else:
-                self._dep(f, a, [("require", [a]), ("ctx", ctx.child(sub, "dependencies", a))], ptr)
+                self._dep(f, a, [Require((a,)), Holds(ctx.child(sub, "dependencies", a))], ptr)
 
-    def _dep(self, f: Flat, a: str, present_actions: list, ptr: str) -> None:
-        f.groups.append(("dependency", [[("forbid", a)], present_actions], ptr))
+    def _dep(self, f: Flat, a: str, present_actions: list[Action], ptr: str) -> None:
+        f.groups.append(("dependency", [[Forbid(a)], present_actions], ptr))

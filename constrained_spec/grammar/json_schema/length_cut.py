@@ -14,16 +14,17 @@ branch; a repetition of a variable-width body is unrolled into such sequences.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
+from constrained_spec.grammar.ecma_regex import Node
 
 __all__ = ["Inexact", "cut", "CUT_BUDGET"]
 
 #: most nodes one :func:`cut` may build before it answers :class:`Inexact`
 CUT_BUDGET = 3000
 
-_EPS: tuple = ("seq", [])
+_EPS: Node = ("seq", [])
 
 
 class Inexact(Exception):
@@ -33,14 +34,14 @@ class Inexact(Exception):
 class _Cutter:
     def __init__(self, budget: int) -> None:
         self.left = budget
-        self.memo: dict[tuple[int, int, Optional[int]], tuple[Any, Any]] = {}
+        self.memo: dict[tuple[int, int, Optional[int]], tuple[Node, Optional[Node]]] = {}
 
     def spend(self, n: int = 1) -> None:
         self.left -= n
         if self.left < 0:
             raise Inexact()
 
-    def cut(self, node: Any, lo: int, hi: Optional[int]) -> Any:
+    def cut(self, node: Node, lo: int, hi: Optional[int]) -> Optional[Node]:
         lo = max(lo, 0)
         if hi is not None and hi < lo:
             return None
@@ -58,7 +59,7 @@ class _Cutter:
         self.memo[key] = (node, out)
         return out
 
-    def _cut(self, node: Any, lo: int, hi: Optional[int], mn: int, mx: Optional[int]) -> Any:
+    def _cut(self, node: Node, lo: int, hi: Optional[int], mn: int, mx: Optional[int]) -> Optional[Node]:
         kind = node[0]
         if kind == "alt":
             bs = [b for b in (self.cut(x, lo, hi) for x in node[1]) if b is not None]
@@ -69,7 +70,7 @@ class _Cutter:
             return self._rep(node[1], node[2], node[3], lo, hi)
         raise Inexact()  # a set has length 1 (always in or out above); anchors do not reach here
 
-    def _seq(self, items: list, lo: int, hi: Optional[int]) -> Any:
+    def _seq(self, items: list[Node], lo: int, hi: Optional[int]) -> Optional[Node]:
         if not items:
             return _EPS if lo == 0 else None
         if len(items) == 1:
@@ -118,7 +119,7 @@ class _Cutter:
                 branches.append(("seq", [a, r]))
         return None if not branches else branches[0] if len(branches) == 1 else ("alt", branches)
 
-    def _rep(self, body: Any, a: int, b: Optional[int], lo: int, hi: Optional[int]) -> Any:
+    def _rep(self, body: Node, a: int, b: Optional[int], lo: int, hi: Optional[int]) -> Optional[Node]:
         bmn, bmx = ecma.node_len(body)
         if bmn == bmx:  # fixed width w > 0 (width 0 never needs a cut)
             w = bmn
@@ -154,17 +155,17 @@ class _Cutter:
             raise Inexact()
         return self._seq([body] * max(a, 1) + [("rep", body, 0, None)], lo, hi)
 
-    def _optional_tail(self, body: Any, k: int) -> list:
+    def _optional_tail(self, body: Node, k: int) -> list[Node]:
         """``(B(B(...)?)?)?`` k deep, as one item (a list of at most one node)."""
         if k <= 0:
             return []
-        node: Any = ("rep", body, 0, 1)
+        node: Node = ("rep", body, 0, 1)
         for _ in range(k - 1):
             node = ("rep", ("seq", [body, node]), 0, 1)
         return [node]
 
 
-def cut(node: Any, lo: int, hi: Optional[int], budget: int = CUT_BUDGET) -> Any:
+def cut(node: Node, lo: int, hi: Optional[int], budget: int = CUT_BUDGET) -> Optional[Node]:
     """A node of exactly the strings of ``node`` whose length is in ``lo..hi`` (None: empty).
     Raises :class:`Inexact` past ``budget`` nodes."""
     try:

@@ -18,21 +18,22 @@ explored with Brzozowski derivatives over normalised, hashable nodes.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
 
 __all__ = ["Lexeme", "to_node", "greedy_safe", "first_chars", "nullable"]
 
 #: the empty-string node
-EPS: tuple = ("seq", ())
+EPS: Lexeme = ("seq", ())
 #: most derivative steps one :func:`greedy_safe` call may take before it answers False
 WORK_BUDGET = 20_000
 
-Lexeme = Any  # a normalised node (see :func:`to_node`)
+#: a normalised node (see :func:`to_node`): an ``ecma_regex`` node with tuples for lists (hashable)
+Lexeme = tuple
 
 
-def to_node(node: Any) -> Optional[tuple]:
+def to_node(node: ecma.Node) -> Optional[Lexeme]:
     """An ``ecma_regex`` node as a normalised, hashable node (None: the empty language)."""
     kind = node[0]
     if kind == "set":
@@ -47,8 +48,8 @@ def to_node(node: Any) -> Optional[tuple]:
     raise ecma.PatternError(f"unsupported regex node {kind!r}")
 
 
-def _seq(items: list) -> Optional[tuple]:
-    out: list = []
+def _seq(items: list[Optional[Lexeme]]) -> Optional[Lexeme]:
+    out: list[Lexeme] = []
     for it in items:
         if it is None:
             return None
@@ -61,8 +62,8 @@ def _seq(items: list) -> Optional[tuple]:
     return ("seq", tuple(out))
 
 
-def _alt(branches: list) -> Optional[tuple]:
-    seen: set = set()
+def _alt(branches: list[Optional[Lexeme]]) -> Optional[Lexeme]:
+    seen: set[Lexeme] = set()
     for b in branches:
         if b is None:
             continue
@@ -74,7 +75,7 @@ def _alt(branches: list) -> Optional[tuple]:
     return ("alt", frozenset(seen))  # a frozenset caches its hash: cheap to compare and look up
 
 
-def _rep(body: Optional[tuple], lo: int, hi: Optional[int]) -> Optional[tuple]:
+def _rep(body: Optional[Lexeme], lo: int, hi: Optional[int]) -> Optional[Lexeme]:
     if hi == 0 or body == EPS:
         return EPS
     if body is None:
@@ -89,7 +90,7 @@ def _rep(body: Optional[tuple], lo: int, hi: Optional[int]) -> Optional[tuple]:
 RELAX_ABOVE = 4
 
 
-def relaxed(n: tuple) -> Optional[tuple]:
+def relaxed(n: Lexeme) -> Optional[Lexeme]:
     """``n`` with every repetition bounded above :data:`RELAX_ABOVE` made unbounded (its lower
     bound capped at 1): a language holding ``n``'s, with the same first characters."""
     kind = n[0]
@@ -107,7 +108,8 @@ def relaxed(n: tuple) -> Optional[tuple]:
 
 def nullable_by(n: tuple, sub: Callable[[tuple], bool]) -> bool:
     """Whether node ``n`` matches the empty string, given ``sub``: the same question for its parts
-    (so a caller may memoise the recursion)."""
+    (so a caller may memoise the recursion). Any of the node forms: ``ecma_regex`` nodes,
+    normalised ones (:data:`Lexeme`) and the grammar expressions of :mod:`.emit_lark`."""
     kind = n[0]
     if kind == "set":
         return False
@@ -129,9 +131,9 @@ class _Lang:
     def __init__(self, budget: int = WORK_BUDGET, deadline: Optional[float] = None) -> None:
         self.budget = budget
         self.deadline = deadline  # time.monotonic() past which the work stops (checked every 1024 steps)
-        self._null: dict = {}
-        self._deriv: dict = {}
-        self._front: dict = {}
+        self._null: dict[Lexeme, bool] = {}
+        self._deriv: dict[tuple[Lexeme, int], Optional[Lexeme]] = {}
+        self._front: dict[Lexeme, tuple[ecma.Ranges, ...]] = {}
 
     def spend(self) -> None:
         """Count one step against the budget (:class:`_OverBudget` once it is spent)."""
@@ -141,18 +143,18 @@ class _Lang:
         if self.deadline is not None and self.budget % 1024 == 0 and time.monotonic() > self.deadline:
             raise _OverBudget
 
-    def nullable(self, n: tuple) -> bool:
+    def nullable(self, n: Lexeme) -> bool:
         hit = self._null.get(n)
         if hit is None:
             hit = self._null[n] = nullable_by(n, self.nullable)
         return hit
 
-    def front(self, n: tuple) -> tuple:
+    def front(self, n: Lexeme) -> tuple[ecma.Ranges, ...]:
         """The character sets a first character of n is drawn from (a tuple of range tuples)."""
         hit = self._front.get(n)
         if hit is None:
             kind = n[0]
-            acc: list = []
+            acc: list[ecma.Ranges] = []
             if kind == "set":
                 acc.append(n[1])
             elif kind == "seq":
@@ -169,13 +171,13 @@ class _Lang:
             self._front[n] = hit
         return hit
 
-    def deriv(self, n: tuple, c: int) -> Optional[tuple]:
+    def deriv(self, n: Lexeme, c: int) -> Optional[Lexeme]:
         key = (n, c)
         if key in self._deriv:
             return self._deriv[key]
         self.spend()
         kind = n[0]
-        out: Optional[tuple]
+        out: Optional[Lexeme]
         if kind == "set":
             out = EPS if ecma.contains(n[1], c) else None
         elif kind == "seq":
@@ -203,10 +205,10 @@ class _OverBudget(Exception):
     pass
 
 
-def _cells(sets: list) -> list[int]:
+def _cells(sets: list[ecma.Ranges]) -> list[int]:
     """One representative code point per cell of the partition the range sets induce, for the
     cells inside their union."""
-    bounds: set = set()
+    bounds: set[int] = set()
     for rs in sets:
         for a, b in rs:
             bounds.add(a)
@@ -219,12 +221,12 @@ def _cells(sets: list) -> list[int]:
     return reps
 
 
-def first_chars(lang: _Lang, n: tuple) -> tuple:
+def first_chars(lang: _Lang, n: Lexeme) -> ecma.Ranges:
     """The union of n's front sets, as one range tuple."""
     return ecma.union(*lang.front(n)) if lang.front(n) else ()
 
 
-def _conflict(lang: _Lang, t1: tuple, t2: tuple, follow: tuple) -> bool:
+def _conflict(lang: _Lang, t1: Lexeme, t2: Lexeme, follow: ecma.Ranges) -> bool:
     """Whether some complete text w of t1 leaves t2 (after reading w) able to read a character of
     ``follow`` (the characters a lexeme after t1 may start with)."""
     if not follow:
@@ -254,7 +256,7 @@ def _conflict(lang: _Lang, t1: tuple, t2: tuple, follow: tuple) -> bool:
     return False
 
 
-def greedy_safe(terminals: dict[str, tuple], colive: list[frozenset], follows: dict[str, frozenset],
+def greedy_safe(terminals: dict[str, Lexeme], colive: list[frozenset[str]], follows: dict[str, frozenset[str]],
                 budget: int = WORK_BUDGET, deadline: Optional[float] = None) -> bool:
     """Whether greedy lexing loses no string of the grammar (conservative: False when unsure).
 
@@ -267,13 +269,18 @@ def greedy_safe(terminals: dict[str, tuple], colive: list[frozenset], follows: d
     try:
         if any(lang.nullable(n) for n in terminals.values()):
             return False
-        follow_chars: dict[str, tuple] = {}
+        follow_chars: dict[str, ecma.Ranges] = {}
         for name in terminals:
             sets = [first_chars(lang, terminals[f]) for f in follows.get(name, ())]
             follow_chars[name] = ecma.union(*sets) if sets else ()
         # conflicts are looked for in larger languages (conservative; no counting to 500)
-        wide = {name: relaxed(node) for name, node in terminals.items()}
-        checked: set = set()
+        wide: dict[str, Lexeme] = {}
+        for name, node in terminals.items():
+            w = relaxed(node)
+            if w is None:  # a terminal's relaxed language is never empty; if it were, answer unsure
+                return False
+            wide[name] = w
+        checked: set[tuple[str, str]] = set()
         for group in colive:
             for n1 in group:
                 for n2 in group:

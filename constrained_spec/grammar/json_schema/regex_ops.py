@@ -7,7 +7,10 @@ trimming of unanchored ends.  No compiler state: every function maps nodes to no
 
 from __future__ import annotations
 
+from typing import Optional
+
 from constrained_spec.grammar import ecma_regex as ecma
+from constrained_spec.grammar.ecma_regex import Node, Ranges
 
 __all__ = [
     "shrink",
@@ -21,7 +24,7 @@ __all__ = [
 ]
 
 
-def shrink(node, limit: int):
+def shrink(node: Node, limit: int) -> Optional[Node]:
     """A sub-language of node whose strings have at most ``limit`` code points (or None)."""
     kind = node[0]
     mn, mx = ecma.node_len(node)
@@ -38,19 +41,21 @@ def shrink(node, limit: int):
         budget = limit - sum(a for a, _ in lens)
         var = [i for i, (a, b) in enumerate(lens) if b is None or b > a]
         out = list(items)
+        # how much longer than its shortest each bounded item can be
+        spread = {i: b - a for i, (a, b) in enumerate(lens) if b is not None}
         # bounded variable items that fit are kept; the rest share what is left evenly
-        shares = {}
+        shares: dict[int, int] = {}
         remaining = budget
         todo = list(var)
         while todo:
             each = remaining // len(todo)
-            fixed_now = [i for i in todo if lens[i][1] is not None and lens[i][1] - lens[i][0] <= each]
+            fixed_now = [i for i in todo if i in spread and spread[i] <= each]
             if not fixed_now:
                 for k, i in enumerate(todo):
                     shares[i] = each + (remaining - each * len(todo) if k == 0 else 0)
                 break
             for i in fixed_now:
-                shares[i] = lens[i][1] - lens[i][0]
+                shares[i] = spread[i]
                 remaining -= shares[i]
                 todo.remove(i)
         for i, extra in shares.items():
@@ -79,7 +84,7 @@ def shrink(node, limit: int):
     return node if (mx is not None and mx <= limit) else None
 
 
-def grow(node, need: int):
+def grow(node: Node, need: int) -> Optional[Node]:
     """Raise the minimum length of node to ``need`` by raising fixed-width repetitions."""
     mn, mx = ecma.node_len(node)
     if mn >= need:
@@ -117,7 +122,7 @@ def grow(node, need: int):
     return None
 
 
-def finite_strings(node, limit: int):
+def finite_strings(node: Node, limit: int) -> Optional[list[str]]:
     """The finite language of a node as a list of strings (None if infinite or large)."""
     kind = node[0]
     if kind == "set":
@@ -167,12 +172,12 @@ def finite_strings(node, limit: int):
     return None
 
 
-def nullable_node(node) -> bool:
+def nullable_node(node: Node) -> bool:
     """Whether node matches the empty string."""
     return ecma.node_len(node)[0] == 0
 
 
-def deriv(node, c: int):
+def deriv(node: Node, c: int) -> Optional[Node]:
     """Brzozowski derivative of a (anchor-free) node by code point c; None = empty."""
     kind = node[0]
     if kind == "set":
@@ -206,7 +211,7 @@ def deriv(node, c: int):
     return None
 
 
-def trim_unanchored(b, sa: bool, ea: bool):
+def trim_unanchored(b: Node, sa: bool, ea: bool) -> Optional[Node]:
     """Drop unbounded repetitions at unanchored ends (``.*`` absorbs them); None when the
     branch can match the empty string at an unanchored end (then every string matches)."""
     if not sa or not ea:
@@ -233,7 +238,7 @@ def trim_unanchored(b, sa: bool, ea: bool):
     return ("seq", items)
 
 
-def first_set(node):
+def first_set(node: Node) -> tuple[Ranges, bool]:
     """(first code points, nullable) of a pattern node."""
     kind = node[0]
     if kind == "set":
@@ -241,7 +246,7 @@ def first_set(node):
     if kind in ("bol", "eol"):
         return (), True
     if kind == "seq":
-        acc = ()
+        acc: Ranges = ()
         for it in node[1]:
             f, n = first_set(it)
             acc = ecma.union(acc, f)
@@ -265,10 +270,10 @@ def first_chars_disjoint(pa: str, pb: str) -> bool:
     """True when no string matches both (search) patterns, judged by their first
     characters: both must be start-anchored and non-nullable with disjoint first sets."""
     try:
-        sets = []
+        sets: list[Ranges] = []
         for p in (pa, pb):
             brs = ecma.anchored_branches(ecma.parse(p))
-            acc = ()
+            acc: Ranges = ()
             for b, sa, _ in brs:
                 if not sa:
                     return False

@@ -7,11 +7,13 @@ Every function here works on regex *text* in the compiler's dialect (see
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Callable, Literal, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
 
-__all__ = ["group", "alt", "cat", "rep", "strip_opt", "sequence", "expanded_size"]
+__all__ = ["group", "alt", "cat", "rep", "strip_opt", "SeqItem", "sequence", "expanded_size"]
 
 
 def group(r: str) -> str:
@@ -19,15 +21,15 @@ def group(r: str) -> str:
     return r if ecma.is_atom(r) else "(" + r + ")"
 
 
-def alt(rs: list[str]) -> Optional[str]:
+def alt(rs: Sequence[Optional[str]]) -> Optional[str]:
     """The alternation of the regexes in rs (None ones, the empty language, dropped; duplicates
     once); None when none is left."""
-    rs = list(dict.fromkeys(r for r in rs if r is not None))
-    if not rs:
+    kept = list(dict.fromkeys(r for r in rs if r is not None))
+    if not kept:
         return None
-    if len(rs) == 1:
-        return rs[0]
-    return "(" + "|".join(rs) + ")"
+    if len(kept) == 1:
+        return kept[0]
+    return "(" + "|".join(kept) + ")"
 
 
 def cat(*parts: str) -> str:
@@ -71,69 +73,75 @@ def strip_opt(r: str) -> str:
     return r
 
 
-def sequence(items: list, sep: str, check: Optional[Callable[[str], object]] = None) -> Optional[str]:
+@dataclass(frozen=True)
+class SeqItem:
+    """One item of :func:`sequence`: ``regex`` present once (``"req"``), at most once (``"opt"``)
+    or 0 to ``count`` times (``"star"``; ``count`` None: unbounded)."""
+
+    kind: Literal["req", "opt", "star"]
+    regex: str
+    count: Optional[int] = None
+
+
+def sequence(items: list[SeqItem], sep: str, check: Optional[Callable[[str], object]] = None) -> str:
     """Comma-separated concatenation of items, in order.
 
-    items: (kind, x) with kind 'req' / 'opt' (x a regex) or 'star' (x = (regex, max_count)).
     Linear in size when a required item exists; O(n log n) copies otherwise.  ``check`` (the
     compiler's size check) sees the body of an all-optional sequence before it is wrapped.
     """
     if not items:
         return ""
 
-    def one(kind, x):
+    def one(it: SeqItem) -> str:
         # regex of the item when it is the first one emitted (no leading comma) and
         # present at least once
-        if kind == "star":
-            e, cnt = x
+        if it.kind == "star":
+            e, cnt = it.regex, it.count
             more = None if cnt is None else cnt - 1
             return group(e) + rep("(" + sep + group(e) + ")", 0, more) if (more is None or more > 0) else group(e)
-        return group(x)
+        return group(it.regex)
 
-    def after(kind, x):
+    def after(it: SeqItem) -> str:
         # item after something was emitted (leading comma), possibly absent if optional
-        if kind == "star":
-            e, cnt = x
-            return rep("(" + sep + group(e) + ")", 0, cnt)
-        if kind == "req":
-            return sep + group(x)
-        return "(" + sep + group(x) + ")?"
+        if it.kind == "star":
+            return rep("(" + sep + group(it.regex) + ")", 0, it.count)
+        if it.kind == "req":
+            return sep + group(it.regex)
+        return "(" + sep + group(it.regex) + ")?"
 
-    def before(kind, x):
+    def before(it: SeqItem) -> str:
         # optional item before the first required one: 'X,' repeated
-        if kind == "star":
-            e, cnt = x
-            return rep("(" + group(e) + sep + ")", 0, cnt)
-        return "(" + group(x) + sep + ")?"
+        if it.kind == "star":
+            return rep("(" + group(it.regex) + sep + ")", 0, it.count)
+        return "(" + group(it.regex) + sep + ")?"
 
-    first_req = next((i for i, (k, _) in enumerate(items) if k == "req"), None)
+    first_req = next((i for i, it in enumerate(items) if it.kind == "req"), None)
     if first_req is not None:
-        out = [before(k, x) for k, x in items[:first_req]]
-        out.append(group(items[first_req][1]))
-        out += [after(k, x) for k, x in items[first_req + 1 :]]
+        out = [before(it) for it in items[:first_req]]
+        out.append(group(items[first_req].regex))
+        out += [after(it) for it in items[first_req + 1 :]]
         return "".join(out)
 
     # all optional: non-empty subsequence, divide and conquer
-    def tail(lo, hi):
-        return "".join(after(k, x) for k, x in items[lo:hi])
+    def tail(lo: int, hi: int) -> str:
+        return "".join(after(it) for it in items[lo:hi])
 
     # split at the first trailing 'star' item (extra properties) at the top level, so that
     # their (often large) regex is copied a constant number of times, not once per level
     n_decl = len(items)
-    while n_decl > 0 and items[n_decl - 1][0] == "star":
+    while n_decl > 0 and items[n_decl - 1].kind == "star":
         n_decl -= 1
 
-    def ne(lo, hi):
+    def ne(lo: int, hi: int) -> str:
         if hi - lo == 1:
-            k, x = items[lo]
-            return one(k, x)
+            return one(items[lo])
         mid = (lo + hi) // 2
         if lo < n_decl < hi and hi == len(items):
             mid = n_decl
             if hi - mid == 1:
                 # (D | X)(,X)*: X once as the first item, once repeated
-                k, x = items[mid]
-                return "(" + group(ne(lo, mid)) + "|" + group(x[0]) + ")" + after(k, x)
+                it = items[mid]
+                return "(" + group(ne(lo, mid)) + "|" + group(it.regex) + ")" + after(it)
         left = ne(lo, mid)
         right = ne(mid, hi)
         return "(" + cat(group(left), tail(mid, hi)) + "|" + right + ")"

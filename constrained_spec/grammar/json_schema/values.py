@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Set as AbstractSet
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
@@ -80,7 +81,7 @@ def type_of(v: Any) -> str:
     return "object"
 
 
-def intersect_types(a: set, b: set) -> set:
+def intersect_types(a: AbstractSet[str], b: AbstractSet[str]) -> set[str]:
     """The intersection of two sets of type names, ``"integer"`` counting as a ``"number"``."""
     out = set(a) & set(b)
     if "integer" in a and "number" in b and "integer" not in out:

@@ -54,7 +54,7 @@ set before triton is first imported in the process.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Any
 
 import torch
 
@@ -168,7 +168,8 @@ def _stats_kernel(
         best_idx = tl.where(take, c0 + it + barg, best_idx)
         m_new = tl.maximum(m, bmax)
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        rescale = tl.exp(m.to(tl.float64) - m_safe.to(tl.float64))  # float64 exp: accurate
+        # m: a Python float before the loop, a Triton tensor in it (a loop-carried value mypy cannot follow)
+        rescale = tl.exp(m.to(tl.float64) - m_safe.to(tl.float64))  # type: ignore[attr-defined]  # float64 exp: accurate
         if PRECISE_EXP:
             ev = libdevice.exp(sx - m_safe)
         else:
@@ -386,10 +387,12 @@ def _combine_fns() -> dict:
 _SUM = _MAX = _MIN = _ARGMAX = None  # set by _kernels() before the kernels are jitted
 
 
-_KERNEL_CACHE: dict[bool, tuple[Callable, Callable]] = {}
+#: mode -> (stats, verify-draw) jitted kernels: triton ships no type information (no py.typed), so
+#: a jitted kernel (launched as ``kernel[grid](...)``) is Any to mypy
+_KERNEL_CACHE: dict[bool, tuple[Any, Any]] = {}
 
 
-def _kernels() -> tuple[Callable, Callable]:
+def _kernels() -> tuple[Any, Any]:
     """The jitted (or interpreted) ``(stats, verify-draw)`` kernels, built once per mode."""
     mode = interpret_mode()
     if mode not in _KERNEL_CACHE:
