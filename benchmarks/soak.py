@@ -109,6 +109,8 @@ def serve_child(args: argparse.Namespace) -> None:
 
         signal.signal(signal.SIGUSR1, dump)
     options: dict[str, Any] = {} if args.trim_interval is None else {"trim_interval": args.trim_interval or None}
+    if args.mmap_threshold is not None:
+        options["mmap_threshold"] = args.mmap_threshold or None
     app = create_app(generator, ServerConfig(model_name="soak", max_queue=args.max_queue, request_timeout=60.0, **options))
     logging.getLogger("constrained_spec").setLevel(logging.CRITICAL)  # 500s are counted by the client, not logged here
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="critical")
@@ -264,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-batch-size", type=int, default=8, help="batch rows, as serve's default (8)")
     p.add_argument("--trim-interval", type=float, default=None,
                    help="the server's trim_interval (idle seconds before freed memory goes back; 0: never; default: the server's)")
+    p.add_argument("--mmap-threshold", type=int, default=None,
+                   help="the server's mmap_threshold in bytes (0: glibc's moving default; default: the server's, 128 KiB)")
     p.add_argument("--max-queue", type=int, default=16)
     p.add_argument("--heavy-share", type=float, default=0.02, help="share of requests with a schema slow to compile (default 0.02)")
     p.add_argument("--tracemalloc", action="store_true", help="trace the server's Python allocations (slower)")
@@ -283,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     child += ["--draft", args.draft] if args.draft else []
     child += ["--tracemalloc"] if args.tracemalloc else []
     child += ["--trim-interval", str(args.trim_interval)] if args.trim_interval is not None else []
+    child += ["--mmap-threshold", str(args.mmap_threshold)] if args.mmap_threshold is not None else []
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen(child, cwd=ROOT, env=env)
     reports: list[dict] = []

@@ -32,7 +32,7 @@ from constrained_spec.serving.limits import (
     check_schema_properties,
     check_schema_size,
 )
-from constrained_spec.serving.memory import IdleTrimmer
+from constrained_spec.serving.memory import IdleTrimmer, pin_mmap_threshold
 from constrained_spec.serving.metrics import install_metrics
 from constrained_spec.serving.protocol import (
     ChatCompletionRequest,
@@ -132,10 +132,13 @@ def serving_state(generator: Any, config: ServerConfig) -> Served:
 
 
 def lifespan(served: Served) -> Callable[[Any], AbstractAsyncContextManager[None]]:
-    """The app's lifespan: the idle trimmer runs while the app does; at shutdown the scheduler stops."""
+    """The app's lifespan: the mmap threshold is pinned and the idle trimmer runs while the app
+    does; at shutdown the scheduler stops."""
 
     @contextlib.asynccontextmanager
     async def run(_: Any) -> AsyncIterator[None]:
+        if served.config.mmap_threshold is not None:
+            pin_mmap_threshold(served.config.mmap_threshold)
         if served.trimmer is not None:
             served.trimmer.start()
         yield

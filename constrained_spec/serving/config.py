@@ -17,7 +17,7 @@ from constrained_spec.serving.limits import (
     MAX_SCHEMA_CHARS,
     MAX_SCHEMA_PROPERTIES,
 )
-from constrained_spec.serving.memory import DEFAULT_TRIM_INTERVAL
+from constrained_spec.serving.memory import DEFAULT_MMAP_THRESHOLD, DEFAULT_TRIM_INTERVAL
 
 __all__ = ["ServerConfig"]
 
@@ -46,6 +46,9 @@ class ServerConfig:
     ``max_body_readers``: requests reading their bodies at once (429 beyond; None: no limit).
     ``trim_interval``: seconds idle after some work before freed memory is given back to the
     system (:mod:`.memory`; None: never).
+    ``mmap_threshold``: bytes from which a block gets its own mapping, pinned for the process when
+    the app starts so the arenas do not fragment under load (:mod:`.memory`; None: glibc's moving
+    default).
     """
 
     model_name: str | None = None
@@ -64,3 +67,4 @@ class ServerConfig:
     body_timeout: float | None = DEFAULT_BODY_TIMEOUT
     max_body_readers: int | None = DEFAULT_MAX_BODY_READERS
     trim_interval: float | None = DEFAULT_TRIM_INTERVAL
+    mmap_threshold: int | None = DEFAULT_MMAP_THRESHOLD

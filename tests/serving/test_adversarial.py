@@ -440,3 +440,61 @@ def test_serve_reports_a_local_model_by_its_folder_name(monkeypatch, tmp_path):
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.update(app=app))
     assert serve_cli.main(["--model", str(folder), "--draft", "none"]) == 0
     assert ran["app"].state.model_name == "tiny1"
+
+
+MMAP_PROBE = r"""
+import ctypes, sys
+from constrained_spec.serving.memory import pin_mmap_threshold
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+if sys.argv[1] == "pin":
+    assert pin_mmap_threshold()
+libc.free(libc.malloc(8 << 20))  # an 8 MiB block, mapped and freed: glibc's threshold moves up to it
+before = libc.mallinfo2().hblks
+block = libc.malloc(1 << 20)      # 1 MiB: its own mapping only while the threshold stays low
+print(libc.mallinfo2().hblks - before)
+libc.free(block)
+"""
+
+
+def test_a_pinned_mmap_threshold_keeps_mid_sized_blocks_out_of_the_arenas():
+    """What the soak's flat RSS rests on: once a large block is freed, glibc moves its mmap threshold
+    up and later MiB-sized blocks fragment the arenas; pinned, they keep their own mappings. The
+    control (not pinned) shows the move, read from glibc's own ``mallinfo2``."""
+    import subprocess
+    import sys
+
+    from constrained_spec.serving.memory import trim_memory
+
+    if not trim_memory():
+        pytest.skip("not glibc")
+
+    def mapped_blocks(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", MMAP_PROBE, mode], capture_output=True, text=True, timeout=60)
+        if "mallinfo2" in out.stderr:
+            pytest.skip("glibc before 2.33 (no mallinfo2)")
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.strip())
+
+    assert mapped_blocks("pin") == 1
+    assert mapped_blocks("control") == 0  # the dynamic threshold the pin prevents
+
+
+def test_the_app_pins_the_mmap_threshold_while_it_runs(monkeypatch):
+    from constrained_spec.serving import app as app_module
+
+    pinned: list[int] = []
+    monkeypatch.setattr(app_module, "pin_mmap_threshold", lambda n: pinned.append(n) or True)
+    with TestClient(create_app(SpinCompileGenerator(), ServerConfig(mmap_threshold=256 * 1024))):
+        pass
+    with TestClient(create_app(SpinCompileGenerator(), ServerConfig(mmap_threshold=None))):
+        pass
+    assert pinned == [256 * 1024]  # the configured value, and nothing where the config says None
