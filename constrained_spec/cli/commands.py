@@ -218,9 +218,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     models = dataclasses.replace(model_config(args), draft=draft)
     gen = Generator.from_config(models, decode, schema_options=schema_options(args), max_new_tokens=args.max_new_tokens,
                                 schema_hint_style=args.schema_hint)
-    with progress_after("building the token automaton", enabled=args.progress or None):
-        gen.compile(spec)
-    result = gen.run(args.prompt, spec, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+    with progress_after("compiling the constraint", enabled=args.progress or None):
+        compiled = gen.compile(spec)
+    result = gen.run(args.prompt, compiled, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                      seed=args.seed, schema_in_prompt=not args.no_schema_in_prompt, alignment=args.alignment,
                      particles=args.particles, ess_threshold=args.ess_threshold)
     print(result.text if spec.kind in ("regex", "lark") else json.dumps(json.loads(result.text), ensure_ascii=False))
