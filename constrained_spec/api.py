@@ -97,11 +97,11 @@ class Generator:
         set_draft_head(self.draft, self.decode.draft_head_tokens)
         eos = list(config.eos_token_ids or ()) or eos_token_ids(self.tokenizer, self.target)
         self.vocab: TokenVocabulary = build_vocabulary(self.tokenizer, self.target.vocab_size, eos)
-        options_ = config.compile
+        compiling = config.compile
         #: compile once: output types -> CompiledConstraint for this vocabulary (bounded cache)
-        self.compiler = GrammarCompiler(self.vocab, self._encode, engine=options_.grammar_engine, schema_options=options_.schema_options,
-                                        cache_dir=config.models.cache_dir, disk_cache=options_.disk_cache,
-                                        compile_timeout=options_.compile_timeout, max_regex_chars=options_.max_regex_chars)
+        self.compiler = GrammarCompiler(self.vocab, self._encode, engine=compiling.grammar_engine, schema_options=compiling.schema_options,
+                                        cache_dir=config.models.cache_dir, disk_cache=compiling.disk_cache,
+                                        compile_timeout=compiling.compile_timeout, max_regex_chars=compiling.max_regex_chars)
         self.verifier = get_verifier(self.decode.verify_backend)
         #: tokens the models can attend to (prompt + new tokens); None: unknown, not checked
         self.context_length: int | None = context_length(self.tokenizer, self.target, self.draft)
@@ -123,12 +123,18 @@ class Generator:
         return cls(models.model, models.draft, config=GeneratorConfig(models=models, decode=decode or DecodeConfig()), **options)
 
     # -- the configuration, read back -----------------------------------------------------------
-    decode = property(lambda self: self.config.decode, doc="How calls draft and verify by default (a DecodeConfig).")
-    max_new_tokens = property(lambda self: self.config.max_new_tokens, doc="A call's token budget by default.")
-    schema_options = property(lambda self: self.config.compile.schema_options, doc="How JSON Schemas compile and validate.")
-    schema_hint_style = property(lambda self: self.config.schema_hint_style, doc="How prompt_ids writes the schema hint.")
-    grammar_engine = property(lambda self: self.compiler.engine, doc="The grammar engine: 'lazy' or 'automaton'.")
-    num_draft_tokens = property(lambda self: self.decode.num_draft_tokens, doc="Proposals per step by default.")
+    @property
+    def decode(self) -> DecodeConfig: return self.config.decode  # how calls draft and verify by default
+    @property
+    def max_new_tokens(self) -> int: return self.config.max_new_tokens  # a call's token budget by default
+    @property
+    def schema_options(self) -> Any: return self.config.compile.schema_options  # how JSON Schemas compile
+    @property
+    def schema_hint_style(self) -> str: return self.config.schema_hint_style  # how prompt_ids writes the hint
+    @property
+    def grammar_engine(self) -> str: return self.compiler.engine  # "lazy" or "automaton"
+    @property
+    def num_draft_tokens(self) -> int: return self.decode.num_draft_tokens  # proposals per step by default
 
     @property
     def proposers(self) -> tuple[str, ...]:
