@@ -470,7 +470,7 @@ def _project_record(gen: Any, item: Any, compiled: Any, mode: Mode, temperature:
         kwargs["draft_plan"] = mode.draft_plan
     rec: dict[str, Any] = {"proposers": list(kwargs.get("proposers", ())) or "default", "k": mode.k, "adaptive": mode.adaptive}
     if cold and compiled.spec.kind != "lark" and getattr(gen, "grammar_engine", "automaton") == "automaton":
-        cold_masks(compiled.automaton)  # the lazy engine keeps no masks between requests: always cold
+        cold_masks(compiled.grammar)  # the lazy engine keeps no masks between requests: always cold
     masks = GrammarCallTimer()
     with PeakRSS() as mem:
         t0 = time.perf_counter()
@@ -611,7 +611,7 @@ def compile_cold(gen: Any, schema: Any) -> float:
     from constrained_spec.grammar import output_spec
 
     t0 = time.perf_counter()
-    gen.build_grammar(output_spec(schema, gen.schema_options), disk_cache=False)
+    gen.compiler.build(output_spec(schema, gen.schema_options), disk_cache=False)
     return time.perf_counter() - t0
 
 

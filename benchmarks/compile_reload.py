@@ -27,7 +27,7 @@ def _one_pass(cache: str, tokenizer: str) -> None:
     from transformers import AutoTokenizer
 
     from constrained_spec.grammar import output_spec
-    from constrained_spec.grammar.automaton import AutomatonCompiler
+    from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
     from constrained_spec.grammar.vocab import build_vocabulary
     from constrained_spec.models.tokenizer_assets import ensure_vocab_tokenizer
 

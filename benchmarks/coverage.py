@@ -325,7 +325,7 @@ def _make_automaton(tokenizer_name: Optional[str]):
     tokenizer (none named, or it cannot be loaded)."""
     if not tokenizer_name:
         return None
-    from constrained_spec.grammar.automaton import AutomatonCompiler
+    from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
     from constrained_spec.grammar.vocab import build_vocabulary
 
     try:

@@ -86,8 +86,8 @@ class _Worker:
 
         torch.set_num_threads(1)
         self.cov = _load_coverage()
+        from constrained_spec.grammar.backends.llguidance import greedy_encoder_for, lazy_tokenizer
         from constrained_spec.grammar.json_schema import SchemaOptions
-        from constrained_spec.grammar.lazy import greedy_encoder_for, lazy_tokenizer
         from constrained_spec.grammar.vocab import build_vocabulary
 
         self.tokenizer = self.cov.load_tokenizer(tokenizer_name)
@@ -115,7 +115,7 @@ class _Worker:
 
     def automaton(self):
         if self._automaton is None:
-            from constrained_spec.grammar.automaton import AutomatonCompiler
+            from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 
             self._automaton = AutomatonCompiler(self.vocab, disk_cache=False, compile_timeout=self.timeout)
         return self._automaton
@@ -132,8 +132,8 @@ class _Worker:
         from llguidance import LLMatcher
 
         from constrained_spec.errors import EmptyLanguageError
+        from constrained_spec.grammar.backends.llguidance import compile_grammar
         from constrained_spec.grammar.json_schema import canonical_key_orders, schema_to_regex
-        from constrained_spec.grammar.lazy import compile_grammar
 
         cov = self.cov
         out: dict[str, Any] = {"set": case["set"], "category": case["category"], "name": case["name"],

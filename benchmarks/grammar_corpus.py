@@ -5,7 +5,7 @@ outlines' grammars):
 
 * does ``lark`` load it (Earley, its ``start`` rule, or its first rule where it has none; relative
   ``%import .file.rule`` resolved from the file's folder)?
-* does :func:`constrained_spec.grammar.lazy.compile_grammar` compile it, and if not, what does the
+* does :func:`constrained_spec.grammar.backends.llguidance.compile_grammar` compile it, and if not, what does the
   :class:`GrammarError` say?  Where the only refusal is a rule or terminal priority (``rule.2:``),
   a variant with the priorities removed is tried as well: priorities never change the language
   lark's Earley parser accepts (they only pick among parses; the test checks lark's verdicts agree).
@@ -45,7 +45,7 @@ import lark
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from constrained_spec.errors import GrammarError
-from constrained_spec.grammar.lazy import LazyGrammar, compile_grammar
+from constrained_spec.grammar.backends.llguidance import LazyGrammar, compile_grammar
 from constrained_spec.grammar.vocab import TokenVocabulary
 
 __all__ = [

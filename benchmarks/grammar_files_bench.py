@@ -24,7 +24,7 @@ def percentile(values: list[float], q: float) -> float:
 def main() -> None:
     from coverage import load_tokenizer
 
-    from constrained_spec.grammar.lazy import compile_grammar
+    from constrained_spec.grammar.backends.llguidance import compile_grammar
     from constrained_spec.grammar.vocab import build_vocabulary
 
     p = argparse.ArgumentParser(description=__doc__)

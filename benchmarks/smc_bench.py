@@ -31,8 +31,7 @@ from scipy.stats import chisquare
 from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.engine.smc import SMCDecoder
-from constrained_spec.grammar.automaton import AutomatonCompiler
-from constrained_spec.grammar.matcher import AutomatonMatcher
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler, AutomatonMatcher
 from constrained_spec.grammar.vocab import TokenVocabulary
 from constrained_spec.sampling import SamplingPolicy, verify
 

@@ -1,16 +1,18 @@
 """Configuration objects and the tuned defaults, in one place; importable without torch.
 
-:class:`DecodeConfig` (how the loop drafts and verifies) and :class:`ModelConfig` (which models, in
-which dtype, from which cache) are frozen dataclasses validated once, at construction, and shared
-by the Python API, the command line, the server and the benchmark. Every tuned default names the
-measurement that chose it.
+:class:`DecodeConfig` (how the loop drafts and verifies), :class:`ModelConfig` (which models, in
+which dtype, from which cache), :class:`BatchConfig` (batching and prefill) and
+:class:`CompileConfig` (how output types compile) are frozen dataclasses validated once, at
+construction, and shared by the Python API, the command line, the server and the benchmark;
+:class:`GeneratorConfig` holds one of each and routes a Generator's keywords to them, and
+:class:`RunOptions` holds one call's. Every tuned default names the measurement that chose it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 from constrained_spec.errors import ConfigError
 from constrained_spec.models.sources import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -59,6 +61,13 @@ DRAFT_PLANS = ("auto", "always")
 #: (their measurements: ``engine.draft_plan``); kept here too so the config imports no torch
 DRAFT_GAIN_PER_TOKEN = 0.0
 DRAFT_GAIN_PER_TOKEN_LARK = 0.4
+#: the grammar engines (``CompileConfig.grammar_engine``; ``grammar.backends`` names the same): ``"lazy"``
+#: (llguidance: regex and Lark grammars compiled in about a millisecond, masks computed as the output
+#: reaches them; the default) and ``"automaton"`` (outlines-core, the ``automaton`` extra: the eager
+#: byte DFA of each regex, built per vocabulary and cached on disk; regexes only)
+GRAMMAR_ENGINES = ("lazy", "automaton")
+#: the longest regex or grammar text a constraint compiles from (characters)
+MAX_REGEX_CHARS = 200_000
 
 
 def _check(ok: bool, message: str) -> None:
@@ -145,11 +154,26 @@ class ModelConfig:
     ``.gguf`` file or a Hugging Face hub id (``draft=None``: the target alone); ``dtype`` for both,
     ``draft_dtype`` (if given) for the draft; ``cache_dir``: models and compiled grammars;
     ``device``: ``auto`` (CUDA when torch sees a GPU, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``;
-    ``prefill_dtype`` / ``draft_prefill_dtype``: see :data:`PREFILL_DTYPES` and ``Generator``;
-    ``runtime``: ``auto``, ``torch`` or ``llamacpp`` (see ``Generator``)."""
+    ``runtime``: ``auto``, ``torch`` or ``llamacpp``. Through the Python API ``model`` and ``draft``
+    may also be loaded model objects (used where they are).
 
-    model: str = DEFAULT_TARGET
-    draft: str | None = DEFAULT_DRAFT
+    ``prefill_dtype`` (:data:`PREFILL_DTYPES`: "same", default; "bf16"; "fp32"): prompts are
+    prefilled by a second copy of the linear weights in that dtype
+    (:mod:`~constrained_spec.models.prefill_twin`), decoding keeps the loaded weights. For the draft
+    this changes only speed; for the target it changes its numerics, the same way in target-only and
+    speculative decoding. ``draft_prefill_dtype`` (None: "same") the same for the draft, where it
+    changes only speed (an int8w draft prefills faster in int8 than in bf16 here: 3.3 s against 4.8 s
+    for 1,000 tokens). A batch prefills through the same twins, so its rows decode as one-at-a-time
+    decoding with the same options does.
+
+    ``runtime``: what runs the models given by spec: ``"torch"`` (transformers; GGUF files are
+    dequantized), ``"llamacpp"`` (llama.cpp through llama-cpp-python: a ``.gguf`` file or a short
+    name's GGUF run as stored, memory-mapped, on the CPU; ``dtype`` and the prefill options do not
+    apply) or ``"auto"`` (see :func:`~constrained_spec.models.runtime.resolve_runtime`). Target and
+    draft run on the same runtime."""
+
+    model: Any = DEFAULT_TARGET
+    draft: Any = DEFAULT_DRAFT
     dtype: str = "auto"
     draft_dtype: str | None = None
     cache_dir: str | None = None
@@ -187,10 +211,151 @@ class ModelConfig:
                        "use bf16, fp16, fp32 or auto")
 
 
+@dataclass(frozen=True)
+class BatchConfig:
+    """How calls share the models. ``max_batch_size`` > 1 turns on continuous batching (that many
+    calls decode at once as rows of one batch); each row's cache holds ``batch_max_tokens`` (prompt
+    and output, preallocated); ``prefix_cache_mb`` per model keeps prefilled prompts;
+    ``prefill_chunk`` prompt tokens join per batch step while others decode. ``adaptive`` applies to
+    rows too, each learning on its own copy of ``Generator.draft_length``. ``prefill_split`` > 0
+    prefills one-at-a-time decoding in forwards of that many tokens (a batch prefills in chunks of
+    ``prefill_chunk``)."""
+
+    max_batch_size: int = 1
+    batch_max_tokens: int = 4096
+    prefix_cache_mb: int = 1024
+    prefill_chunk: int = 128
+    prefill_split: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self.max_batch_size >= 1, "max_batch_size must be >= 1")
+        _check(not (self.max_batch_size > 1 and self.prefill_split),
+               "prefill_split applies to one-at-a-time decoding; a batch prefills in chunks of prefill_chunk")
+
+
+@dataclass(frozen=True)
+class CompileConfig:
+    """How output types compile: ``grammar_engine`` (:data:`GRAMMAR_ENGINES`), ``schema_options``
+    (a ``grammar.json_schema.SchemaOptions``: draft, refs, limits), the automaton engine's
+    ``disk_cache`` and ``compile_timeout`` (seconds per build), ``max_regex_chars``."""
+
+    grammar_engine: str = "lazy"
+    schema_options: Any = None
+    disk_cache: bool = True
+    compile_timeout: float | None = 120.0
+    max_regex_chars: int = MAX_REGEX_CHARS
+
+    def __post_init__(self) -> None:
+        _check(self.grammar_engine in GRAMMAR_ENGINES,
+               f"unknown grammar engine {self.grammar_engine!r}; choose one of {', '.join(GRAMMAR_ENGINES)}")
+
+
+#: the parts of a GeneratorConfig a keyword may replace whole (``Generator(decode=DecodeConfig(...))``)
+_PARTS = {"models": ModelConfig, "decode": DecodeConfig, "batch": BatchConfig, "compile": CompileConfig}
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """What a Generator is built from: its models, how it decodes, batches and compiles, and the
+    defaults of each call (``max_new_tokens``, ``schema_hint_style``: see :data:`SCHEMA_HINT_STYLES`;
+    ``eos_token_ids``: None reads them off the tokenizer and the model; ``progress``: show load
+    progress)."""
+
+    models: ModelConfig = field(default_factory=ModelConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
+    max_new_tokens: int = 512
+    schema_hint_style: str = "full"
+    eos_token_ids: tuple[int, ...] | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.schema_hint_style in SCHEMA_HINT_STYLES,
+               f"unknown schema hint style {self.schema_hint_style!r}; choose one of {', '.join(SCHEMA_HINT_STYLES)}")
+        if self.eos_token_ids is not None:
+            object.__setattr__(self, "eos_token_ids", tuple(self.eos_token_ids))
+
+    def with_options(self, **options: Any) -> "GeneratorConfig":
+        """A copy with each keyword given to the part that has a field of its name (``dtype`` to
+        ``models``, ``num_draft_tokens`` to ``decode``, ``max_batch_size`` to ``batch``,
+        ``grammar_engine`` to ``compile``, ``max_new_tokens`` here); ``models=``, ``decode=``,
+        ``batch=`` or ``compile=`` replace a part whole first. A DecodeConfig field given None keeps
+        the config's value. An unknown keyword is a :class:`ConfigError` naming it."""
+        parts: dict[str, Any] = {name: getattr(self, name) for name in _PARTS}
+        for name in _PARTS.keys() & options.keys():
+            value = options.pop(name)
+            if value is not None and not isinstance(value, _PARTS[name]):
+                raise ConfigError(f"Generator() option {name}= must be a {_PARTS[name].__name__}, got {type(value).__name__}")
+            parts[name] = parts[name] if value is None else value
+        owner = {f: part for part, cls in _PARTS.items() for f in fields_of(cls) - {"model", "draft"}}
+        routed: dict[str, dict[str, Any]] = {name: {} for name in _PARTS}
+        own = {name: value for name, value in options.items() if name not in owner and name in fields_of(GeneratorConfig)}
+        unknown = sorted(set(options) - owner.keys() - own.keys())
+        if unknown:
+            raise ConfigError(f"Generator() got unknown option(s) {unknown}")
+        for name, value in options.items():
+            if name in owner:
+                routed[owner[name]][name] = value
+        parts["decode"] = parts["decode"].replace(**routed.pop("decode"))
+        parts.update({name: dataclasses.replace(parts[name], **fields) for name, fields in routed.items() if fields})
+        return dataclasses.replace(self, **parts, **own)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """One call's options (``Generator.run``'s keywords besides :class:`DecodeConfig`'s fields).
+
+    ``max_new_tokens`` (None: the Generator's, shrunk to the room the context leaves); the sampling
+    policy (``temperature``, ``top_k``, ``top_p``, ``seed``); ``schema_in_prompt``: append the schema
+    hint to the prompt; ``tools``: OpenAI tool dicts for the chat template (``Generator.prompt_ids``);
+    ``schema_draft``: the JSON Schema draft of a schema without ``$schema`` (``Generator.compile``).
+
+    ``on_tokens`` (streaming) is called from the decode loop, under the generator's lock, with
+    each step's newly committed token ids: final (never rolled back), EOS excluded; together
+    they are ``result.token_ids``. An exception it raises ends the generation there (and
+    propagates). ``hooks``: other observers (``engine.stats.DecodeHooks``).
+
+    ``alignment``: ``"local"`` (default: each position masked to the allowed tokens and
+    renormalised) or ``"smc"``: sample what the model means under the constraint,
+    P(y | y in L), by sequential Monte Carlo over ``particles`` exact speculative decodes,
+    resampled when their effective sample size falls under ``ess_threshold`` * particles
+    (``engine.smc``; docs/smc.md). SMC needs ``temperature`` > 0; with top-k/top-p it conditions
+    the unconstrained sampler (the cut over the whole vocabulary) on the constraint. It does not
+    stream (a particle's tokens may be dropped by resampling): ``on_tokens`` gets the returned
+    sample once, at the end. ``result.smc`` holds every particle's text and weight and log Z.
+    """
+
+    max_new_tokens: int | None = None
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    schema_in_prompt: bool = True
+    on_tokens: Callable[[list[int]], None] | None = None
+    tools: Sequence[dict] | None = None
+    schema_draft: str | None = None
+    hooks: Any = None
+    alignment: str = "local"
+    particles: int = 4
+    ess_threshold: float = 0.5
+
+    @classmethod
+    def split(cls, options: dict[str, Any]) -> tuple["RunOptions", dict[str, Any]]:
+        """``options`` as (this call's RunOptions, its DecodeConfig changes); another keyword is a
+        TypeError naming it, as Python's own for an unexpected keyword argument."""
+        mine, decode = fields_of(cls), fields_of(DecodeConfig)
+        unknown = set(options) - mine - decode
+        if unknown:
+            raise TypeError(f"run() got unexpected keyword argument(s) {sorted(unknown)}")
+        return cls(**{k: v for k, v in options.items() if k in mine}), {k: v for k, v in options.items() if k in decode}
+
+
 def fields_of(cls: type) -> frozenset[str]:
     """The field names of a config dataclass."""
     return frozenset(f.name for f in dataclasses.fields(cls))
 
 
-__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_CONFIDENCE", "DRAFT_HEAD_TOKENS", "DecodeConfig", "ModelConfig",
-           "NUM_DRAFT_TOKENS", "PROPOSERS", "RESTRICTED_HEAD_MAX_ROWS", "fields_of"]
+__all__ = ["BatchConfig", "CompileConfig", "DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_CONFIDENCE", "DRAFT_HEAD_TOKENS", "DecodeConfig",
+           "GRAMMAR_ENGINES", "GeneratorConfig", "ModelConfig", "NUM_DRAFT_TOKENS", "PROPOSERS", "RESTRICTED_HEAD_MAX_ROWS", "RunOptions",
+           "fields_of"]

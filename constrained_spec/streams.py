@@ -201,7 +201,7 @@ class _Chunker:
     """Token ids -> chunks: the UTF-8 text delta and, for JSON kinds, the partial value."""
 
     def __init__(self, generator: Any, output_type: Any, schema_draft: str | None) -> None:
-        compiled = generator.compile(output_type, schema_draft)
+        self.compiled = compiled = generator.compile(output_type, schema_draft)  # what the run is handed
         self._text = generator.vocab.text_stream()
         self._json = PartialJSON() if compiled.spec.kind in ("json", "pydantic") else None
         self._partial: Any = None
@@ -228,7 +228,7 @@ def stream(generator: Any, prompt: Any, output_type: Any, **options: Any) -> Ite
     before them. Closing the iterator early cancels the decode at its next step."""
     chunker = _Chunker(generator, output_type, options.get("schema_draft"))
     events: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    cancel, _ = _start(generator, prompt, output_type, dict(options), events.put)
+    cancel, _ = _start(generator, prompt, chunker.compiled, dict(options), events.put)
     try:
         while True:
             item = events.get()
@@ -256,7 +256,7 @@ async def astream(generator: Any, prompt: Any, output_type: Any, **options: Any)
         except RuntimeError:  # the loop has closed: nobody is listening
             cancel.set()
 
-    cancel, _ = _start(generator, prompt, output_type, dict(options), emit)
+    cancel, _ = _start(generator, prompt, chunker.compiled, dict(options), emit)
     try:
         while True:
             item = await events.get()

@@ -205,7 +205,7 @@ def lazy_matcher_stale_mask() -> bool:
     computed at every drafted position, the matcher rolls back to the kept prefix and takes the
     verifier's token.
     """
-    from constrained_spec.grammar.lazy import compile_grammar
+    from constrained_spec.grammar.backends.llguidance import compile_grammar
     from constrained_spec.grammar.vocab import TokenVocabulary
 
     vocab = TokenVocabulary(tokens={0: b"(", 1: b")", 2: b"))"}, eos_token_ids=(3,), size=4)

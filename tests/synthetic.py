@@ -10,7 +10,7 @@ from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.engine.proposers import GrammarStringProposer, PromptLookupProposer
 from constrained_spec.engine.stats import DecodeHooks
-from constrained_spec.grammar.matcher import AutomatonMatcher
+from constrained_spec.grammar.backends.outlines_core import AutomatonMatcher
 from constrained_spec.grammar.vocab import TokenVocabulary
 from constrained_spec.sampling import verify
 

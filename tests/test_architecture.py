@@ -109,7 +109,7 @@ def test_the_engine_imports_nothing_from_serving_the_cli_or_the_api() -> None:
     ("constrained_spec.grammar.matcher", "from constrained_spec.engine.loop import SpeculativeDecoder\n"),
     ("constrained_spec.sampling.acceptance", "from constrained_spec.models.hf import HFModel\n"),
     ("constrained_spec.serving.app", "from constrained_spec.engine.stats import DecodeStats\n"),
-    ("constrained_spec.api", "from constrained_spec.grammar.automaton import _build_tables\n"),
+    ("constrained_spec.api", "from constrained_spec.grammar.backends.outlines_core import _build_tables\n"),
     ("constrained_spec.engine.block", "from ..grammar.automaton import _short\n"),
     ("constrained_spec.prompts.chat", "from constrained_spec.serving.app import create_app\n"),
     ("constrained_spec.prompts.tools", "from constrained_spec.engine.loop import SpeculativeDecoder\n"),

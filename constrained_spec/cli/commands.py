@@ -89,26 +89,22 @@ def read_input_file(name: str, what: str) -> str:
 
 
 def check_regex(pattern: str) -> None:
-    """Raise :class:`GrammarError` where outlines-core cannot parse ``pattern`` (no vocabulary needed).
-
-    The pattern is parsed by itself, the way the automaton's builder reads it (Rust regex syntax);
-    Python's ``re`` explains the error where it rejects the pattern too.
+    """Raise :class:`GrammarError` where the grammar engine cannot parse ``pattern`` (no vocabulary
+    needed, no torch): llguidance reads it as the lazy engine will (Rust regex syntax); Python's ``re``
+    explains the error where it rejects the pattern too.
     """
     import re
 
-    from outlines_core import Index, Vocabulary
+    from llguidance import LLMatcher
 
-    try:  # one token: the regex is parsed and determinized, the vocabulary walk stops at once
-        Index(pattern, Vocabulary(1, {b"\x00": [0]}))
-    except ValueError as exc:
-        if "Failed to build DFA" not in str(exc):
-            return  # parsed; the one-token vocabulary just cannot spell it
-        try:
-            re.compile(pattern)
-            detail = "not valid in the Rust regex syntax the automaton builder reads (no look-around, no backreferences)"
-        except re.error as py_exc:
-            detail = str(py_exc)
-        raise GrammarError(f"invalid regex {pattern[:200]!r}: {detail}") from None
+    if not LLMatcher.validate_grammar(LLMatcher.grammar_from_regex(pattern)):
+        return
+    try:
+        re.compile(pattern)
+        detail = "not valid in the Rust regex syntax the grammar engine reads (no look-around, no backreferences)"
+    except re.error as py_exc:
+        detail = str(py_exc)
+    raise GrammarError(f"invalid regex {pattern[:200]!r}: {detail}") from None
 
 
 def check_lark(text: str, name: str) -> None:
@@ -222,9 +218,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     models = dataclasses.replace(model_config(args), draft=draft)
     gen = Generator.from_config(models, decode, schema_options=schema_options(args), max_new_tokens=args.max_new_tokens,
                                 schema_hint_style=args.schema_hint)
-    with progress_after("building the token automaton", enabled=args.progress or None):
-        gen.compile(spec)
-    result = gen.run(args.prompt, spec, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+    with progress_after("compiling the constraint", enabled=args.progress or None):
+        compiled = gen.compile(spec)
+    result = gen.run(args.prompt, compiled, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                      seed=args.seed, schema_in_prompt=not args.no_schema_in_prompt, alignment=args.alignment,
                      particles=args.particles, ess_threshold=args.ess_threshold)
     print(result.text if spec.kind in ("regex", "lark") else json.dumps(json.loads(result.text), ensure_ascii=False))

@@ -189,3 +189,18 @@ def build_vocabulary(
             continue
         tokens[tid] = raw
     return TokenVocabulary(tokens=tokens, eos_token_ids=eos, size=size, excluded=frozenset(excluded))
+
+
+def check_same_vocabulary(target_tokenizer: Any, draft_tokenizer: Any | None, target_size: int, draft_size: int | None) -> None:
+    """Raise VocabularyMismatchError if a draft model (``draft_size`` output logits; None: no draft)
+    cannot propose in the target's vocabulary (``target_size`` logits): sizes first, then, where the
+    draft has a tokenizer of its own, every id's spelling."""
+    if draft_size is None:
+        return
+    if draft_size != target_size:
+        raise VocabularyMismatchError(
+            f"draft model has {draft_size} output logits, the target {target_size}: "
+            "the draft must share the target's vocabulary"
+        )
+    if draft_tokenizer is not None and draft_tokenizer is not target_tokenizer:
+        build_vocabulary(target_tokenizer, target_size).check_same(build_vocabulary(draft_tokenizer, draft_size), what="draft")

@@ -3,8 +3,9 @@
 A request's constraint compiles on one of ``threads`` compile threads (off the generation
 workers). What :class:`CompileAdmission` adds:
 
-* a cache in front (:data:`CACHE_SIZE` entries, LRU), keyed by the request's constraint as given:
-  a constraint compiled before is answered at once, never waiting behind compiles;
+* a cache in front (:data:`CACHE_SIZE` entries, LRU) of the compiled constraints, keyed by the
+  request's constraint as given: a constraint compiled before is answered at once, never waiting
+  behind compiles;
 * one compile per constraint in flight: requests for the same one wait on the same compile;
 * a bounded queue: beyond the running compiles at most ``max_waiting`` wait, more are refused
   (:class:`~.refusals.CompileQueueFull`, 429 with ``Retry-After``);

@@ -148,24 +148,25 @@ class Scheduler:
     async def compile(self, output_type: Any, deadline: float | None, cancel: threading.Event | None = None,
                       client: str | None = None) -> Any:
         """``output_type`` compiled through the compile queue (:class:`CompileAdmission`: a cached
-        constraint at once, else on a compile thread, off the workers): its OutputSpec, which
-        ``generator.run`` finds in the compile cache; the output type itself where the generator
-        cannot compile ahead. :class:`QueueTimeout` past ``deadline``, :class:`Cancelled` once
-        ``cancel`` is set (the compile stops if no other request waits for it); ``client`` (its
-        address) is counted against the compiles one client may wait on."""
+        constraint at once, else on a compile thread, off the workers): the compiled constraint
+        (``generator.compile``'s :class:`~constrained_spec.api.CompiledConstraint`), which the request
+        then hands to :meth:`generate` as its output type, so ``generator.run`` compiles nothing; the
+        output type itself where the generator cannot compile ahead. :class:`QueueTimeout` past
+        ``deadline``, :class:`Cancelled` once ``cancel`` is set (the compile stops if no other request
+        waits for it); ``client`` (its address) is counted against the compiles one client may wait on."""
         compile_ = getattr(self.generator, "compile", None)
         if not callable(compile_):
             return output_type
         t0 = time.perf_counter()
-        spec = await self.compiles.compile(constraint_key(output_type), lambda: getattr(compile_(output_type), "spec", output_type),
-                                           cancel, deadline, client)
+        compiled = await self.compiles.compile(constraint_key(output_type), lambda: compile_(output_type), cancel, deadline, client)
         if self.observer is not None:
             self.observer.compiled(time.perf_counter() - t0)
-        return spec
+        return compiled
 
     async def generate(self, prompt: Any, output_type: Any, options: dict[str, Any], cancel: threading.Event,
                        timeout: float | None, on_tokens: Callable[[list[int]], None] | None = None) -> Any:
-        """``generator.run(prompt, output_type, **options)`` on a worker, once the queue reaches it.
+        """``generator.run(prompt, output_type, **options)`` on a worker, once the queue reaches it
+        (``output_type``: what :meth:`compile` returned, the compiled constraint where there is one).
 
         Each step's tokens go to ``on_tokens`` (on the worker thread); once ``cancel`` is set the
         generation stops at its next step and this raises :class:`Cancelled`.

@@ -38,7 +38,7 @@ def test_errors_are_one_clear_line(model_dirs, tmp_path):
 
 
 def test_grammar_files_compile():  # .lark files on the command line: tests/cli/test_cli_grammar.py
-    from constrained_spec.grammar.automaton import AutomatonCompiler
+    from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
     from constrained_spec.grammar.vocab import TokenVocabulary
 
     vocab = TokenVocabulary(tokens={i: bytes([i]) for i in range(32, 127)}, eos_token_ids=(0,), size=128)

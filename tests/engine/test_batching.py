@@ -26,7 +26,7 @@ from tiny_models import tiny_llama
 from constrained_spec.engine.batching import BatchCoordinator
 from constrained_spec.engine.draft_length import batch_draft_length
 from constrained_spec.engine.prefix_cache import PrefixCache, common_prefix
-from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.models.batched import BatchedHFModel, RowCall
 from constrained_spec.models.hf import HFModel
 from constrained_spec.sampling import SamplingPolicy, verify

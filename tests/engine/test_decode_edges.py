@@ -6,7 +6,7 @@ import pytest
 from synthetic import PrefixModel, letters_vocab, make_decoder
 
 from constrained_spec.errors import EmptyLanguageError, TokenBudgetExceeded
-from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.sampling.distribution import SamplingPolicy
 
 EOS = 9

@@ -14,7 +14,7 @@ import pytest
 import torch
 from synthetic import PrefixModel, letters_vocab, make_decoder
 
-from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.sampling import SamplingPolicy, VerifyResult
 
 EOS = 9

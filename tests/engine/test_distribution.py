@@ -24,7 +24,7 @@ import torch
 from scipy.stats import chisquare
 from synthetic import PrefixModel, letters_vocab, make_decoder
 
-from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.sampling.acceptance import VerifyResult, acceptance_probs, dense_draft_probs, first_rejection, verify
 from constrained_spec.sampling.distribution import SamplingPolicy, draw, effective_probs, unpack_bitmask
 
@@ -359,7 +359,7 @@ def letters_encode(text: str) -> list[int]:
 def test_point_mass_proposals_grammar_strings_and_lookup_stay_exact(policy, n):
     """Grammar-forced strings and prompt lookup propose with q = a point mass; still exact."""
     from constrained_spec.engine.proposers import GrammarStrings
-    from constrained_spec.grammar.matcher import AutomatonMatcher
+    from constrained_spec.grammar.backends.outlines_core import AutomatonMatcher
 
     automaton = AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(FORCED_REGEX)
     strings = GrammarStrings(letters_encode, automaton.vocab)

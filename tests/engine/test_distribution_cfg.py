@@ -31,7 +31,7 @@ from test_distribution import ALPHA, chi2_pvalue, verify_resample_from_p, verify
 
 from constrained_spec.engine.proposers import GrammarStrings
 from constrained_spec.errors import TokenBudgetExceeded
-from constrained_spec.grammar.lazy import compile_grammar
+from constrained_spec.grammar.backends.llguidance import compile_grammar
 from constrained_spec.grammar.vocab import TokenVocabulary
 from constrained_spec.sampling import verify
 from constrained_spec.sampling.distribution import SamplingPolicy, effective_probs

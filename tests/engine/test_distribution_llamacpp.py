@@ -22,7 +22,7 @@ import torch
 from engine.test_distribution import ALPHA, chi2_pvalue, verify_resample_from_p
 from synthetic import make_decoder
 
-from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.grammar.vocab import build_vocabulary
 from constrained_spec.sampling import verify
 from constrained_spec.sampling.distribution import SamplingPolicy, effective_probs

@@ -17,8 +17,8 @@ import pytest
 import torch
 from synthetic import PrefixModel, make_decoder
 
+from constrained_spec.grammar.backends.llguidance import compile_grammar
 from constrained_spec.grammar.lark_check import parse_with_lark
-from constrained_spec.grammar.lazy import compile_grammar
 from constrained_spec.grammar.vocab import build_vocabulary
 from constrained_spec.sampling import SamplingPolicy
 

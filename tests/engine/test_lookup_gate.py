@@ -16,7 +16,7 @@ from synthetic import PrefixModel, letters_vocab, make_decoder
 from constrained_spec.engine.lookup_gate import LookupGate, first_run
 from constrained_spec.engine.proposers import DraftContext, Proposal
 from constrained_spec.engine.rates import expected_tokens
-from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.sampling.distribution import SamplingPolicy
 
 REGEX = r"[abc]{40}"

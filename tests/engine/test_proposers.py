@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from constrained_spec.engine.proposers import GrammarStrings, prompt_lookup
-from constrained_spec.grammar.automaton import AutomatonCompiler
-from constrained_spec.grammar.matcher import AutomatonMatcher
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler, AutomatonMatcher
 from constrained_spec.grammar.vocab import TokenVocabulary
 
 # A JSON-ish vocabulary where the key's closing quote, colon and the value's opening quote can be

@@ -28,7 +28,7 @@ from synthetic import PrefixModel, letters_vocab, make_decoder
 
 from constrained_spec.engine.smc import SMCDecoder, check_smc_options, default_weigh
 from constrained_spec.errors import ConfigError, NoParticleLeftError
-from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.sampling import SamplingPolicy, verify
 from constrained_spec.sampling.smc_weights import allowed_log_mass, ess, log_mean_exp, systematic_resample
 
@@ -145,7 +145,7 @@ def unmasked_mass_weights(logits, allowed, tokens, policy):
 def _matcher_factory(strings):
     pattern = "|".join(re.escape(s) for s in strings)
     automaton = AutomatonCompiler(letters_vocab(), disk_cache=False, compile_timeout=None).compile(pattern)
-    from constrained_spec.grammar.matcher import AutomatonMatcher
+    from constrained_spec.grammar.backends.outlines_core import AutomatonMatcher
 
     return lambda: AutomatonMatcher(automaton)
 
@@ -339,7 +339,7 @@ def test_lark_grammar_converges_and_every_particle_parses():
     from lark import Lark
     from lark.exceptions import LarkError
 
-    from constrained_spec.grammar.lazy import compile_grammar
+    from constrained_spec.grammar.backends.llguidance import compile_grammar
 
     parser = Lark(LARK)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from synthetic import PrefixModel, letters_vocab, make_decoder
 
-from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.grammar.vocab import TokenVocabulary
 from constrained_spec.sampling.distribution import SamplingPolicy
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import real_tokenizer
 
-from constrained_spec.grammar.automaton import AutomatonCompiler, CompiledAutomaton, table_walk
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler, CompiledAutomaton, table_walk
 from constrained_spec.grammar.json_schema import schema_to_regex
 from constrained_spec.grammar.vocab import build_vocabulary
 
@@ -126,7 +126,7 @@ def test_masks_shared_by_a_state_class_equal_each_states_own_walk(gpt2_vocab, re
 
 
 def test_depth_classes_split_states_a_short_string_tells_apart():
-    from constrained_spec.grammar.automaton import depth_classes
+    from constrained_spec.grammar.backends.outlines_core import depth_classes
 
     # 'a{0,5}' as a chain: state i has read i a's; from i, 'a' * (5 - i) is the longest string that survives
     dead = 6

@@ -40,7 +40,7 @@ from benchmarks.grammar_corpus import (  # conftest puts the repository root on 
     walk,
 )
 from constrained_spec.errors import GrammarError
-from constrained_spec.grammar.lazy import compile_grammar, lazy_tokenizer
+from constrained_spec.grammar.backends.llguidance import compile_grammar, lazy_tokenizer
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "grammars"
 

@@ -17,8 +17,8 @@ import pytest
 from lark import Lark
 
 from constrained_spec.errors import CompileLimitError, EmptyLanguageError, GrammarError, OutputValidationError
+from constrained_spec.grammar.backends.llguidance import compile_grammar
 from constrained_spec.grammar.lark_check import check_lark_grammar, parse_with_lark
-from constrained_spec.grammar.lazy import compile_grammar
 from constrained_spec.grammar.vocab import TokenVocabulary
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,9 +17,9 @@ import pytest
 
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar import output_spec
+from constrained_spec.grammar.backends.llguidance import compile_grammar
 from constrained_spec.grammar.json_schema import SchemaOptions, schema_to_regex
 from constrained_spec.grammar.json_schema.lexeme_check import greedy_safe, to_node
-from constrained_spec.grammar.lazy import compile_grammar
 from constrained_spec.grammar.vocab import TokenVocabulary
 
 UNROLL = SchemaOptions().max_recursion_depth

@@ -16,9 +16,9 @@ import pytest
 
 from constrained_spec.errors import CompileLimitError, ConfigError, EmptyLanguageError, GrammarError, OutputValidationError
 from constrained_spec.grammar import CFG, Regex, output_spec
-from constrained_spec.grammar.automaton import AutomatonCompiler
-from constrained_spec.grammar.lazy import compile_grammar
-from constrained_spec.grammar.matcher import AutomatonMatcher, GrammarMatcher
+from constrained_spec.grammar.backends.llguidance import compile_grammar
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler, AutomatonMatcher
+from constrained_spec.grammar.matcher import GrammarMatcher
 from constrained_spec.grammar.vocab import TokenVocabulary, build_vocabulary
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

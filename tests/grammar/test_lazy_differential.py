@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 from grammar_oracles import STALE_MASK_REASON, LarkOracle, RegexOracle, lazy_matcher_stale_mask
 
-from constrained_spec.grammar.lazy import compile_grammar
+from constrained_spec.grammar.backends.llguidance import compile_grammar
 from constrained_spec.grammar.vocab import TokenVocabulary
 
 
@@ -328,7 +328,7 @@ def test_llguidance_stale_mask_after_rollback_upstream_bug():
     "(((") while ``validate_tokens`` refuses it and a fresh matcher does not allow it."""
     from llguidance import LLMatcher
 
-    from constrained_spec.grammar.lazy import _llg_grammar, lazy_tokenizer
+    from constrained_spec.grammar.backends.llguidance import _llg_grammar, lazy_tokenizer
 
     vocab = make_vocab(["(", ")", "))"])
     tokenizer = lazy_tokenizer(vocab)
@@ -357,7 +357,7 @@ def llguidance_eos_rollbacks(grammar_text: str, pieces: list, kind: str = "lark"
     more real token undone, back, number of real tokens)."""
     from llguidance import LLMatcher
 
-    from constrained_spec.grammar.lazy import _llg_grammar, lazy_tokenizer
+    from constrained_spec.grammar.backends.llguidance import _llg_grammar, lazy_tokenizer
 
     rng = random.Random(seed)
     vocab = make_vocab(pieces)

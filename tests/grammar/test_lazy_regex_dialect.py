@@ -20,8 +20,8 @@ import pytest
 
 pytest.importorskip("llguidance")
 
+from constrained_spec.grammar.backends.llguidance import compile_grammar  # noqa: E402
 from constrained_spec.grammar.json_schema import schema_to_regex  # noqa: E402
-from constrained_spec.grammar.lazy import compile_grammar  # noqa: E402
 from constrained_spec.grammar.vocab import TokenVocabulary  # noqa: E402
 
 EOS = 256

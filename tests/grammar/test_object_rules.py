@@ -15,8 +15,8 @@ import re
 
 from jsonschema import Draft202012Validator
 
+from constrained_spec.grammar.backends.llguidance import compile_grammar
 from constrained_spec.grammar.json_schema import schema_to_regex
-from constrained_spec.grammar.lazy import compile_grammar
 from constrained_spec.grammar.vocab import TokenVocabulary
 
 _BYTES = TokenVocabulary(tokens={i: bytes([i]) for i in range(256)}, eos_token_ids=(256,), size=257)

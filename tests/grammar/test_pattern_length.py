@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from constrained_spec.errors import EmptyLanguageError
+from constrained_spec.grammar.backends.llguidance import compile_grammar
 from constrained_spec.grammar.json_schema import schema_to_regex
 from constrained_spec.grammar.json_schema.length_cut import Inexact, cut
-from constrained_spec.grammar.lazy import compile_grammar
 from constrained_spec.grammar.vocab import TokenVocabulary
 
 _ATOMS = ["a", "b", "[ab]", "[0-9]", "(?:ab)", "(?:a|bb)", "[ ]", "[^ ]", "-"]

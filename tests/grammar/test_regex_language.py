@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import regex as regex_pkg
 
-from constrained_spec.grammar.automaton import AutomatonCompiler, CompiledAutomaton
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler, CompiledAutomaton
 from constrained_spec.grammar.json_schema import schema_to_regex
 from constrained_spec.grammar.vocab import TokenVocabulary
 

@@ -144,7 +144,9 @@ def test_the_server_refuses_a_remote_ref_with_a_400_and_no_hit(server):
 
     class NoModelGenerator(Generator):
         def __init__(self) -> None:  # compile() only: the request is refused before any decoding
-            self.schema_options = None
+            from constrained_spec.config import GeneratorConfig
+
+            self.config = GeneratorConfig()  # its schema_options: the defaults (no ref_allow)
 
         def compile(self, output_type, schema_draft=None):
             from constrained_spec.grammar import output_spec
@@ -364,15 +366,13 @@ def test_cli_schema_draft_reads_a_draft4_schema(tmp_path, capsys):
 
 def test_generator_compile_takes_a_schema_draft():
     """``Generator.run(..., schema_draft=)`` compiles (and later validates) by that draft's rules."""
-    from types import SimpleNamespace
+    from constrained_spec.grammar.compiler import GrammarCompiler
+    from constrained_spec.grammar.vocab import TokenVocabulary
 
-    from constrained_spec.api import Generator
-    from constrained_spec.lru import LRUCache
-
-    fake = SimpleNamespace(schema_options=None, _compiled=LRUCache(4), build_grammar=lambda spec: None)
+    compiler = GrammarCompiler(TokenVocabulary({i: bytes([i]) for i in range(256)}, (256,), 257), None)  # Generator.compile's
     with pytest.raises(SchemaError):
-        Generator.compile(fake, DRAFT4_INT)
-    compiled = Generator.compile(fake, DRAFT4_INT, schema_draft="4")
+        compiler.compile(DRAFT4_INT)
+    compiled = compiler.compile(DRAFT4_INT, schema_draft="4")
     assert compiled.spec.schema_options.draft == "4"
     _ints(compiled.spec.regex, DRAFT4_INT, jsonschema.Draft4Validator)
     assert compiled.parse("9") == 9

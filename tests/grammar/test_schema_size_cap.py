@@ -22,9 +22,9 @@ import pytest
 
 from constrained_spec.errors import CompileLimitError
 from constrained_spec.grammar import output_spec
+from constrained_spec.grammar.backends.llguidance import compile_grammar
 from constrained_spec.grammar.json_schema import SchemaOptions, schema_to_regex
 from constrained_spec.grammar.json_schema.options import NO_REGEX_NOTE
-from constrained_spec.grammar.lazy import compile_grammar
 from constrained_spec.grammar.vocab import TokenVocabulary
 
 #: a cap the schema below passes (its regex has about 32,000 characters): a small cap keeps the test fast
@@ -295,14 +295,13 @@ def test_negative_control(compiled, byte_vocab):
 def test_automaton_engine_refuses_a_grammar_only_schema(compiled):
     """The automaton engine runs regexes only: a schema with no regex is its CompileLimitError, not the
     empty regex's language."""
-    import types
-
-    from constrained_spec.api import Generator
     from constrained_spec.grammar import OutputSpec
+    from constrained_spec.grammar.backends.outlines_core import OutlinesCoreBackend
 
     spec = OutputSpec("json", compiled.regex, SCHEMA, grammar=compiled.lark)
+    backend = OutlinesCoreBackend(TokenVocabulary({0: b"a"}, (1,), 2), fallback=None, disk_cache=False)  # type: ignore[arg-type]
     with pytest.raises(CompileLimitError, match="lazy engine"):
-        Generator.build_grammar(types.SimpleNamespace(grammar_engine="automaton"), spec)  # type: ignore[arg-type]
+        backend.compile(spec)
 
 
 def test_where_no_exact_grammar_can_be_built_the_refusal_stays(monkeypatch):

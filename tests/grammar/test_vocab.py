@@ -12,7 +12,7 @@ import random
 import pytest
 from conftest import real_tokenizer
 
-from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.grammar.vocab import build_vocabulary
 
 TOKENIZERS = ["gpt-2", "llama-bpe", "llama-spm", "qwen2"]

@@ -7,7 +7,7 @@ import torch
 from synthetic import make_decoder
 from tiny_models import tiny_llama
 
-from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.grammar.vocab import build_vocabulary
 from constrained_spec.models.hf import HFModel
 from constrained_spec.models.packed_linear import pack_linears, packing_available

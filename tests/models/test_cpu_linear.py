@@ -87,7 +87,7 @@ def test_int8_draft_keeps_greedy_output_equal_to_the_target_alone(gpt2_tokenizer
     """The draft's rounding may only cost acceptance: greedy speculative output with an int8 draft
     (here the target itself, int8-packed, so that it proposes often and is sometimes wrong) equals
     greedy target-only output, and its restricted and prefix heads work on the packed head."""
-    from constrained_spec.grammar.automaton import AutomatonCompiler
+    from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
     from constrained_spec.grammar.vocab import build_vocabulary
     from constrained_spec.sampling.distribution import SamplingPolicy
 

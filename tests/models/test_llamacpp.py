@@ -19,7 +19,7 @@ import torch
 from synthetic import make_decoder
 
 from constrained_spec.errors import ConfigError
-from constrained_spec.grammar.automaton import AutomatonCompiler
+from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.grammar.vocab import build_vocabulary
 from constrained_spec.models.runtime import resolve_runtime
 from constrained_spec.sampling.distribution import SamplingPolicy

@@ -186,16 +186,16 @@ def test_grammar_with_tool_choice_none_is_served(client):
 
 
 def test_grammars_compile_on_the_compile_threads(generator, monkeypatch):
-    from constrained_spec import api
+    from constrained_spec.grammar.backends import llguidance
 
     threads = []
-    real = api.compile_grammar
+    real = llguidance.compile_grammar
 
     def spy(kind, source, *args):
         threads.append((kind, threading.current_thread().name))
         return real(kind, source, *args)
 
-    monkeypatch.setattr(api, "compile_grammar", spy)  # the compile work itself; the generation finds it in the cache
+    monkeypatch.setattr(llguidance, "compile_grammar", spy)  # the compile work itself; the generation is handed its result
     with TestClient(create_app(generator, ServerConfig(model_name="tiny"))) as c:
         assert post(c, guided_grammar='start: "maybe" | "no"\n').status_code == 200
         assert post(c, tools=[custom(grammar='start: "(" ")" "(" ")"\n')], tool_choice=pick("shape")).status_code == 200

@@ -1,8 +1,9 @@
-"""Compile once: a regex -> a byte-level DFA (outlines-core) -> lazily built token masks.
+"""The outlines-core back end (engine ``"automaton"``, the ``automaton`` extra): a regex -> a
+byte-level DFA (outlines-core) -> lazily built token masks.
 
 A :class:`CompiledAutomaton` is immutable after construction (its mask cache only memoises pure
 functions of the state) and is safe to share between requests and threads. Per-request state lives
-in :class:`constrained_spec.grammar.matcher.Matcher`.
+in an :class:`AutomatonMatcher`. The ``outlines_core`` package is imported only to build a DFA.
 
 Compiled DFAs are cached on disk, keyed by the regex and the outlines-core version (the byte DFA
 does not depend on the vocabulary); writes are atomic (temporary file + rename), so two processes filling the
@@ -20,15 +21,20 @@ import threading
 import time
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Hashable, Sequence
 
 import numpy as np
 import torch
 
 from constrained_spec.errors import CompileLimitError, EmptyLanguageError, GrammarError
+from constrained_spec.grammar.matcher import FORCED_BYTES_LIMIT
 from constrained_spec.grammar.vocab import TokenVocabulary
 from constrained_spec.lru import LRUCache
 from constrained_spec.paths import cache_root
+
+if TYPE_CHECKING:
+    from constrained_spec.grammar import OutputSpec
+    from constrained_spec.grammar.backends import CompiledGrammar, GrammarBackend
 
 try:  # pragma: no cover - version string only
     from importlib.metadata import version as _pkg_version
@@ -305,6 +311,10 @@ class CompiledAutomaton:
     def num_states(self) -> int:
         return self.dead
 
+    def matcher(self) -> "AutomatonMatcher":
+        """A fresh per-request matcher at the start state."""
+        return AutomatonMatcher(self)
+
 
 def _short(text: str, limit: int = 120) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
@@ -534,12 +544,12 @@ class AutomatonCompiler:
             h.update(b"\0")
         return h.hexdigest()[:40]
 
-    def compile(self, regex: str) -> CompiledAutomaton:
-        """The automaton for ``regex`` (full match), from memory, disk, or a fresh build."""
-        if len(regex) > self.max_regex_chars:
-            raise CompileLimitError(
-                f"the constraint's regex has {len(regex)} characters, over the cap of {self.max_regex_chars}"
-            )
+    def compile(self, regex: str, max_regex_chars: int | None = None) -> CompiledAutomaton:
+        """The automaton for ``regex`` (full match), from memory, disk, or a fresh build;
+        ``max_regex_chars``: this call's cap on the regex (default: the compiler's)."""
+        cap = self.max_regex_chars if max_regex_chars is None else max_regex_chars
+        if len(regex) > cap:
+            raise CompileLimitError(f"the constraint's regex has {len(regex)} characters, over the cap of {cap}")
         key = self.key(regex)
         hit = self._memory.get(key)
         if hit is not None:
@@ -588,3 +598,107 @@ class AutomatonCompiler:
         except OSError:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+
+class OutlinesCoreBackend:
+    """:class:`~constrained_spec.grammar.backends.GrammarBackend` over outlines-core's byte DFA: a
+    spec's regex as a :class:`CompiledAutomaton` (memory and disk caches); a Lark grammar goes to
+    ``fallback`` (llguidance), and a schema whose only exact form is a Lark grammar is refused."""
+
+    name = "automaton"
+
+    def __init__(self, vocab: TokenVocabulary, fallback: "GrammarBackend", cache_dir: Any = None, disk_cache: bool = True,
+                 compile_timeout: float | None = 120.0) -> None:
+        self.vocab = vocab
+        self.fallback = fallback
+        self.automata = AutomatonCompiler(vocab, cache_dir=cache_dir, disk_cache=disk_cache, compile_timeout=compile_timeout)
+
+    def compile(self, spec: "OutputSpec", max_source_chars: int = 200_000, disk_cache: bool = True) -> "CompiledGrammar":
+        """The automaton of ``spec.regex``; ``disk_cache=False``: a cold build, off the disk cache."""
+        if spec.kind == "lark":
+            return self.fallback.compile(spec, max_source_chars)
+        if not spec.regex and spec.grammar is not None:
+            raise CompileLimitError("this schema's regex passes max_regex_chars: only its Lark grammar holds it, which the "
+                                    "automaton engine cannot run; use the lazy engine (the default)")
+        compiler = self.automata
+        if not disk_cache:
+            compiler = AutomatonCompiler(self.vocab, disk_cache=False, compile_timeout=compiler.compile_timeout)
+        return compiler.compile(spec.regex, max_source_chars)
+
+
+class AutomatonMatcher:
+    """:class:`GrammarMatcher` over a :class:`CompiledAutomaton` (shared, immutable, cached masks)."""
+
+    def __init__(self, automaton: CompiledAutomaton) -> None:
+        self.automaton = automaton
+        self.vocab = automaton.vocab
+        self._path: list[int] = [automaton.initial_state]
+        self._tokens: list[int] = []
+
+    @property
+    def length(self) -> int:
+        return len(self._path) - 1
+
+    @property
+    def tokens(self) -> list[int]:
+        """The accepted tokens (a copy)."""
+        return list(self._tokens)
+
+    def is_terminated(self) -> bool:
+        return bool(self._tokens) and self.is_eos(self._tokens[-1])
+
+    def is_accepting(self) -> bool:
+        return self.automaton.is_final(self._path[-1])
+
+    def is_eos(self, token_id: int) -> bool:
+        return token_id in self.vocab.eos_token_ids
+
+    def allowed_ids(self) -> np.ndarray:
+        return self.automaton.allowed_ids(self._path[-1])
+
+    def allowed_mask(self) -> torch.Tensor:
+        return self.automaton.allowed_mask(self._path[-1])
+
+    def bitmask(self) -> torch.Tensor:
+        return self.automaton.bitmask(self._path[-1])
+
+    def forced_token(self) -> int | None:
+        return self.automaton.single_allowed(self._path[-1])
+
+    def forced_bytes(self, limit: int = FORCED_BYTES_LIMIT) -> bytes:
+        return self.automaton.forced_bytes(self._path[-1], limit)[0]
+
+    def count_allowed(self, token_ids: Sequence[int]) -> int:
+        state = self._path[-1]
+        if self.is_terminated():
+            return 0
+        for n, token in enumerate(token_ids):
+            if self.is_eos(token) and n + 1 < len(token_ids):
+                return n + int(self.automaton.is_final(state))  # nothing follows EOS
+            nxt = self.automaton.next_state(state, int(token))
+            if nxt is None:
+                return n
+            state = nxt
+        return len(token_ids)
+
+    def accepts_prefix_bytes(self, data: bytes) -> bool:
+        return self.automaton.walk_bytes(self._path[-1], data) is not None
+
+    def state_key(self) -> Hashable | None:
+        return self._path[-1]
+
+    def advance(self, token_id: int) -> None:
+        if self.is_terminated():
+            raise GrammarError("token after EOS")
+        nxt = self.automaton.next_state(self._path[-1], token_id)
+        if nxt is None:
+            raise GrammarError(f"token {token_id} is not allowed in state {self._path[-1]}")
+        self._path.append(nxt)
+        self._tokens.append(token_id)
+
+    def rollback(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot roll back to {length} of {self.length} tokens")
+        del self._path[length + 1 :]
+        del self._tokens[length:]

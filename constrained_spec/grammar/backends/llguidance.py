@@ -1,4 +1,5 @@
-"""The lazy grammar engine: regex and Lark grammars compiled in milliseconds, masks computed on demand.
+"""The llguidance back end (engine ``"lazy"``, the default): regex and Lark grammars compiled in
+milliseconds, masks computed on demand.
 
 llguidance (a Rust engine: a lazy derivative-based lexer under an Earley parser, masks by walking
 the token trie) sits behind :class:`~constrained_spec.grammar.matcher.GrammarMatcher`. Regexes
@@ -29,6 +30,8 @@ from constrained_spec.lru import LRUCache
 
 if TYPE_CHECKING:
     from llguidance import LLMatcher, LLTokenizer
+
+    from constrained_spec.grammar import OutputSpec
 
 #: llguidance marks special tokens by this first byte; the grammar never allows them
 _SPECIAL = b"\xff"
@@ -212,6 +215,29 @@ def compile_grammar(kind: str, source: str, vocab: TokenVocabulary, encode: Call
         raise EmptyLanguageError(f"the {kind} admits no output this vocabulary can spell")
     _probe_first_token(probe)
     return grammar
+
+
+class LlguidanceBackend:
+    """:class:`~constrained_spec.grammar.backends.GrammarBackend` over llguidance: a Lark grammar
+    (checked by lark first, which judges its outputs), a recursive schema's Lark form (nesting
+    unbounded), else the spec's regex."""
+
+    name = "lazy"
+
+    def __init__(self, vocab: TokenVocabulary, encode: Callable[[str], list[int]] | None = None) -> None:
+        self.vocab = vocab
+        self.encode = encode
+
+    def compile(self, spec: OutputSpec, max_source_chars: int = MAX_SOURCE_CHARS, disk_cache: bool = True) -> LazyGrammar:
+        """The grammar of ``spec`` (``disk_cache``: nothing to keep on disk here)."""
+        if spec.kind == "lark":
+            from constrained_spec.grammar.lark_check import check_lark_grammar
+
+            check_lark_grammar(spec.regex)  # lark must load what it is to judge
+            return compile_grammar("lark", spec.regex, self.vocab, self.encode, max_source_chars)
+        if spec.grammar is not None:  # a recursive schema (or one past max_regex_chars): its Lark form
+            return compile_grammar("lark", spec.grammar, self.vocab, self.encode, max_source_chars)
+        return compile_grammar("regex", spec.regex, self.vocab, self.encode, max_source_chars)
 
 
 def _probe_first_token(probe: "LazyMatcher") -> None:
