@@ -67,7 +67,7 @@ def test_a_constraint_compiled_for_another_vocabulary_is_refused(generator):
 def test_the_server_hands_the_compiled_constraint_to_run(generator, monkeypatch):
     from fastapi.testclient import TestClient
 
-    from constrained_spec.serving import create_app
+    from constrained_spec.serving import ServerConfig, create_app
 
     class Recorder:
         def __init__(self, inner):
@@ -86,7 +86,7 @@ def test_the_server_hands_the_compiled_constraint_to_run(generator, monkeypatch)
     body = {"messages": [{"role": "user", "content": "A flag?"}], "max_tokens": 40,
             "response_format": {"type": "json_schema", "json_schema": {"name": "f", "schema": schema}}}
     recorder = Recorder(generator)
-    with TestClient(create_app(recorder, model_name="tiny")) as client:
+    with TestClient(create_app(recorder, ServerConfig(model_name="tiny"))) as client:
         answers = [client.post("/v1/chat/completions", json=body) for _ in range(2)]
     assert [a.status_code for a in answers] == [200, 200], answers[0].text
     assert len(built) == 1  # compiled once, at admission; the second request's from the admission cache
