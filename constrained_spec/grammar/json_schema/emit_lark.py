@@ -20,6 +20,7 @@ was merged into a class (then :func:`build_lark` answers None).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Callable, Optional
 
@@ -86,19 +87,25 @@ def _class(ranges: ecma.Ranges) -> str:
     return "".join(parts)
 
 
+@functools.lru_cache(maxsize=4096)
+def _set_text(rs: ecma.Ranges) -> Optional[str]:
+    """The regex text of one character set (the shorter of the class and its negation); None: the
+    empty set. Remembered (the most recent 4,096): a grammar's texts repeat a few sets many times."""
+    if not rs:
+        return None
+    if len(rs) == 1 and rs[0][0] == rs[0][1]:
+        return _char(rs[0][0], False)
+    pos = "[" + _class(rs) + "]"
+    neg = "[^" + _class(ecma.subtract(_ALL, rs)) + "]"
+    return neg if len(neg) < len(pos) else pos
+
+
 def _regex_text(node: Node) -> Optional[str]:
     """Plain regex text (Rust ``regex`` syntax, as llguidance reads it) of a regex node; None: the
     empty language."""
     kind = node[0]
     if kind == "set":
-        rs = tuple(node[1])
-        if not rs:
-            return None
-        if len(rs) == 1 and rs[0][0] == rs[0][1]:
-            return _char(rs[0][0], False)
-        pos = "[" + _class(rs) + "]"
-        neg = "[^" + _class(ecma.subtract(_ALL, rs)) + "]"
-        return neg if len(neg) < len(pos) else pos
+        return _set_text(tuple(node[1]))
     if kind == "seq":
         out = []
         for x in node[1]:
