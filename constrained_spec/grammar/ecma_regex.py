@@ -24,6 +24,7 @@ Nodes of the parsed pattern (plain tuples):
 from __future__ import annotations
 
 import functools
+import re
 import unicodedata
 from typing import Callable, Optional
 
@@ -680,17 +681,21 @@ def _memo_short_texts(scan: Callable[[str], bool]) -> Callable[[str], bool]:
     return scan_text
 
 
+#: the characters the text scanners below act on, an escape (a backslash and the character it
+#: escapes) as one token: scanning these tokens with ``re`` (C) visits what the character loop
+#: that reads every character would act on, in the same order
+_SCAN_TOKENS = re.compile(r"\\.|[\[\]()|]", re.S)
+
+
 @_memo_short_texts
 def top_level_bar(p: str) -> bool:
     """True if p has a ``|`` outside every group and character class."""
+    if "|" not in p:
+        return False
     depth = 0
-    i = 0
     in_cls = False
-    while i < len(p):
-        c = p[i]
-        if c == "\\":
-            i += 2
-            continue
+    for m in _SCAN_TOKENS.finditer(p):
+        c = m.group()
         if in_cls:
             if c == "]":
                 in_cls = False
@@ -702,7 +707,6 @@ def top_level_bar(p: str) -> bool:
             depth -= 1
         elif c == "|" and depth == 0:
             return True
-        i += 1
     return False
 
 
@@ -724,27 +728,18 @@ def is_atom(p: str) -> bool:
         return True
     # a single bracket class
     if p.startswith("[") and p.endswith("]"):
-        depth = 0
-        i = 0
-        while i < len(p):
-            c = p[i]
-            if c == "\\":
-                i += 2
-                continue
-            if c == "]" and i != len(p) - 1:
+        last = len(p) - 1
+        for m in _SCAN_TOKENS.finditer(p):
+            if m.group() == "]" and m.start() != last:
                 return False
-            i += 1
         return True
     # a single parenthesised group
     if p.startswith("(") and p.endswith(")"):
         depth = 0
-        i = 0
         in_cls = False
-        while i < len(p):
-            c = p[i]
-            if c == "\\":
-                i += 2
-                continue
+        last = len(p) - 1
+        for m in _SCAN_TOKENS.finditer(p):
+            c = m.group()
             if in_cls:
                 if c == "]":
                     in_cls = False
@@ -754,9 +749,8 @@ def is_atom(p: str) -> bool:
                 depth += 1
             elif c == ")":
                 depth -= 1
-                if depth == 0 and i != len(p) - 1:
+                if depth == 0 and m.start() != last:
                     return False
-            i += 1
         return True
     return False
 

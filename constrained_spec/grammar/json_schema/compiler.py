@@ -88,7 +88,7 @@ def schema_to_regex(
             raise
         return _over_cap(schema, options, start, e, comp)
     if (recursive or result.narrowed) and options.recursive_refs == "grammar":
-        lark, _ = _schema_grammar(schema, options, start)
+        lark, _ = _schema_grammar(schema, options, start, doc=comp.doc)
         if lark is not None:
             result = dataclasses.replace(result, lark=lark)
     return result

@@ -20,8 +20,9 @@ was merged into a class (then :func:`build_lark` answers None).
 
 from __future__ import annotations
 
+import functools
 import itertools
-from typing import Optional
+from typing import Callable, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.ecma_regex import Node
@@ -86,19 +87,25 @@ def _class(ranges: ecma.Ranges) -> str:
     return "".join(parts)
 
 
+@functools.lru_cache(maxsize=4096)
+def _set_text(rs: ecma.Ranges) -> Optional[str]:
+    """The regex text of one character set (the shorter of the class and its negation); None: the
+    empty set. Remembered (the most recent 4,096): a grammar's texts repeat a few sets many times."""
+    if not rs:
+        return None
+    if len(rs) == 1 and rs[0][0] == rs[0][1]:
+        return _char(rs[0][0], False)
+    pos = "[" + _class(rs) + "]"
+    neg = "[^" + _class(ecma.subtract(_ALL, rs)) + "]"
+    return neg if len(neg) < len(pos) else pos
+
+
 def _regex_text(node: Node) -> Optional[str]:
     """Plain regex text (Rust ``regex`` syntax, as llguidance reads it) of a regex node; None: the
     empty language."""
     kind = node[0]
     if kind == "set":
-        rs = tuple(node[1])
-        if not rs:
-            return None
-        if len(rs) == 1 and rs[0][0] == rs[0][1]:
-            return _char(rs[0][0], False)
-        pos = "[" + _class(rs) + "]"
-        neg = "[^" + _class(ecma.subtract(_ALL, rs)) + "]"
-        return neg if len(neg) < len(pos) else pos
+        return _set_text(tuple(node[1]))
     if kind == "seq":
         out = []
         for x in node[1]:
@@ -499,8 +506,16 @@ def build_lark(root: str, rules: dict[int, Optional[str]],
     :data:`~.lexeme_check.WORK_BUDGET`: for the grammars of large schemas (many rules, many lexemes).
     ``deadline`` (``time.monotonic()``): past it the check answers False (None: no grammar)."""
     ands = and_lexemes or {}
-    return (_build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline)
-            or _build_lark(root, rules, ands, fine=True, scaled=scaled, deadline=deadline))
+    parsed: dict[str, ecma.Node] = {}  # both passes read the same texts: each is parsed once
+
+    def parse(text: str) -> ecma.Node:
+        node = parsed.get(text)
+        if node is None:
+            node = parsed[text] = ecma.parse(text)
+        return node
+
+    return (_build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse)
+            or _build_lark(root, rules, ands, fine=True, scaled=scaled, deadline=deadline, parse=parse))
 
 
 #: ``build_lark(scaled=True)``: derivative steps the greedy-lexing check may spend per pair of lexemes
@@ -511,16 +526,17 @@ MAX_CHECK_STEPS = 2_000_000
 
 
 def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tuple[str, str]],
-                fine: bool, scaled: bool = False, deadline: Optional[float] = None) -> Optional[str]:
+                fine: bool, scaled: bool = False, deadline: Optional[float] = None,
+                parse: Callable[[str], ecma.Node] = ecma.parse) -> Optional[str]:
     b = _Builder(fine)
     and_text: dict[str, str] = {}  # name of a %json string -> its definition
     try:
-        root_e = b.conv(ecma.parse(root))
+        root_e = b.conv(parse(root))
         bodies: dict[str, Optional[Expr]] = {}
         for n, text in rules.items():
             if n in ands:
                 wide, leaf = ands[n]
-                node = to_node(ecma.parse(wide))
+                node = to_node(parse(wide))
                 if node is None:
                     return None
                 name = "j%d" % n  # a rule: %json cannot define a terminal
@@ -528,7 +544,7 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
                 and_text[name] = "%json " + leaf
                 bodies["r%d" % n] = ("T", name)
             elif text is not None:
-                bodies["r%d" % n] = b.conv(ecma.parse(text))
+                bodies["r%d" % n] = b.conv(parse(text))
     except (_Mangled, ecma.PatternError, ValueError, RecursionError):
         return None
     if root_e is None:

@@ -134,6 +134,17 @@ class _Lang:
         self._null: dict[Lexeme, bool] = {}
         self._deriv: dict[tuple[Lexeme, int], Optional[Lexeme]] = {}
         self._front: dict[Lexeme, tuple[ecma.Ranges, ...]] = {}
+        self._fronts: dict[tuple[ecma.Ranges, ...], tuple[ecma.Ranges, ...]] = {}
+        # the same answers by the node object's identity (the node kept beside them, so its id is
+        # not reused): a node is a nested tuple whose hash Python computes again at every lookup
+        self._null_id: dict[int, tuple[Lexeme, bool]] = {}
+        self._deriv_id: dict[tuple[int, int], tuple[Lexeme, Optional[Lexeme]]] = {}
+        self._front_id: dict[int, tuple[Lexeme, tuple[ecma.Ranges, ...]]] = {}
+        self._first_id: dict[int, tuple[tuple[ecma.Ranges, ...], ecma.Ranges]] = {}
+        #: (id of one front, id of another) -> (both fronts, the cells of both unions' intersection)
+        self._cells_id: dict[tuple[int, int], tuple[tuple[ecma.Ranges, ...], tuple[ecma.Ranges, ...], list[int]]] = {}
+        #: (id of ranges, id of ranges) -> (both, whether they share a character)
+        self._meet_id: dict[tuple[int, int], tuple[ecma.Ranges, ecma.Ranges, bool]] = {}
 
     def spend(self) -> None:
         """Count one step against the budget (:class:`_OverBudget` once it is spent)."""
@@ -144,13 +155,57 @@ class _Lang:
             raise _OverBudget
 
     def nullable(self, n: Lexeme) -> bool:
+        by_id = self._null_id.get(id(n))
+        if by_id is not None and by_id[0] is n:
+            return by_id[1]
         hit = self._null.get(n)
         if hit is None:
             hit = self._null[n] = nullable_by(n, self.nullable)
+        self._null_id[id(n)] = (n, hit)
         return hit
 
     def front(self, n: Lexeme) -> tuple[ecma.Ranges, ...]:
         """The character sets a first character of n is drawn from (a tuple of range tuples)."""
+        by_id = self._front_id.get(id(n))
+        if by_id is not None and by_id[0] is n:
+            return by_id[1]
+        hit = self._front_value(n)
+        self._front_id[id(n)] = (n, hit)
+        return hit
+
+    def first_chars(self, n: Lexeme) -> ecma.Ranges:
+        """The union of n's front sets, as one range tuple (remembered per front)."""
+        fr = self.front(n)
+        hit = self._first_id.get(id(fr))
+        if hit is not None and hit[0] is fr:
+            return hit[1]
+        out = ecma.union(*fr) if fr else ()
+        self._first_id[id(fr)] = (fr, out)
+        return out
+
+    def meets(self, a: ecma.Ranges, b: ecma.Ranges) -> bool:
+        """Whether ``ecma.intersect(a, b)`` is not empty (remembered per pair of range objects)."""
+        key = (id(a), id(b))
+        hit = self._meet_id.get(key)
+        if hit is not None and hit[0] is a and hit[1] is b:
+            return hit[2]
+        out = bool(ecma.intersect(a, b))
+        self._meet_id[key] = (a, b, out)
+        return out
+
+    def shared_cells(self, fa: tuple[ecma.Ranges, ...], fb: tuple[ecma.Ranges, ...]) -> list[int]:
+        """The cell representatives (:func:`_cells` of both fronts) inside the intersection of the
+        two fronts' unions, in order (remembered per pair of front objects)."""
+        key = (id(fa), id(fb))
+        hit = self._cells_id.get(key)
+        if hit is not None and hit[0] is fa and hit[1] is fb:
+            return hit[2]
+        both = ecma.intersect(ecma.union(*fa), ecma.union(*fb))
+        cells = [c for c in _cells(list(fa) + list(fb)) if ecma.contains(both, c)] if both else []
+        self._cells_id[key] = (fa, fb, cells)
+        return cells
+
+    def _front_value(self, n: Lexeme) -> tuple[ecma.Ranges, ...]:
         hit = self._front.get(n)
         if hit is None:
             kind = n[0]
@@ -168,10 +223,19 @@ class _Lang:
             else:
                 acc.extend(self.front(n[1]))
             hit = tuple(dict.fromkeys(acc))
+            hit = self._fronts.setdefault(hit, hit)  # one object per front: the id caches then meet
             self._front[n] = hit
         return hit
 
     def deriv(self, n: Lexeme, c: int) -> Optional[Lexeme]:
+        by_id = self._deriv_id.get((id(n), c))
+        if by_id is not None and by_id[0] is n:
+            return by_id[1]
+        out = self._deriv_value(n, c)
+        self._deriv_id[(id(n), c)] = (n, out)
+        return out
+
+    def _deriv_value(self, n: Lexeme, c: int) -> Optional[Lexeme]:
         key = (n, c)
         if key in self._deriv:
             return self._deriv[key]
@@ -235,17 +299,12 @@ def _conflict(lang: _Lang, t1: Lexeme, t2: Lexeme, follow: ecma.Ranges) -> bool:
     todo = [(t1, t2)]
     while todo:
         a, b = todo.pop()
-        if lang.nullable(a) and ecma.intersect(first_chars(lang, b), follow):
+        if lang.nullable(a) and lang.meets(lang.first_chars(b), follow):
             return True
         fa, fb = lang.front(a), lang.front(b)
         if not fa or not fb:
             continue
-        both = ecma.intersect(ecma.union(*fa), ecma.union(*fb))
-        if not both:
-            continue
-        for c in _cells(list(fa) + list(fb)):
-            if not ecma.contains(both, c):
-                continue
+        for c in lang.shared_cells(fa, fb):
             lang.spend()
             da, db = lang.deriv(a, c), lang.deriv(b, c)
             if da is None or db is None:
