@@ -77,7 +77,7 @@ def fingerprint(schema: Any, budget_s: float) -> tuple[str, str, Any]:
 def _lazy(tokenizer: str) -> Callable[[Any], Optional[float]]:
     """A function timing the lazy engine's compile (+ first mask) of one schema's output."""
     cov = _coverage()
-    from constrained_spec.grammar.lazy import compile_grammar
+    from constrained_spec.grammar.backends.llguidance import compile_grammar
     from constrained_spec.grammar.vocab import build_vocabulary
 
     tok = cov.load_tokenizer(tokenizer)
