@@ -30,7 +30,7 @@ from scipy.stats import chisquare
 
 from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.loop import SpeculativeDecoder
-from constrained_spec.engine.smc import SMCDecoder
+from constrained_spec.engine.smc import SMCDecoder, SMCOptions
 from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler, AutomatonMatcher
 from constrained_spec.grammar.vocab import TokenVocabulary
 from constrained_spec.sampling import SamplingPolicy, verify
@@ -139,7 +139,7 @@ def run(particles: int, k: int, runs: int, temperature: float, seed: int, scale:
     start = time.perf_counter()
     for _ in range(runs):
         target, draft = HashModel(seed, scale), (HashModel(22, 2.0) if k else None)
-        smc = SMCDecoder(build, target, draft, lambda: AutomatonMatcher(automaton), policy, verify, particles=particles,
+        smc = SMCDecoder(build, target, draft, lambda: AutomatonMatcher(automaton), policy, verify, options=SMCOptions(particles),
                          max_new_tokens=16, generator=gen)
         result = smc.run(PROMPT)
         counts[tuple(result.token_ids)] += 1

@@ -7,7 +7,7 @@ import hashlib
 import torch
 
 from constrained_spec.config import DecodeConfig
-from constrained_spec.engine.loop import SpeculativeDecoder
+from constrained_spec.engine.loop import Drafting, SpeculativeDecoder
 from constrained_spec.engine.proposers import GrammarStringProposer, PromptLookupProposer
 from constrained_spec.engine.stats import DecodeHooks
 from constrained_spec.grammar.backends.outlines_core import AutomatonMatcher
@@ -85,9 +85,9 @@ def make_decoder(target, draft, matcher, policy, *, num_draft_tokens: int = 4, m
         proposers.append(GrammarStringProposer(grammar_strings))
     if lookup:
         proposers.append(PromptLookupProposer(text_lookup, lookup_min_ngram))
-    return decoder_class(target, draft, matcher, policy, config, max_new_tokens=max_new_tokens, proposers=proposers,
-                         verifier=verifier, generator=generator, draft_length=draft_length,
-                         hooks=DecodeHooks(on_tokens=on_tokens), **extra)
+    drafting = Drafting(proposers, draft_length, **extra)  # allowed_mask, output_bound, draft_cap, draft_gain
+    return decoder_class(target, draft, matcher, policy, config, max_new_tokens=max_new_tokens, verifier=verifier,
+                         generator=generator, hooks=DecodeHooks(on_tokens=on_tokens), drafting=drafting)
 
 
 class BatchedPrefixModel:

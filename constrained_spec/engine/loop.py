@@ -20,6 +20,7 @@ a seed gives the same sample on every device.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
@@ -45,16 +46,35 @@ class InvariantError(ConstrainedSpecError):
     """A debug check found caches or grammar out of step with the committed tokens (a bug)."""
 
 
+@dataclass(frozen=True)
+class Drafting:
+    """Who drafts a block and how long it is, beside the draft model itself (every field optional).
+
+    ``proposers``: the free proposal sources (grammar strings, prompt lookup, ...), asked in order;
+    the draft model, when there is one, proposes where none of them does. ``draft_length``: adaptive
+    k's state (``config.num_draft_tokens`` is then the cap); None: fixed k. ``draft_cap``: k -> the
+    draft length for this step (a batch lowers it as rows join: ``engine.batching``).
+    ``output_bound``: the most bytes the grammar's language allows (None: unbounded or unknown), and
+    ``draft_gain``: the draft's gain per token for this kind of output (``draft_plan.default_gain``),
+    both for ``config.draft_plan``. ``allowed_mask``: matcher -> the tokens the draft's q may take
+    (default: the grammar's; a test gives a draft that ignores the grammar).
+    """
+
+    proposers: Sequence[Proposer] = ()
+    draft_length: AdaptiveDraftLength | None = None
+    draft_cap: Callable[[int], int] | None = None
+    output_bound: int | None = None
+    draft_gain: float | None = None
+    allowed_mask: Callable[[GrammarMatcher], torch.Tensor] | None = None
+
+
 class SpeculativeDecoder:
     """Runs constrained (speculative) decoding for one request.
 
     ``target`` and ``draft`` share one vocabulary (checked by the caller); ``draft`` may be None.
-    ``proposers``: the free proposal sources (grammar strings, prompt lookup, ...), asked in order;
-    the draft model, when given, proposes where none of them does. ``draft_length``: adaptive k
-    (``config.num_draft_tokens`` is then the cap). ``draft_cap``: k -> the draft length for this
-    step (a batch lowers it as rows join: ``engine.batching``). ``output_bound``: the most bytes the
-    grammar's language allows (None: unbounded or unknown), and ``draft_gain``: the draft's gain
-    per token for this kind of output (``draft_plan.default_gain``), for ``config.draft_plan``.
+    ``drafting``: the free proposers, the draft length's rule and cap, and the draft plan's inputs
+    (:class:`Drafting`). ``generator``: the request's random stream (default: seeded by
+    ``policy.seed``).
     """
 
     def __init__(
@@ -66,15 +86,10 @@ class SpeculativeDecoder:
         config: DecodeConfig,
         *,
         max_new_tokens: int = 256,
-        proposers: Sequence[Proposer] = (),
         verifier: Verifier = verify,
         generator: torch.Generator | None = None,
-        draft_length: AdaptiveDraftLength | None = None,
         hooks: DecodeHooks | None = None,
-        allowed_mask: Callable[[GrammarMatcher], torch.Tensor] | None = None,
-        draft_cap: Callable[[int], int] | None = None,
-        output_bound: int | None = None,
-        draft_gain: float | None = None,
+        drafting: Drafting = Drafting(),
     ) -> None:
         if max_new_tokens < 1:
             raise ConfigError("max_new_tokens must be >= 1")
@@ -89,15 +104,15 @@ class SpeculativeDecoder:
         self.params = policy.as_tensors(1, self.device)
         self.vocab_size = target.vocab_size
         self.draft = draft if config.num_draft_tokens > 0 else None
-        self.free = list(proposers)
+        self.free = list(drafting.proposers)
         self.model: DraftModelProposer | None = None
         if self.draft is not None:
-            want_confidence = config.draft_confidence > 0 or draft_length is not None
+            want_confidence = config.draft_confidence > 0 or drafting.draft_length is not None
             draft_device = torch.device(self.draft.device)
             self.model = DraftModelProposer(
                 self.draft, policy.as_tensors(1, draft_device), lambda n: self._uniform(n, draft_device),
                 restricted_head_max_rows=config.restricted_head_max_rows, restrict_head=config.restrict_head,
-                want_confidence=want_confidence, allowed_mask=allowed_mask)
+                want_confidence=want_confidence, allowed_mask=drafting.allowed_mask)
         #: lookup plans only where they beat the draft model's block (nothing to choose without one)
         self.lookup_gate = LookupGate() if config.lookup_gate and self.model is not None else None
         self.k = config.num_draft_tokens if (self.model is not None or self.free) else 0
@@ -106,16 +121,16 @@ class SpeculativeDecoder:
         # the fused verifier would read top-k / top-p off the device to choose its path (a host sync
         # per step); the policy says it here, once
         self.verify_options = {"filters": policy.top_k > 0 or policy.top_p < 1.0} if takes_filters(verifier) else {}
-        self.draft_length = draft_length
+        self.draft_length = drafting.draft_length
         #: the draft length by load (batched decoding): k -> the cap to use this step
-        self.draft_cap = draft_cap
+        self.draft_cap = drafting.draft_cap
         self.committed: list[int] = []  # prompt + accepted tokens
         self.prompt_len = 0
         self.draft_offset = 0  # committed tokens before the draft's cache (``draft_window``)
-        self.output_bound = output_bound
+        self.output_bound = drafting.output_bound
         #: the draft's gain per token the plan weighs: the config's, else the caller's for this
         #: constraint's kind (``draft_plan.default_gain``), else the JSON Schema figure
-        self.draft_gain = next(g for g in (config.draft_gain_per_token, draft_gain, DRAFT_GAIN_PER_TOKEN) if g is not None)
+        self.draft_gain = next(g for g in (config.draft_gain_per_token, drafting.draft_gain, DRAFT_GAIN_PER_TOKEN) if g is not None)
 
     # -- helpers ---------------------------------------------------------------------------
     def _uniform(self, n: int, device: torch.device) -> torch.Tensor:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable
 from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
 from constrained_spec.engine.draft_plan import default_gain
-from constrained_spec.engine.loop import SpeculativeDecoder, Verifier
+from constrained_spec.engine.loop import Drafting, SpeculativeDecoder, Verifier
 from constrained_spec.engine.proposers import GrammarStringProposer, GrammarStrings, PromptLookupProposer, PromptText, Proposer
 from constrained_spec.engine.stats import DecodeHooks, DecodeResult
 from constrained_spec.grammar.matcher import GrammarMatcher
@@ -106,11 +106,11 @@ class RequestBuilder:
                  ) -> SpeculativeDecoder:
         config = request.config
         plan_auto = draft is not None and config.draft_plan == "auto"
+        drafting = Drafting(self.proposers(request, shared_text), draft_length, draft_cap,
+                            output_bound=request.output_bound if plan_auto else None, draft_gain=default_gain(request.kind))
         return SpeculativeDecoder(target, draft, request.new_matcher(), request.policy, config, max_new_tokens=request.max_new_tokens,
-                                  proposers=self.proposers(request, shared_text), verifier=verifier,
-                                  generator=make_generator(request.policy.seed), draft_length=draft_length, hooks=request.hooks,
-                                  draft_cap=draft_cap, output_bound=request.output_bound if plan_auto else None,
-                                  draft_gain=default_gain(request.kind))
+                                  verifier=verifier, generator=make_generator(request.policy.seed), hooks=request.hooks,
+                                  drafting=drafting)
 
     # -- runs ---------------------------------------------------------------------------------
     def decode(self, request: DecodeRequest) -> DecodeResult:
@@ -138,17 +138,15 @@ class RequestBuilder:
     def decode_smc(self, request: DecodeRequest, particles: int, ess_threshold: float) -> SMCResult:
         """Run ``request`` by SMC (``engine.smc``) on the models, one request at a time; the hooks'
         ``on_tokens`` gets the returned sample once, at the end (a particle's tokens may be dropped)."""
-        from constrained_spec.engine.smc import decode_smc
+        from constrained_spec.engine.smc import SMCOptions, decode_smc
 
         config, hooks = request.config, request.hooks
         on_tokens = hooks.on_tokens if hooks is not None else None
+        quiet = dataclasses.replace(request, hooks=dataclasses.replace(hooks, on_tokens=None)) if hooks is not None else request
         with self.lock:
-            result = decode_smc(self.target, self.draft if self.uses_draft(config) else None, request.new_matcher, request.policy,
-                                config, request.prompt_ids, particles=particles, ess_threshold=ess_threshold,
-                                max_new_tokens=request.max_new_tokens, proposers=self.proposers(request, self.batch is None),
-                                verifier=self.verifier, generator=make_generator(request.policy.seed),
-                                draft_length=self.draft_length if config.adaptive else None,
-                                hooks=dataclasses.replace(hooks, on_tokens=None) if hooks is not None else None)
+            drafting = Drafting(self.proposers(request, self.batch is None), self.draft_length if config.adaptive else None)
+            result = decode_smc(quiet, self.target, self.draft if self.uses_draft(config) else None, self.verifier,
+                                SMCOptions(particles, ess_threshold), drafting)
         if on_tokens is not None and result.token_ids:
             on_tokens(list(result.token_ids))
         return result

@@ -50,21 +50,22 @@ are not yet rows of the continuous batch.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
 from constrained_spec.config import MAX_PARTICLES
-from constrained_spec.engine.loop import SpeculativeDecoder
+from constrained_spec.engine.loop import Drafting, SpeculativeDecoder
 from constrained_spec.engine.prefill import prefill_pair
 from constrained_spec.engine.stats import DecodeStats
 from constrained_spec.errors import ConfigError, GrammarError, NoParticleLeftError, SamplingError, TokenBudgetExceeded
 from constrained_spec.grammar.matcher import GrammarMatcher
 from constrained_spec.models.protocol import SequenceModel
-from constrained_spec.sampling import SamplingPolicy, VerifyResult, pack_bitmask, unpack_bitmask
+from constrained_spec.sampling import SamplingPolicy, VerifyResult, make_generator, pack_bitmask, unpack_bitmask
 from constrained_spec.sampling.smc_weights import (
     allowed_log_mass,
     check_policy,
@@ -76,7 +77,10 @@ from constrained_spec.sampling.smc_weights import (
 )
 from constrained_spec.sampling.verifier import takes_filters
 
-__all__ = ["ALIGNMENTS", "ParticleText", "SMCDecoder", "SMCParticle", "SMCReport", "SMCResult", "Weigh", "check_smc_options", "decode_smc",
+if TYPE_CHECKING:
+    from constrained_spec.engine.request import DecodeRequest
+
+__all__ = ["ALIGNMENTS", "ParticleText", "SMCDecoder", "SMCOptions", "SMCParticle", "SMCReport", "SMCResult", "Weigh", "check_smc_options", "decode_smc",
            "fork_model"]
 
 #: the sampling alignments: ``"local"`` (each position masked and renormalised: the default) and
@@ -224,22 +228,32 @@ def _sum_stats(all_stats: Sequence[DecodeStats]) -> DecodeStats:
     return out
 
 
+@dataclass(frozen=True)
+class SMCOptions:
+    """How many particles an SMC request runs, and the effective sample size (as a share of them)
+    under which they are resampled (checked by :func:`check_smc_options`)."""
+
+    particles: int = 4
+    ess_threshold: float = 0.5
+
+
 class SMCDecoder:
-    """Runs one SMC request: ``particles`` decoders built by ``build`` over forks of ``target`` and
-    ``draft``, their grammars from ``new_matcher``; weights from ``weigh`` (the allowed mass: tests
-    swap in wrong ones as negative controls); resampling when ESS < ``ess_threshold`` * N."""
+    """Runs one SMC request: ``options.particles`` decoders built by ``build`` over forks of
+    ``target`` and ``draft``, their grammars from ``new_matcher``; weights from ``weigh`` (the
+    allowed mass: tests swap in wrong ones as negative controls); resampling when ESS <
+    ``options.ess_threshold`` * N. The prompt is read with the built decoders' ``config.draft_window``."""
 
     def __init__(self, build: Build, target: SequenceModel, draft: SequenceModel | None,
                  new_matcher: Callable[[], GrammarMatcher], policy: SamplingPolicy, verifier: Callable[..., VerifyResult], *,
-                 particles: int = 4, ess_threshold: float = 0.5, max_new_tokens: int = 256,
-                 generator: torch.Generator, weigh: Weigh = default_weigh, draft_window: int = 0) -> None:
-        check_smc_options("smc", particles, ess_threshold, policy)
+                 options: SMCOptions = SMCOptions(), max_new_tokens: int = 256, generator: torch.Generator,
+                 weigh: Weigh = default_weigh) -> None:
+        check_smc_options("smc", options.particles, options.ess_threshold, policy)
         if max_new_tokens < 1:
             raise ConfigError("max_new_tokens must be >= 1")
         self.build, self.target, self.draft = build, target, draft
         self.new_matcher, self.policy, self.verifier = new_matcher, policy, verifier
-        self.n, self.threshold, self.max_new_tokens = particles, ess_threshold, max_new_tokens
-        self.gen, self.weigh, self.draft_window = generator, weigh, draft_window
+        self.n, self.threshold, self.max_new_tokens = options.particles, options.ess_threshold, max_new_tokens
+        self.gen, self.weigh = generator, weigh
         self._stats: list[DecodeStats] = []
         self.resamples = 0
 
@@ -254,7 +268,7 @@ class SMCDecoder:
         decoder, recorder = self._decoder(self.target, self.draft, self.new_matcher())
         decoder.committed = list(prompt_ids)
         decoder.prompt_len = len(prompt_ids)
-        window = self.draft_window
+        window = decoder.config.draft_window
         decoder.draft_offset = max(0, len(prompt_ids) - 1 - window) if window else 0
         if decoder.model is not None:
             decoder.model.offset = decoder.draft_offset
@@ -409,19 +423,20 @@ class SMCReport:
         return cls(texts, result.chosen, result.log_z, result.resamples)
 
 
-def decode_smc(target: SequenceModel, draft: SequenceModel | None, new_matcher: Callable[[], GrammarMatcher],
-               policy: SamplingPolicy, config: Any, prompt_ids: list[int], *, particles: int, ess_threshold: float,
-               max_new_tokens: int, proposers: Sequence[Any], verifier: Callable[..., VerifyResult], generator: torch.Generator,
-               draft_length: Any = None, hooks: Any = None) -> SMCResult:
-    """One SMC request over the loop the API builds for ``local`` (same config, proposers,
-    verifier): each particle's decoder is a :class:`SpeculativeDecoder` with its own copy of the
-    adaptive draft-length state (``draft_length``, None: fixed k)."""
+def decode_smc(request: DecodeRequest, target: SequenceModel, draft: SequenceModel | None, verifier: Callable[..., VerifyResult],
+               options: SMCOptions, drafting: Drafting = Drafting()) -> SMCResult:
+    """One SMC request over the loop the builder makes for ``local`` (the request's config and
+    policy, the same verifier and ``drafting``): each particle's decoder is a
+    :class:`SpeculativeDecoder` with its own copy of the adaptive draft-length state
+    (``drafting.draft_length``; None: fixed k); the particles draw from one generator, seeded by
+    the request's policy."""
+    generator = make_generator(request.policy.seed)
 
     def build(t: SequenceModel, d: SequenceModel | None, matcher: GrammarMatcher, verify: Callable[..., VerifyResult]) -> SpeculativeDecoder:
-        return SpeculativeDecoder(t, d, matcher, policy, config, max_new_tokens=max_new_tokens, proposers=proposers,
-                                  verifier=verify, generator=generator, hooks=hooks,
-                                  draft_length=copy.deepcopy(draft_length) if draft_length is not None else None)
+        own = dataclasses.replace(drafting, draft_length=copy.deepcopy(drafting.draft_length))
+        return SpeculativeDecoder(t, d, matcher, request.policy, request.config, max_new_tokens=request.max_new_tokens,
+                                  verifier=verify, generator=generator, hooks=request.hooks, drafting=own)
 
-    smc = SMCDecoder(build, target, draft, new_matcher, policy, verifier, particles=particles, ess_threshold=ess_threshold,
-                     max_new_tokens=max_new_tokens, generator=generator, draft_window=config.draft_window)
-    return smc.run(prompt_ids)
+    smc = SMCDecoder(build, target, draft, request.new_matcher, request.policy, verifier, options=options,
+                     max_new_tokens=request.max_new_tokens, generator=generator)
+    return smc.run(request.prompt_ids)

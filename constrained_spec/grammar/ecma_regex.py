@@ -33,6 +33,7 @@ MEMO_TEXT_CHARS = 1_000  # longer regex texts are scanned, not memoised: 8,192 o
 __all__ = [
     "PatternError",
     "parse",
+    "parse_superset",
     "Ranges",
     "Node",
     "emit",
@@ -161,10 +162,11 @@ def _neg_class(name: str) -> Ranges:
 
 
 class _Parser:
-    def __init__(self, src: str) -> None:
+    def __init__(self, src: str, superset: bool = False) -> None:
         self.s = src
         self.i = 0
         self.ngroups = 0
+        self.superset = superset  # see parse_superset
 
     def peek(self, k: int = 0) -> str:
         j = self.i + k
@@ -224,6 +226,8 @@ class _Parser:
         while k < len(s) and s[k].isdigit():
             k += 1
         if k == j:
+            if self.superset and s.startswith("{,", self.i):
+                raise PatternError("'{,n}' is a repetition in some dialects and text in others")
             return None
         lo = int(s[j:k])
         if k < len(s) and s[k] == "}":
@@ -268,7 +272,7 @@ class _Parser:
             return ("set", self.cls())
         if c == ".":
             self.i += 1
-            return ("set", DOT)
+            return ("set", ANY_RANGES if self.superset else DOT)
         if c == "^":
             self.i += 1
             return ("bol",)
@@ -304,6 +308,8 @@ class _Parser:
         simple = {"t": 9, "n": 10, "v": 11, "f": 12, "r": 13}
         if c in simple:
             return ("set", ((simple[c], simple[c]),))
+        if self.superset and c in "dwsDWS":
+            return ("set", ANY_RANGES)
         if c == "d":
             return ("set", DIGIT)
         if c == "w":
@@ -315,7 +321,11 @@ class _Parser:
         if c == "b":
             if in_class:
                 return ("set", ((8, 8),))
+            if self.superset:  # a zero-width assertion: read as no assertion (wider)
+                return ("seq", [])
             raise PatternError("word boundary \\b is not supported")
+        if c == "B" and self.superset and not in_class:
+            return ("seq", [])
         if c == "B":
             raise PatternError("\\B is not supported")
         if c == "A" and not in_class:
@@ -447,6 +457,20 @@ def _parse(pattern: str):
 
 
 _parse_memo = functools.lru_cache(maxsize=4096)(_parse)
+
+
+def parse_superset(pattern: str):
+    """Parse a regex of another dialect (a ``Regex`` output type in outlines-core / Rust syntax, or
+    a compiled schema's regex) for bounds on its strings' length, never for matching: where the
+    dialects read a construct differently, the nodes take the wider reading or the parse refuses.
+    ``.``, ``\\d``, ``\\w``, ``\\s`` and their negations stand for every code point (Rust and
+    Python read the classes as Unicode ones and ``.`` as all but a newline); ``\\b`` and ``\\B``
+    assert nothing; ``{,n}`` (a repetition in Python, text in ECMA) is refused, as :func:`parse`
+    refuses what it does not read. Not memoised."""
+    try:
+        return _Parser(pattern, superset=True).parse()
+    except RecursionError as e:
+        raise PatternError("pattern nested too deeply") from e
 
 
 # ---------------------------------------------------------------------------

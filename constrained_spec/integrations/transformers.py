@@ -18,18 +18,22 @@ ids (prompt included; finished rows padded), or a ``GenerateDecoderOnlyOutput`` 
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass, fields, replace
 from typing import Any, Sequence
 
 import torch
 from transformers import LogitsProcessor
 
-from constrained_spec.api import CompiledConstraint, Generator, compile_for_vocabulary
+from constrained_spec import SamplingPolicy
+from constrained_spec.api import Generator
+from constrained_spec.config import DecodeConfig, fields_of
 from constrained_spec.errors import ConfigError, GrammarError, TokenBudgetExceeded
+from constrained_spec.grammar.compiler import CompiledConstraint, compile_for_vocabulary
 from constrained_spec.grammar.matcher import GrammarMatcher
 from constrained_spec.grammar.vocab import TokenVocabulary, build_vocabulary
 from constrained_spec.lru import LRUCache
 
-__all__ = ["ConstrainedLogitsProcessor", "generate"]
+__all__ = ["ConstrainedLogitsProcessor", "GenerateOptions", "generate"]
 
 
 #: vocabularies built for tokenizers, while the tokenizer lives: a processor per call costs no rebuild
@@ -206,13 +210,6 @@ def _rows_of(input_ids: Any, attention_mask: Any) -> tuple[torch.Tensor, list[li
     return ids, [row[keep].tolist() for row, keep in zip(ids.cpu(), mask.cpu())]
 
 
-def _setting(name: str, given: Any, config: Any, default: Any) -> Any:
-    if given is not None:
-        return given
-    value = getattr(config, name, None)
-    return default if value is None else value
-
-
 @torch.inference_mode()
 def _masked_scores(model: Any, compiled: CompiledConstraint, prompt: list[int], new: list[int], temperature: float) -> list[torch.Tensor]:
     """The target's logits at each new token's position, the grammar mask applied (-inf outside):
@@ -243,12 +240,80 @@ _REFUSED = {"num_beams": "beam search is not exact sampling; use model.generate 
             "num_return_sequences": "repeat the input rows instead (each row is its own request)"}
 
 
-def generate(model: Any, tokenizer: Any, input_ids: Any, output_type: Any, *, assistant_model: Any = None,
-             attention_mask: Any = None, max_new_tokens: int | None = None, do_sample: bool | None = None,
-             temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-             seed: int | None = None, num_assistant_tokens: int | None = None, pad_token_id: int | None = None,
-             return_dict_in_generate: bool = False, output_scores: bool = False, generator: Generator | None = None,
-             **decode_options: Any) -> Any:
+@dataclass(frozen=True)
+class GenerateOptions:
+    """The ``model.generate`` keywords :func:`generate` reads. None: the ``generation_config``'s
+    value (the one given, else the model's), as in transformers; ``max_new_tokens`` then falls back
+    to ``max_length`` (20 where unset) less the prompt. ``seed`` seeds the sampling (row r draws
+    with ``seed + r``; transformers uses torch's global generator). ``num_assistant_tokens``: the
+    draft length (the engine's ``num_draft_tokens``). ``generator``: a
+    :class:`~constrained_spec.Generator` of yours (its models) instead of one built over these."""
+
+    assistant_model: Any = None
+    attention_mask: Any = None
+    generation_config: Any = None
+    max_new_tokens: int | None = None
+    do_sample: bool | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    num_assistant_tokens: int | None = None
+    pad_token_id: int | list[int] | None = None
+    return_dict_in_generate: bool = False
+    output_scores: bool = False
+    generator: Generator | None = None
+
+    @classmethod
+    def split(cls, keywords: dict[str, Any]) -> tuple[GenerateOptions, dict[str, Any]]:
+        """A call's keywords as options and :class:`~constrained_spec.config.DecodeConfig` fields;
+        keywords that change nothing here (``use_cache``, ``token_type_ids``) are dropped, those with
+        no counterpart (``num_beams``...) refused unless 1 (ConfigError); any other: TypeError."""
+        rest = {k: v for k, v in keywords.items() if k not in _IGNORED}
+        for name, why in _REFUSED.items():
+            if rest.get(name) not in (None, 1):
+                raise ConfigError(f"generate() does not take {name}={rest[name]!r}: {why}")
+            rest.pop(name, None)
+        mine = {f.name for f in fields(cls)}
+        unknown = set(rest) - mine - fields_of(DecodeConfig)
+        if unknown:
+            raise TypeError(f"generate() got unexpected keyword argument(s) {sorted(unknown)}")
+        options = cls(**{k: v for k, v in rest.items() if k in mine})
+        decode = {k: v for k, v in rest.items() if k not in mine}
+        if options.num_assistant_tokens is not None:
+            decode["num_draft_tokens"] = options.num_assistant_tokens
+        return options, decode
+
+    def _setting(self, name: str, config: Any, default: Any) -> Any:
+        given = getattr(self, name)
+        if given is not None:
+            return given
+        value = getattr(config, name, None)
+        return default if value is None else value
+
+    def policy(self, config: Any) -> SamplingPolicy:
+        """Temperature, top-k and top-p (greedy unless ``do_sample``), without a seed (set per row)."""
+        if not self._setting("do_sample", config, False):
+            return SamplingPolicy(temperature=0.0)
+        return SamplingPolicy(temperature=float(self._setting("temperature", config, 1.0)),
+                              top_k=int(self._setting("top_k", config, 0)), top_p=float(self._setting("top_p", config, 1.0)))
+
+    def budget(self, config: Any, prompt_width: int) -> int:
+        """New tokens per row: ``max_new_tokens``, else ``max_length`` (20 where unset) less the prompt."""
+        if self.max_new_tokens is not None:
+            return self.max_new_tokens
+        configured = getattr(config, "max_new_tokens", None)
+        if configured is not None:
+            return int(configured)
+        return max(1, (getattr(config, "max_length", None) or 20) - prompt_width)
+
+    def pad(self, config: Any, eos_ids: Sequence[int]) -> int:
+        """The id finished rows are padded with: ``pad_token_id``, else the first EOS."""
+        pad = self._setting("pad_token_id", config, None)
+        return int(eos_ids[0] if pad is None else (pad[0] if isinstance(pad, list) else pad))
+
+
+def generate(model: Any, tokenizer: Any, input_ids: Any, output_type: Any, **keywords: Any) -> Any:
     """``model.generate(input_ids, assistant_model=draft, logits_processor=[ConstrainedLogitsProcessor(...)])``
     by the engine's exact speculative loop: every row's output follows its ``output_type`` (one, or
     a list with one per row) and is distributed exactly as the target's constrained sampling would
@@ -262,78 +327,83 @@ def generate(model: Any, tokenizer: Any, input_ids: Any, output_type: Any, *, as
     forward per row. A row that runs out of ``max_new_tokens`` before its grammar completes is
     returned as far as it got, as ``model.generate`` would.
 
-    ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``max_new_tokens`` and ``pad_token_id``
-    default to ``model.generation_config``'s, as in transformers; ``seed`` seeds the sampling
-    (transformers uses torch's global generator; here each call draws from its own).
-    ``num_assistant_tokens``: the draft length (the engine's ``num_draft_tokens``). Other keywords
-    are :class:`~constrained_spec.config.DecodeConfig` fields for this call (``proposers``,
-    ``adaptive``, ``draft_plan``...). Rows decode one after another; ``generator`` uses a
-    :class:`~constrained_spec.Generator` of yours (its models) instead of one built over these.
+    ``keywords``, as ``model.generate`` takes them: the fields of :class:`GenerateOptions`
+    (``assistant_model``, ``attention_mask``, ``generation_config``, ``max_new_tokens``,
+    ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``seed``, ``num_assistant_tokens``,
+    ``pad_token_id``, ``return_dict_in_generate``, ``output_scores``, ``generator``), and
+    :class:`~constrained_spec.config.DecodeConfig` fields for this call (``proposers``,
+    ``adaptive``, ``draft_plan``...); any other name is a TypeError, before any work. Rows decode
+    one after another.
     """
-    for name in _IGNORED:
-        decode_options.pop(name, None)
-    for name, why in _REFUSED.items():
-        if decode_options.get(name) not in (None, 1):
-            raise ConfigError(f"generate() does not take {name}={decode_options[name]!r}: {why}")
-        decode_options.pop(name, None)
-    gen = generator or generator_for(model, tokenizer, assistant_model)
-    config = getattr(model, "generation_config", None)
-    sample = bool(_setting("do_sample", do_sample, config, False))
-    temp = float(_setting("temperature", temperature, config, 1.0)) if sample else 0.0
-    k = int(_setting("top_k", top_k, config, 0)) if sample else 0
-    p = float(_setting("top_p", top_p, config, 1.0)) if sample else 1.0
-    ids, prompts = _rows_of(input_ids, attention_mask)
-    if max_new_tokens is None:
-        max_new_tokens = getattr(config, "max_new_tokens", None)
-        if max_new_tokens is None:
-            max_length = getattr(config, "max_length", None) or 20
-            max_new_tokens = max(1, max_length - int(ids.shape[1]))
+    options, decode_options = GenerateOptions.split(keywords)
+    gen = options.generator or generator_for(model, tokenizer, options.assistant_model)
+    config = options.generation_config if options.generation_config is not None else getattr(model, "generation_config", None)
+    policy = options.policy(config)
+    ids, prompts = _rows_of(input_ids, options.attention_mask)
+    budget = options.budget(config, int(ids.shape[1]))
     types = _output_types(output_type)
     if len(ids) % len(types):
         raise ConfigError(f"{len(types)} output types for {len(ids)} rows: give one per input row")
     per = len(ids) // len(types)
-    if num_assistant_tokens is not None:
-        decode_options["num_draft_tokens"] = num_assistant_tokens
-    eos_ids = gen.vocab.eos_token_ids
-    pad = _setting("pad_token_id", pad_token_id, config, None)
-    pad = eos_ids[0] if pad is None else (pad[0] if isinstance(pad, list) else pad)
+    pad = options.pad(config, gen.vocab.eos_token_ids)
     rows: list[list[int]] = []
     all_scores: list[list[torch.Tensor]] = []
     for r, prompt in enumerate(prompts):
-        output = types[r // per]
-        compiled = gen.compile(output)
-        try:
-            result = gen.run(prompt, output, max_new_tokens=max_new_tokens, temperature=temp, top_k=k, top_p=p,
-                             seed=None if seed is None else seed + r, **decode_options)
-            new, ended = list(result.token_ids), result.stats.stop_reason == "eos"
-        except TokenBudgetExceeded as exc:  # as model.generate: the row as far as it got
-            new, ended = list(exc.token_ids or []), False
-        scores: list[torch.Tensor] = []
-        if ended:
-            new.append(eos_ids[0])
-            if len(eos_ids) > 1 or output_scores:  # which EOS: the target's likeliest (greedy's choice)
-                scores = _masked_scores(model, compiled, prompt, new, temp)
-                last = scores[-1]
-                new[-1] = max(eos_ids, key=lambda e: float(last[e]) if e < last.shape[0] else float("-inf"))
-        elif output_scores:
-            scores = _masked_scores(model, compiled, prompt, new, temp)
+        seeded = replace(policy, seed=None if options.seed is None else options.seed + r)
+        new, scores = _decode_row(gen, model, prompt, types[r // per], seeded, budget, options.output_scores, decode_options)
         rows.append(new)
         all_scores.append(scores)
+    sequences = _padded(ids, rows, pad)
+    if not options.return_dict_in_generate:
+        return sequences
+    return _as_output(sequences, all_scores if options.output_scores else None, pad, gen)
+
+
+def _decode_row(gen: Generator, model: Any, prompt: list[int], output: Any, policy: SamplingPolicy, budget: int,
+                output_scores: bool, decode_options: dict[str, Any]) -> tuple[list[int], list[torch.Tensor]]:
+    """One row: its new tokens (the EOS it ended with included) and, where asked or needed to pick
+    among several EOS ids, the masked target scores at each of them."""
+    compiled = gen.compile(output)
+    eos_ids = gen.vocab.eos_token_ids
+    try:
+        result = gen.run(prompt, output, max_new_tokens=budget, temperature=policy.temperature, top_k=policy.top_k,
+                         top_p=policy.top_p, seed=policy.seed, **decode_options)
+        new, ended = list(result.token_ids), result.stats.stop_reason == "eos"
+    except TokenBudgetExceeded as exc:  # as model.generate: the row as far as it got
+        new, ended = list(exc.token_ids or []), False
+    scores: list[torch.Tensor] = []
+    if ended:
+        new.append(eos_ids[0])
+        if len(eos_ids) > 1 or output_scores:  # which EOS: the target's likeliest (greedy's choice)
+            scores = _masked_scores(model, compiled, prompt, new, policy.temperature)
+            last = scores[-1]
+            new[-1] = max(eos_ids, key=lambda e: float(last[e]) if e < last.shape[0] else float("-inf"))
+    elif output_scores:
+        scores = _masked_scores(model, compiled, prompt, new, policy.temperature)
+    return new, scores
+
+
+def _padded(ids: torch.Tensor, rows: list[list[int]], pad: int) -> torch.Tensor:
+    """The input rows, each followed by its new tokens, padded with ``pad`` to the longest."""
     longest = max((len(n) for n in rows), default=0)
-    sequences = torch.full((len(ids), ids.shape[1] + longest), int(pad), dtype=torch.long)
+    sequences = torch.full((len(ids), ids.shape[1] + longest), pad, dtype=torch.long)
     sequences[:, : ids.shape[1]] = ids
     for r, new in enumerate(rows):
         sequences[r, ids.shape[1]: ids.shape[1] + len(new)] = torch.tensor(new, dtype=torch.long)
-    sequences = sequences.to(ids.device)
-    if not return_dict_in_generate:
-        return sequences
+    return sequences.to(ids.device)
+
+
+def _as_output(sequences: torch.Tensor, all_scores: list[list[torch.Tensor]] | None, pad: int, gen: Generator) -> Any:
+    """The ``GenerateDecoderOnlyOutput`` of ``return_dict_in_generate``: per step, every row's
+    scores (a finished row's as transformers writes its padding); None without ``output_scores``."""
     from transformers.generation import GenerateDecoderOnlyOutput
 
     step_scores = None
-    if output_scores:
+    if all_scores is not None:
+        longest = max((len(s) for s in all_scores), default=0)
         width = next((s[0].shape[-1] for s in all_scores if s), int(gen.target.vocab_size))
         filler = torch.full((width,), float("-inf"))
-        filler[int(pad)] = 0.0  # a finished row's padding, as transformers writes it
+        filler[pad] = 0.0  # a finished row's padding, as transformers writes it
         step_scores = tuple(
             torch.stack([(s[i] if i < len(s) else filler.to(s[0].device if s else "cpu")).to(sequences.device) for s in all_scores])
             for i in range(longest)

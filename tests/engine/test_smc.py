@@ -26,7 +26,7 @@ import torch
 from scipy.stats import chisquare
 from synthetic import PrefixModel, letters_vocab, make_decoder
 
-from constrained_spec.engine.smc import SMCDecoder, check_smc_options, default_weigh
+from constrained_spec.engine.smc import SMCDecoder, SMCOptions, check_smc_options, default_weigh
 from constrained_spec.errors import ConfigError, NoParticleLeftError
 from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.sampling import SamplingPolicy, verify
@@ -181,7 +181,7 @@ def smc_runs(new_matcher, particles: int, runs: int, *, k: int = 0, temperature:
         target.reset()
         if draft is not None:
             draft.reset()
-        smc = SMCDecoder(build, target, draft, new_matcher, policy, verify, particles=particles, ess_threshold=ess_threshold,
+        smc = SMCDecoder(build, target, draft, new_matcher, policy, verify, options=SMCOptions(particles, ess_threshold),
                          max_new_tokens=max_new_tokens, generator=gen, weigh=weigh)
         result = smc.run(PROMPT)
         counts[tuple(result.token_ids)] += 1

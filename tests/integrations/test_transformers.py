@@ -158,3 +158,46 @@ def test_one_processor_serves_successive_calls_and_sampled_rows(models, gpt2_tok
         assert out.shape[0] == 3
         for row in range(3):
             assert re.fullmatch(PATTERN, new_text(gpt2_tokenizer, out, ids, row)), new_text(gpt2_tokenizer, out, ids, row)
+
+
+# -- the drop-in's keywords: model.generate's names, read into GenerateOptions (no model needed) ----
+
+def test_an_unknown_keyword_is_refused_before_any_work():
+    from constrained_spec.integrations.transformers import generate
+
+    class Untouchable:  # any use of the model or tokenizer would fail differently
+        def __getattr__(self, name):
+            raise AssertionError(f"touched {name}")
+
+    with pytest.raises(TypeError, match=r"generate\(\) got unexpected keyword argument\(s\) \['num_beam'\]"):
+        generate(Untouchable(), Untouchable(), [[1, 2]], Regex("a"), num_beam=2)
+
+
+def test_keywords_split_into_options_and_decode_config_fields():
+    from constrained_spec.errors import ConfigError
+    from constrained_spec.integrations.transformers import GenerateOptions
+
+    options, decode = GenerateOptions.split(dict(max_new_tokens=7, do_sample=True, seed=3, num_assistant_tokens=2, adaptive=True,
+                                                 use_cache=True, token_type_ids=None, num_beams=1, num_return_sequences=1))
+    assert (options.max_new_tokens, options.do_sample, options.seed) == (7, True, 3)
+    assert decode == {"num_draft_tokens": 2, "adaptive": True}  # DecodeConfig fields; ignored and default-1 keywords gone
+    with pytest.raises(ConfigError, match="num_return_sequences"):
+        GenerateOptions.split(dict(num_return_sequences=2))
+
+
+def test_unset_settings_come_from_the_generation_config_as_in_transformers():
+    from types import SimpleNamespace
+
+    from constrained_spec.integrations.transformers import GenerateOptions
+
+    config = SimpleNamespace(do_sample=True, temperature=0.7, top_k=50, top_p=0.9, max_new_tokens=None, max_length=30,
+                             pad_token_id=[5, 6])
+    options = GenerateOptions(top_k=0)
+    policy = options.policy(config)
+    assert (policy.temperature, policy.top_k, policy.top_p, policy.seed) == (0.7, 0, 0.9, None)  # a given keyword wins
+    assert options.budget(config, prompt_width=12) == 18  # max_length less the prompt
+    assert GenerateOptions(max_new_tokens=4).budget(config, 12) == 4
+    assert GenerateOptions().budget(SimpleNamespace(), 25) == 1  # 20 by default, at least one
+    assert options.pad(config, eos_ids=[2]) == 5 and options.pad(None, eos_ids=[2]) == 2
+    greedy = GenerateOptions(do_sample=False).policy(config)
+    assert (greedy.temperature, greedy.top_k, greedy.top_p) == (0.0, 0, 1.0)
