@@ -120,3 +120,49 @@ def test_the_engine_imports_nothing_from_serving_the_cli_or_the_api() -> None:
 ])
 def test_negative_controls_are_caught(module: str, source: str) -> None:
     assert violations(source, module) != []
+
+
+#: functions allowed past the size limits: Triton kernels (one launch, every pointer a parameter)
+KERNEL_MODULES = {"sampling/kernels/triton_verify.py"}
+MAX_FUNCTION_LINES = 100
+MAX_PARAMETERS = 10
+
+
+def oversized_functions(source: str) -> list[str]:
+    """Functions in ``source`` over MAX_FUNCTION_LINES lines or MAX_PARAMETERS parameters (self/cls
+    not counted), as 'name: why'."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        lines = (node.end_lineno or node.lineno) - node.lineno + 1
+        args = node.args
+        params = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+        count = len(params) - (1 if params[:1] in (["self"], ["cls"]) else 0)
+        if lines > MAX_FUNCTION_LINES:
+            found.append(f"{node.name}: {lines} lines")
+        if count > MAX_PARAMETERS:
+            found.append(f"{node.name}: {count} parameters")
+    return found
+
+
+def test_no_function_is_over_100_lines_or_10_parameters_outside_kernels() -> None:
+    """Group parameters into typed dataclasses, and long bodies into named steps."""
+    offenders = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative in KERNEL_MODULES:
+            continue
+        found = oversized_functions(path.read_text())
+        if found:
+            offenders[relative] = found
+    assert offenders == {}
+
+
+def test_the_size_check_catches_a_long_function_and_a_long_parameter_list() -> None:
+    long_body = "def f():\n" + "    x = 1\n" * 100
+    many = "class C:\n    def m(self, " + ", ".join(f"a{i}" for i in range(11)) + "):\n        pass\n"
+    ok = "class C:\n    def m(self, " + ", ".join(f"a{i}" for i in range(10)) + "):\n        pass\n"
+    assert oversized_functions(long_body) == ["f: 101 lines"]
+    assert oversized_functions(many) == ["m: 11 parameters"]
+    assert oversized_functions(ok) == []
