@@ -247,6 +247,7 @@ def _needs(package: str) -> None:
         pytest.skip(f"{package} is not installed (pip install 'constrained-spec[test]')")
 
 
+@pytest.mark.slow  # the server path is the openai client's test's; this one adds instructor's parsing (~15 s)
 def test_instructor_client_in_process_prints_valid_models() -> None:
     _needs("instructor")
     lines = run_example("examples/instructor_client.py", "--in-process")
@@ -258,6 +259,7 @@ def test_instructor_client_in_process_prints_valid_models() -> None:
             **PERSON_SCHEMA["properties"], "role": {"enum": ["engineer", "artist", "doctor"]}}, "required": ["name", "age", "role"]})
 
 
+@pytest.mark.slow  # the server path is the openai client's test's; this one adds LangChain's parsing (~15 s)
 def test_langchain_client_in_process_prints_valid_models() -> None:
     _needs("langchain_openai")
     lines = run_example("examples/langchain_client.py", "--in-process")

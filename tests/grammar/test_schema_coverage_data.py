@@ -79,6 +79,7 @@ def test_json_schema_test_suite_optional_has_no_false_accepts():
     assert stats.false_accepts == 0, f"{stats.false_accepts} invalid instances accepted:\n{details}"
 
 
+@pytest.mark.slow  # a sweep over the external sample (~20 s of CPU): make test-slow
 def test_jsonschemabench_sample_pass_rate():
     _require(BENCH)
     import random
