@@ -10,25 +10,16 @@ from typing import Sequence
 
 from constrained_spec.cli.args import add_model_arguments, model_config
 from constrained_spec.config import DRAFT_PLANS, NUM_DRAFT_TOKENS, SCHEMA_HINT_STYLES, DecodeConfig
-from constrained_spec.serving.compiles import DEFAULT_COMPILE_BUDGET, DEFAULT_MAX_COMPILE_QUEUE, DEFAULT_MAX_COMPILES_PER_CLIENT
 from constrained_spec.serving.config import ServerConfig
-from constrained_spec.serving.limits import (
-    API_KEY_ENV,
-    DEFAULT_BODY_TIMEOUT,
-    DEFAULT_MAX_BODY_READERS,
-    DEFAULT_MAX_QUEUE,
-    DEFAULT_REQUEST_TIMEOUT,
-    MAX_BODY_BYTES,
-    MAX_GRAMMAR_CHARS,
-    MAX_SCHEMA_CHARS,
-    MAX_SCHEMA_PROPERTIES,
-)
+from constrained_spec.serving.limits import API_KEY_ENV
 
 __all__ = ["DEFAULT_MAX_BATCH_SIZE", "build_parser", "main"]
 
 #: rows decoded together by default; their caches take slots * batch-max-tokens positions per model
 #: (the default Qwen pair in fp32 caches: 1.8 GiB target + 0.75 GiB draft at 8 x 4096)
 DEFAULT_MAX_BATCH_SIZE = 8
+#: the flags' defaults are the config's
+SERVER_DEFAULTS = ServerConfig()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto (default): use the draft model only where it repays its prefill; always: for every request")
     p.add_argument("--max-new-tokens", type=int, default=512, help="default max_tokens when a request gives none")
     p.add_argument("--max-tokens-limit", type=int, default=None, help="refuse requests asking for more max_tokens")
-    p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE, help="requests that may wait beyond the running ones (429 beyond)")
+    p.add_argument("--max-queue", type=int, default=SERVER_DEFAULTS.max_queue, help="requests that may wait beyond the running ones (429 beyond)")
     p.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE,
                    help=f"requests decoded at once as rows of one batch (continuous batching; 1: one at a time; default {DEFAULT_MAX_BATCH_SIZE})")
     p.add_argument("--batch-max-tokens", type=int, default=4096,
@@ -50,31 +41,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MiB per model kept for prompt prefixes that later requests reuse (0: none; default 1024)")
     p.add_argument("--schema-hint", default="full", choices=SCHEMA_HINT_STYLES,
                    help="how prompts write a response_format schema: full (json.dumps, the default), compact or types (a short type sketch)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT, help="seconds per request, waiting included (504 after)")
+    p.add_argument("--timeout", type=float, default=SERVER_DEFAULTS.request_timeout, help="seconds per request, waiting included (504 after)")
     p.add_argument("--model-name", default=None, help="the model id reported by /v1/models and in responses")
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' on every route but /health (default: ${API_KEY_ENV} if set, else no key)")
-    p.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES, help=f"largest request body in bytes, 413 beyond (default {MAX_BODY_BYTES})")
-    p.add_argument("--max-schema-chars", type=int, default=MAX_SCHEMA_CHARS,
-                   help=f"largest response_format schema / tools as compact JSON, 400 beyond (default {MAX_SCHEMA_CHARS})")
-    p.add_argument("--max-grammar-chars", type=int, default=MAX_GRAMMAR_CHARS,
-                   help=f"largest grammar / regex text of a request in characters, 400 beyond (default {MAX_GRAMMAR_CHARS})")
+    p.add_argument("--max-body-bytes", type=int, default=SERVER_DEFAULTS.max_body_bytes, help=f"largest request body in bytes, 413 beyond (default {SERVER_DEFAULTS.max_body_bytes})")
+    p.add_argument("--max-schema-chars", type=int, default=SERVER_DEFAULTS.max_schema_chars,
+                   help=f"largest response_format schema / tools as compact JSON, 400 beyond (default {SERVER_DEFAULTS.max_schema_chars})")
+    p.add_argument("--max-grammar-chars", type=int, default=SERVER_DEFAULTS.max_grammar_chars,
+                   help=f"largest grammar / regex text of a request in characters, 400 beyond (default {SERVER_DEFAULTS.max_grammar_chars})")
     p.add_argument("--compile-timeout", type=float, default=60.0,
                    help="seconds one token-automaton build may take (the automaton engine), 400 beyond (default 60)")
     p.add_argument("--compile-threads", type=int, default=2, help="threads that compile constraints, off the generation workers (default 2)")
-    p.add_argument("--max-compile-queue", type=int, default=DEFAULT_MAX_COMPILE_QUEUE,
-                   help=f"compiles that may wait beyond the running ones, 429 beyond (default {DEFAULT_MAX_COMPILE_QUEUE}); "
+    p.add_argument("--max-compile-queue", type=int, default=SERVER_DEFAULTS.max_compile_queue,
+                   help=f"compiles that may wait beyond the running ones, 429 beyond (default {SERVER_DEFAULTS.max_compile_queue}); "
                         "a constraint compiled before never waits")
-    p.add_argument("--max-compiles-per-client", type=int, default=DEFAULT_MAX_COMPILES_PER_CLIENT,
-                   help=f"new constraint compiles one client (by address) may have under way at once, 429 beyond (default {DEFAULT_MAX_COMPILES_PER_CLIENT})")
-    p.add_argument("--compile-budget", type=float, default=DEFAULT_COMPILE_BUDGET,
-                   help=f"seconds one compile may run before it is stopped, 400 compile_limit (default {DEFAULT_COMPILE_BUDGET:g}; 0: none)")
-    p.add_argument("--max-schema-properties", type=int, default=MAX_SCHEMA_PROPERTIES,
-                   help=f"properties a request's schemas may declare in all, 400 compile_limit beyond, before compiling (default {MAX_SCHEMA_PROPERTIES})")
-    p.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT,
-                   help=f"seconds a request's whole body may take to arrive, 408 and the connection closed after (default {DEFAULT_BODY_TIMEOUT:g}; 0: none)")
-    p.add_argument("--max-body-readers", type=int, default=DEFAULT_MAX_BODY_READERS,
-                   help=f"requests that may be sending their bodies at once, 429 beyond (default {DEFAULT_MAX_BODY_READERS})")
+    p.add_argument("--max-compiles-per-client", type=int, default=SERVER_DEFAULTS.max_compiles_per_client,
+                   help=f"new constraint compiles one client (by address) may have under way at once, 429 beyond (default {SERVER_DEFAULTS.max_compiles_per_client})")
+    p.add_argument("--compile-budget", type=float, default=SERVER_DEFAULTS.compile_budget,
+                   help=f"seconds one compile may run before it is stopped, 400 compile_limit (default {SERVER_DEFAULTS.compile_budget:g}; 0: none)")
+    p.add_argument("--max-schema-properties", type=int, default=SERVER_DEFAULTS.max_schema_properties,
+                   help=f"properties a request's schemas may declare in all, 400 compile_limit beyond, before compiling (default {SERVER_DEFAULTS.max_schema_properties})")
+    p.add_argument("--body-timeout", type=float, default=SERVER_DEFAULTS.body_timeout,
+                   help=f"seconds a request's whole body may take to arrive, 408 and the connection closed after (default {SERVER_DEFAULTS.body_timeout:g}; 0: none)")
+    p.add_argument("--max-body-readers", type=int, default=SERVER_DEFAULTS.max_body_readers,
+                   help=f"requests that may be sending their bodies at once, 429 beyond (default {SERVER_DEFAULTS.max_body_readers})")
     p.add_argument("--log-level", default="info")
     from constrained_spec.cli.ray_serve import add_ray_arguments
 
