@@ -126,7 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=320)
     p.add_argument("--model", default=None)
     p.add_argument("--draft", default=None)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads, which llama.cpp's decodes use too (default: torch's)")
+    p.add_argument("--runtime", default="auto", choices=("auto", "torch", "llamacpp"), help="the models' runtime (default auto)")
     p.add_argument("--no-serial", action="store_true", help="skip the one-at-a-time baseline")
     p.add_argument("--out", default=None, help="output folder (default results/concurrency-<UTC timestamp>)")
     args = p.parse_args(list(argv) if argv is not None else None)
@@ -143,16 +144,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     items = [base[i % len(base)] for i in range(args.prompts)]
     model, draft = args.model or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
     t0 = time.perf_counter()
-    serial = Generator(model, draft, progress=False, max_new_tokens=args.max_new_tokens, device=args.device)
+    serial = Generator(model, draft, progress=False, max_new_tokens=args.max_new_tokens, device=args.device, runtime=args.runtime)
     load_s = time.perf_counter() - t0
     rss_loaded = rss_mb()
     batched = Generator(model, draft, progress=False, max_new_tokens=args.max_new_tokens, max_batch_size=max(max(clients), 2),
-                        device=args.device)
+                        device=args.device, runtime=args.runtime)
     assert batched.batch is not None
     cache_mb = sum(m.cache_bytes for m in batched.batch.models.values()) / 2**20
     for gen in (serial, batched):  # warm-up: first-call costs (thread pools, kernels) out of the figures
         gen.run("Say hi.", {"type": "string", "maxLength": 4}, max_new_tokens=8)
-    results: dict[str, Any] = {"model": model, "draft": draft, "threads": torch.get_num_threads(), "load_s": load_s,
+    results: dict[str, Any] = {"model": model, "draft": draft, "runtime": type(serial.target).__name__, "threads": torch.get_num_threads(), "load_s": load_s,
                                "rss_after_load_mb": rss_loaded, "batch_cache_mb": cache_mb, "max_batch_size": batched.batch.slots,
                                "max_new_tokens": args.max_new_tokens, "settings": []}
     results["argv"] = list(argv) if argv is not None else sys.argv[1:]
@@ -174,7 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             same = {r["id"]: r["token_ids"] for r in s["records"]}
             row["greedy_identical"] = sum(same.get(r["id"]) == r["token_ids"] for r in b["records"])
         results["settings"].append(row)
-    fresh = Generator(model, draft, progress=False, max_new_tokens=args.max_new_tokens, max_batch_size=2, device=args.device)
+    fresh = Generator(model, draft, progress=False, max_new_tokens=args.max_new_tokens, max_batch_size=2, device=args.device,
+                      runtime=args.runtime)
     results["prefix_cache"] = prefix_check(fresh, 64)
     results["peak_rss_mb"] = rss_mb()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -193,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    lines = [f"Concurrency: {results['model']} + {results['draft']}, {results['threads']} threads, greedy, "
+    lines = [f"Concurrency: {results['model']} + {results['draft']}, {results.get('runtime', '?')}, {results['threads']} threads, greedy, "
              f"max_batch_size {results['max_batch_size']}, max_new_tokens {results['max_new_tokens']}", "",
              "| clients | serial tok/s | batched tok/s | x | serial p50 s | batched p50 s | p50 x | serial p95 s | batched p95 s | errors | greedy identical |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
