@@ -24,9 +24,11 @@ from dataclasses import dataclass
 import pytest
 import torch
 from scipy.stats import chisquare
-from synthetic import PrefixModel, letters_vocab, make_decoder
+from synthetic import BatchedPrefixModel, PrefixModel, letters_vocab, make_decoder
 
+from constrained_spec.engine.batching import BatchCoordinator
 from constrained_spec.engine.smc import SMCDecoder, SMCOptions, check_smc_options, default_weigh
+from constrained_spec.engine.smc_rows import ParticleRows
 from constrained_spec.errors import ConfigError, NoParticleLeftError
 from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.sampling import SamplingPolicy, verify
@@ -160,11 +162,16 @@ class Runs:
     blended: Counter
     log_zs: list
     texts: list
+    batch: BatchCoordinator | None = None  # the batched runs' coordinator (its metrics)
+    rows_per_forward: list | None = None  # the batched target's forwards: rows in each
 
 
 def smc_runs(new_matcher, particles: int, runs: int, *, k: int = 0, temperature: float = 1.0, weigh=default_weigh,
-             seed: int = 0, ess_threshold: float = 0.5, max_new_tokens: int = 16, strings=STRINGS, top_k: int = 0, top_p: float = 1.0):
-    """``runs`` SMC requests; the sampled outputs (Counter), the log Z estimates, every particle's text."""
+             seed: int = 0, ess_threshold: float = 0.5, max_new_tokens: int = 16, strings=STRINGS, top_k: int = 0, top_p: float = 1.0,
+             batched: bool = False, slots: int | None = None):
+    """``runs`` SMC requests; the sampled outputs (Counter), the log Z estimates, every particle's text.
+    ``batched``: the particles are rows of a :class:`BatchCoordinator` (``slots`` of them; default
+    ``particles``) over :class:`BatchedPrefixModel` views of the same models, else they run in turn."""
     policy = SamplingPolicy(temperature=temperature, top_k=top_k, top_p=top_p)
     gen = torch.Generator().manual_seed(seed)
     target = ForkModel(10, SEED, SCALE)
@@ -172,6 +179,12 @@ def smc_runs(new_matcher, particles: int, runs: int, *, k: int = 0, temperature:
     counts: Counter = Counter()
     blended: Counter = Counter()  # the mean over runs of the particles' normalised weights by output
     log_zs, texts = [], []
+    batch = None
+    if batched:
+        models = {"target": BatchedPrefixModel(target, slots or particles, 64)}
+        if draft is not None:
+            models["draft"] = BatchedPrefixModel(draft, slots or particles, 64)
+        batch = BatchCoordinator(models, prefix_cache_bytes=0)
 
     def build(t, d, matcher, verifier):
         return make_decoder(t, d, matcher, policy, num_draft_tokens=k, max_new_tokens=max_new_tokens, verifier=verifier,
@@ -181,15 +194,23 @@ def smc_runs(new_matcher, particles: int, runs: int, *, k: int = 0, temperature:
         target.reset()
         if draft is not None:
             draft.reset()
-        smc = SMCDecoder(build, target, draft, new_matcher, policy, verify, options=SMCOptions(particles, ess_threshold),
-                         max_new_tokens=max_new_tokens, generator=gen, weigh=weigh)
-        result = smc.run(PROMPT)
+        if batch is not None:
+            with ParticleRows(batch, particles, draft is not None) as rows:
+                t, d = rows.fresh()
+                smc = SMCDecoder(build, t, d, new_matcher, policy, batch.verifier(verify), options=SMCOptions(particles, ess_threshold),
+                                 max_new_tokens=max_new_tokens, generator=gen, weigh=weigh, rows=rows)
+                result = smc.run(PROMPT)
+        else:
+            smc = SMCDecoder(build, target, draft, new_matcher, policy, verify, options=SMCOptions(particles, ess_threshold),
+                             max_new_tokens=max_new_tokens, generator=gen, weigh=weigh)
+            result = smc.run(PROMPT)
         counts[tuple(result.token_ids)] += 1
         for p in result.particles:
             blended[tuple(p.token_ids)] += p.weight / runs
         log_zs.append(result.log_z)
         texts.extend((letters_vocab().decode(p.token_ids), p.state, p.weight) for p in result.particles)
-    return Runs(counts, blended, log_zs, texts)
+    rows_per_forward = batch.models["target"].rows_per_forward if batch is not None else None
+    return Runs(counts, blended, log_zs, texts, batch, rows_per_forward)
 
 
 @pytest.fixture(scope="module")
