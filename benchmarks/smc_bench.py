@@ -206,8 +206,8 @@ def run(particles: int, k: int, runs: int, temperature: float, seed: int, scale:
             with ParticleRows(batch, particles, draft=bool(k)) as rows:
                 target, draft = rows.fresh()
                 smc = SMCDecoder(build, target, draft, new_matcher, policy, batch.verifier(verify), options=SMCOptions(particles),
-                                 max_new_tokens=16, generator=gen, rows=rows)
-                result = smc.run(PROMPT)
+                                 max_new_tokens=16, generator=gen)
+                result = smc.on_rows(rows).run(PROMPT)
         else:
             target, draft = HashModel(seed, scale), (HashModel(DRAFT_SEED, 2.0) if k else None)
             smc = SMCDecoder(build, target, draft, new_matcher, policy, verify, options=SMCOptions(particles),

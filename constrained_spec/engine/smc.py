@@ -256,23 +256,29 @@ class SMCDecoder:
     ``target`` and ``draft``, their grammars from ``new_matcher``; weights from ``weigh`` (the
     allowed mass: tests swap in wrong ones as negative controls); resampling when ESS <
     ``options.ess_threshold`` * N. The prompt is read with the built decoders' ``config.draft_window``.
-    ``rows``: the particles are rows of the continuous batch (``target`` and ``draft``: the first
-    particle's row views, from ``rows.fresh()``); None: they run one after another on ``target``
-    and ``draft`` and forks of them."""
+    The particles run one after another on ``target`` and ``draft`` and forks of them, or as rows
+    of the continuous batch after :meth:`on_rows`."""
 
     def __init__(self, build: Build, target: SequenceModel, draft: SequenceModel | None,
                  new_matcher: Callable[[], GrammarMatcher], policy: SamplingPolicy, verifier: Callable[..., VerifyResult], *,
                  options: SMCOptions = SMCOptions(), max_new_tokens: int = 256, generator: torch.Generator,
-                 weigh: Weigh = default_weigh, rows: ParticleRows | None = None) -> None:
+                 weigh: Weigh = default_weigh) -> None:
         check_smc_options("smc", options.particles, options.ess_threshold, policy)
         if max_new_tokens < 1:
             raise ConfigError("max_new_tokens must be >= 1")
         self.build, self.target, self.draft = build, target, draft
         self.new_matcher, self.policy, self.verifier = new_matcher, policy, verifier
         self.n, self.threshold, self.max_new_tokens = options.particles, options.ess_threshold, max_new_tokens
-        self.gen, self.weigh, self.rows = generator, weigh, rows
+        self.gen, self.weigh = generator, weigh
+        self.rows: ParticleRows | None = None
         self._stats: list[DecodeStats] = []
         self.resamples = 0
+
+    def on_rows(self, rows: ParticleRows) -> SMCDecoder:
+        """Run the particles as the batch rows ``rows`` (the decoder's ``target`` and ``draft``
+        must then be the first particle's row views, from ``rows.fresh()``); returns self."""
+        self.rows = rows
+        return self
 
     # -- particles -------------------------------------------------------------------------
     def _decoder(self, target: SequenceModel, draft: SequenceModel | None, matcher: GrammarMatcher) -> tuple[SpeculativeDecoder, _RecordingVerifier]:
@@ -485,5 +491,7 @@ def decode_smc(request: DecodeRequest, target: SequenceModel, draft: SequenceMod
                                   verifier=verify, generator=generator, hooks=request.hooks, drafting=own)
 
     smc = SMCDecoder(build, target, draft, request.new_matcher, request.policy, verifier, options=options,
-                     max_new_tokens=request.max_new_tokens, generator=generator, rows=rows)
+                     max_new_tokens=request.max_new_tokens, generator=generator)
+    if rows is not None:
+        smc.on_rows(rows)
     return smc.run(request.prompt_ids)

@@ -203,8 +203,8 @@ def smc_runs(new_matcher, particles: int, runs: int, *, k: int = 0, temperature:
             with ParticleRows(batch, particles, draft is not None) as rows:
                 t, d = rows.fresh()
                 smc = SMCDecoder(build, t, d, new_matcher, policy, batch.verifier(verify), options=SMCOptions(particles, ess_threshold),
-                                 max_new_tokens=max_new_tokens, generator=gen, weigh=weigh, rows=rows)
-                result = smc.run(PROMPT)
+                                 max_new_tokens=max_new_tokens, generator=gen, weigh=weigh)
+                result = smc.on_rows(rows).run(PROMPT)
         else:
             smc = SMCDecoder(build, target, draft, new_matcher, policy, verify, options=SMCOptions(particles, ess_threshold),
                              max_new_tokens=max_new_tokens, generator=gen, weigh=weigh)
