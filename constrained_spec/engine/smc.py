@@ -33,19 +33,20 @@ through :class:`_NoForcedMatcher`, so every token is committed by a verify, whos
 
 **Forks.** A resampled particle's copies fork: the target's and the draft's caches are copied
 (:func:`fork_model`: a model's own ``fork()``, else a deep copy of a transformers ``DynamicCache``
-sharing the weights; as batch rows, the slot's cache rows: see below), the grammar matcher is a fresh one advanced along the same tokens (a replay:
-O(length) grammar steps), the lookup gate and the adaptive draft-length state are deep-copied.
-Shared, read-only: the weights, the compiled grammar, the proposers' grammar-string and prompt
-indexes, the policy tensors and the request's generator (every particle draws its uniforms from
-it in turn). The prompt is prefilled once, into the first particle; the others fork from it.
+sharing the weights; as batch rows, the slot's cache rows: see below), the grammar matcher is a
+fresh one advanced along the same tokens (a replay: O(length) grammar steps), the lookup gate and
+the adaptive draft-length state are deep-copied. Shared, read-only: the weights, the compiled
+grammar, the proposers' grammar-string and prompt indexes (as batch rows each particle has its own
+prompt-lookup index), the policy tensors and the request's generator (alone, every particle draws
+its uniforms from it in turn; as batch rows, see below). The prompt is prefilled once, into the first particle; the others fork from it.
 
 **Deaths.** A particle whose step finds nothing to sample (a grammar dead end), whose weight becomes
 0, or that reaches ``max_new_tokens`` without EOS (after one last chance to end where the text is
 complete) gets weight 0 and is never returned. Where every particle dies, the request fails.
 
-**Where particles run.** Alone (``rows=None``), particles step one after another on their own
+**Where particles run.** Alone, particles step one after another on their own
 model copies, each step its own forwards, every uniform drawn in turn from the request's generator.
-As rows of the continuous batch (``rows``: :class:`~constrained_spec.engine.smc_rows.ParticleRows`),
+As rows of the continuous batch (:meth:`SMCDecoder.on_rows`: :class:`~constrained_spec.engine.smc_rows.ParticleRows`),
 each live particle holds a slot of the :class:`~constrained_spec.engine.batching.BatchCoordinator`
 and, in each round, every running particle takes its one engine step on a thread of its own, so
 their draft and target forwards and their verifies are batched together; the round ends when all
@@ -284,7 +285,7 @@ class SMCDecoder:
     def _decoder(self, target: SequenceModel, draft: SequenceModel | None, matcher: GrammarMatcher) -> tuple[SpeculativeDecoder, _RecordingVerifier]:
         recorder = _RecordingVerifier(self.verifier, self.policy)
         decoder = self.build(target, draft, _NoForcedMatcher(matcher), recorder)
-        if self.rows is not None:  # its own stream, reseeded each round (``_seed_round``)
+        if self.rows is not None:  # its own stream, reseeded each round (``_round``)
             decoder.gen = torch.Generator()
         self._stats.append(decoder.stats)
         return decoder, recorder
