@@ -229,7 +229,9 @@ class BatchCoordinator:
         calls = [j for j in jobs if not j.prefill]
         budget = self._prefill_budget(calls, jobs)
         for name in self.models:
-            mine = [j for j in calls if j.model == name]
+            # by slot, not by arrival: a row's place in the forward (and so its rounding) does not
+            # depend on which thread came first (seeded SMC particles reproduce on real models too)
+            mine = sorted((j for j in calls if j.model == name), key=lambda j: j.call.slot if j.call is not None else -1)
             if mine:
                 self._forward(name, mine)
         verifies = [j for j in calls if j.model == VERIFY]
