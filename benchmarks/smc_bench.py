@@ -10,9 +10,21 @@ For each particle count and draft length it runs ``--runs`` SMC requests and pri
 - ``tv_samples``: the same from the returned samples alone; ``chi2_p``: their chi-square p-value;
 - ``z_ratio``: the mean of the Z estimates over the exact Z (1 is unbiased), with its standard error;
 - ``tok_s``: tokens the particles committed per second (the work), ``out_tok_s``: tokens of the
-  returned samples per second of wall time (the user's view).
+  returned samples per second of wall time (the user's view);
+- ``target_forwards``: the target's forwards per request (prefill left out), ``particle_steps``:
+  the particles' engine steps per request (each verifies once).
+
+``--paths alone,rows`` runs each row both ways: particles one after another (``alone``), and as
+rows of a :class:`~constrained_spec.engine.batching.BatchCoordinator` (``rows``: a round's steps
+share their forwards). The synthetic model costs the same per row either way, so its wall times
+show the threads' overhead, and its forward counts what batching saves.
+
+``--models tiny`` instead runs ``Generator.run(alignment="smc")`` on two tiny random Llamas (the
+tests' ``tiny_llama``, GPT-2's vocabulary), alone (a Generator without a batch) and as rows (one
+with ``max_batch_size`` = the largest N): wall seconds per request and target forwards.
 
     python benchmarks/smc_bench.py --particles 1,4,8 --runs 200 --k 0,3 --out results/smc.json
+    python benchmarks/smc_bench.py --models tiny --particles 1,4,8 --runs 5 --k 0,3 --paths alone,rows
 """
 
 from __future__ import annotations
@@ -29,8 +41,10 @@ import torch
 from scipy.stats import chisquare
 
 from constrained_spec.config import DecodeConfig
+from constrained_spec.engine.batching import BatchCoordinator
 from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.engine.smc import SMCDecoder, SMCOptions
+from constrained_spec.engine.smc_rows import ParticleRows
 from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler, AutomatonMatcher
 from constrained_spec.grammar.vocab import TokenVocabulary
 from constrained_spec.sampling import SamplingPolicy, verify
@@ -47,6 +61,7 @@ class HashModel:
     device = torch.device("cpu")
     vocab_size = 10
     _memo: dict = {}
+    extends = 0  # extend() calls of every target instance (the forwards of particles alone)
 
     def __init__(self, seed: int, scale: float) -> None:
         self.seed, self.scale = seed, scale
@@ -65,6 +80,8 @@ class HashModel:
         return self._memo[key]
 
     def extend(self, tokens: list[int]) -> torch.Tensor:
+        if self.seed != DRAFT_SEED:
+            HashModel.extends += 1
         rows = []
         for t in tokens:
             self.tokens.append(t)
@@ -84,6 +101,45 @@ class HashModel:
         clone = HashModel(self.seed, self.scale)
         clone.tokens = list(self.tokens)
         return clone
+
+
+DRAFT_SEED = 22
+
+
+class HashRows:
+    """:class:`HashModel` logits over ``slots`` rows: a RowBackend for the batch coordinator."""
+
+    device = torch.device("cpu")
+    vocab_size = 10
+    can_restrict_head = False
+    head_prefix = 0
+
+    def __init__(self, model: HashModel, slots: int, max_length: int = 64) -> None:
+        self.model, self.slots, self.max_length = model, slots, max_length
+        self.tokens: list[list[int]] = [[] for _ in range(slots)]
+        self.forwards = 0  # forwards that return logits (prompt prefills left out)
+
+    def forward(self, calls: list) -> list:  # type: ignore[type-arg]
+        self.forwards += any(c.head != "none" for c in calls)
+        out = []
+        for c in calls:
+            seq = self.tokens[c.slot]
+            del seq[c.start:]
+            rows = []
+            for t in c.tokens:
+                seq.append(t)
+                rows.append(self.model.logits(seq))
+            out.append(torch.stack(rows) if c.head == "all" else None)
+        return out
+
+    def read_prefix(self, slot: int, length: int) -> list:  # type: ignore[type-arg]
+        return [(torch.tensor(self.tokens[slot][:length]), torch.empty(0))]
+
+    def write_prefix(self, slot: int, saved: list, length: int) -> None:  # type: ignore[type-arg]
+        self.tokens[slot] = saved[0][0][:length].tolist()
+
+    def copy_rows(self, source: int, dest: int, length: int) -> None:
+        self.tokens[dest] = self.tokens[source][:length]
 
 
 def exact(temperature: float, seed: int, scale: float) -> tuple[dict, dict, float]:
@@ -123,7 +179,7 @@ def chi2(counts: Counter, probs: dict) -> float:
     return float(chisquare(obs, [e * s for e in exp]).pvalue) if len(obs) > 1 else 1.0
 
 
-def run(particles: int, k: int, runs: int, temperature: float, seed: int, scale: float) -> dict:
+def run(particles: int, k: int, runs: int, temperature: float, seed: int, scale: float, path: str = "alone") -> dict:
     cond, local, z = exact(temperature, seed, scale)
     automaton = AutomatonCompiler(VOCAB, disk_cache=False, compile_timeout=None).compile("|".join(STRINGS))
     policy = SamplingPolicy(temperature=temperature)
@@ -135,13 +191,29 @@ def run(particles: int, k: int, runs: int, temperature: float, seed: int, scale:
 
     counts: Counter = Counter()
     blended: Counter = Counter()
-    zs, work, out = [], 0, 0
+    zs, work, out, steps = [], 0, 0, 0
+    batch = None
+    if path == "rows":
+        models = {"target": HashRows(HashModel(seed, scale), particles)}
+        if k:
+            models["draft"] = HashRows(HashModel(DRAFT_SEED, 2.0), particles)
+        batch = BatchCoordinator(models, prefix_cache_bytes=0)  # type: ignore[arg-type]
+    before = HashModel.extends
     start = time.perf_counter()
     for _ in range(runs):
-        target, draft = HashModel(seed, scale), (HashModel(22, 2.0) if k else None)
-        smc = SMCDecoder(build, target, draft, lambda: AutomatonMatcher(automaton), policy, verify, options=SMCOptions(particles),
-                         max_new_tokens=16, generator=gen)
-        result = smc.run(PROMPT)
+        new_matcher = lambda: AutomatonMatcher(automaton)  # noqa: E731
+        if batch is not None:
+            with ParticleRows(batch, particles, draft=bool(k)) as rows:
+                target, draft = rows.fresh()
+                smc = SMCDecoder(build, target, draft, new_matcher, policy, batch.verifier(verify), options=SMCOptions(particles),
+                                 max_new_tokens=16, generator=gen)
+                result = smc.on_rows(rows).run(PROMPT)
+        else:
+            target, draft = HashModel(seed, scale), (HashModel(DRAFT_SEED, 2.0) if k else None)
+            smc = SMCDecoder(build, target, draft, new_matcher, policy, verify, options=SMCOptions(particles),
+                             max_new_tokens=16, generator=gen)
+            result = smc.run(PROMPT)
+        steps += result.stats.steps
         counts[tuple(result.token_ids)] += 1
         for p in result.particles:
             blended[tuple(p.token_ids)] += p.weight / runs
@@ -149,15 +221,67 @@ def run(particles: int, k: int, runs: int, temperature: float, seed: int, scale:
         work += result.stats.generated_tokens
         out += len(result.token_ids)
     wall = time.perf_counter() - start
+    forwards = batch.models["target"].forwards if batch is not None else HashModel.extends - before - runs  # type: ignore[attr-defined]
     mean = sum(zs) / runs
     se = math.sqrt(sum((v - mean) ** 2 for v in zs) / max(runs - 1, 1) / runs)
     tv = 0.5 * sum(abs(blended.get(y, 0.0) - cond[y]) for y in cond)
     tv_samples = 0.5 * sum(abs(counts.get(y, 0) / runs - cond[y]) for y in cond)
-    return {"particles": particles, "k": k, "temperature": temperature, "runs": runs,
+    return {"path": path, "particles": particles, "k": k, "temperature": temperature, "runs": runs,
             "local_tv": round(0.5 * sum(abs(cond[y] - local[y]) for y in cond), 4), "tv": round(tv, 4),
             "tv_samples": round(tv_samples, 4), "chi2_p": round(chi2(counts, cond), 4),
             "z_ratio": round(mean / z, 4), "z_ratio_se": round(se / z, 4), "tok_s": round(work / wall, 1),
-            "out_tok_s": round(out / wall, 1), "seconds_per_request": round(wall / runs, 4)}
+            "out_tok_s": round(out / wall, 1), "seconds_per_request": round(wall / runs, 4),
+            "target_forwards": round(forwards / runs, 1), "particle_steps": round(steps / runs, 1)}
+
+
+def run_tiny(particles: list[int], ks: list[int], runs: int, paths: list[str], temperature: float) -> list[dict]:
+    """``Generator.run(alignment="smc")`` on two tiny random Llamas: per path, draft length and N,
+    wall seconds per request (after one warm-up request) and target forwards per request."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from tiny_models import tiny_llama
+    from transformers import AutoTokenizer
+
+    from constrained_spec.api import Generator
+    from constrained_spec.models.tokenizer_assets import ensure_vocab_tokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(ensure_vocab_tokenizer("gpt-2")))
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "minimum": 0,
+                                                                                                      "maximum": 120}},
+              "required": ["name", "age"]}
+    prompt = "Describe a person as JSON with a name and an age:"
+    rows = []
+    for path in paths:
+        slots = max(particles) if path == "rows" else 1
+        gen = Generator(tiny_llama(50257, seed=1), tiny_llama(50257, seed=2), tokenizer=tokenizer, progress=False, draft_plan="always",
+                        max_batch_size=slots, batch_max_tokens=512)
+        counter = {"n": 0}
+        if gen.batch is not None:
+            backend = gen.batch.models["target"]
+            inner = backend.forward
+
+            def counted(calls, inner=inner):  # type: ignore[no-untyped-def]
+                counter["n"] += any(c.head != "none" for c in calls)
+                return inner(calls)
+
+            backend.forward = counted  # type: ignore[method-assign]
+        for k in ks:
+            for n in particles:
+                options = dict(alignment="smc", particles=n, temperature=temperature, num_draft_tokens=k, max_new_tokens=40)
+                gen.run(prompt, schema, seed=999, **options)  # warm-up
+                counter["n"], forwards, steps, start = 0, 0, 0, time.perf_counter()
+                for r in range(runs):
+                    result = gen.run(prompt, schema, seed=r, **options)
+                    forwards += result.stats.target_forwards if gen.batch is None else 0
+                    steps += result.stats.steps
+                wall = time.perf_counter() - start
+                forwards = forwards if gen.batch is None else counter["n"]
+                row = {"path": path, "particles": n, "k": k, "runs": runs, "seconds_per_request": round(wall / runs, 3),
+                       "target_forwards": round(forwards / runs, 1), "particle_steps": round(steps / runs, 1)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
 
 
 def main() -> None:
@@ -169,15 +293,23 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=13, help="the synthetic target's seed")
     parser.add_argument("--scale", type=float, default=1.5, help="the synthetic target's logit scale")
     parser.add_argument("--out", default=None, help="also write the rows as JSON here")
+    parser.add_argument("--paths", default="alone", help="alone (particles in turn), rows (batch rows), or both")
+    parser.add_argument("--models", default="synthetic", choices=["synthetic", "tiny"],
+                        help="the enumerable synthetic case, or Generator.run on two tiny random Llamas (speed only)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = []
-    for temperature in map(float, args.temperatures.split(",")):
+    paths = args.paths.split(",")
+    if args.models == "tiny":
+        rows = run_tiny([int(n) for n in args.particles.split(",")], [int(k) for k in args.k.split(",")], args.runs, paths,
+                        float(args.temperatures.split(",")[0]))
+    for temperature in map(float, args.temperatures.split(",")) if args.models == "synthetic" else ():
         for k in map(int, args.k.split(",")):
             for n in map(int, args.particles.split(",")):
-                row = run(n, k, args.runs, temperature, args.seed, args.scale)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+                for path in paths:
+                    row = run(n, k, args.runs, temperature, args.seed, args.scale, path)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "args": vars(args), "rows": rows}, indent=2))

@@ -203,7 +203,7 @@ class Generator:
             hooks = dataclasses.replace(hooks or DecodeHooks(), on_tokens=call.on_tokens)
         request = DecodeRequest(ids, compiled.matcher, policy, config, budget, grammar_key=compiled.grammar_key, kind=compiled.spec.kind,
                                 output_bound=compiled.output_bound, hooks=hooks)
-        if call.alignment == "smc":  # particles one after another on this Generator's own models (not batch rows)
+        if call.alignment == "smc":  # particles as batch rows where the batch has the slots, else one after another
             smc = self.builder.decode_smc(request, call.particles, call.ess_threshold)
             return self._result(compiled, smc.token_ids, smc.stats, len(ids), SMCReport.of(smc, self.vocab.decode))
         result = self.builder.decode(request)

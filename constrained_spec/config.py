@@ -324,6 +324,8 @@ class RunOptions:
     the unconstrained sampler (the cut over the whole vocabulary) on the constraint. It does not
     stream (a particle's tokens may be dropped by resampling): ``on_tokens`` gets the returned
     sample once, at the end. ``result.smc`` holds every particle's text and weight and log Z.
+    On a Generator with a batch of at least ``particles`` slots the particles are batch rows
+    (their forwards shared; ``engine.smc_rows``), else they run one after another.
     """
 
     max_new_tokens: int | None = None

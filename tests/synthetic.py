@@ -126,3 +126,7 @@ class BatchedPrefixModel:
 
     def write_prefix(self, slot, saved, length):
         self.tokens[slot] = saved[0][0][:length].tolist()
+
+    def copy_rows(self, source, dest, length):
+        assert length <= len(self.tokens[source]), f"slot {source} holds {len(self.tokens[source])} tokens, not {length}"
+        self.tokens[dest] = self.tokens[source][:length]

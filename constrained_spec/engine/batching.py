@@ -14,6 +14,12 @@ prompts waiting to be prefilled (``prefill_chunk`` tokens while other rows decod
 joining stalls them for one chunk at a time; more when nobody decodes). Prompts go through the
 :class:`~constrained_spec.engine.prefix_cache.PrefixCache` first: a prefix another request already
 prefilled is copied into the slot instead of computed again.
+
+A request may also hold several slots whose rows are not active all the time: the particles of an
+SMC request (``engine.smc``) :meth:`~BatchCoordinator.reserve` their slots, :meth:`~BatchCoordinator.wake`
+for one engine step each per round and :meth:`~BatchCoordinator.park` when done with it (a parked
+row holds its slot and its cache rows, but no round waits for it), and fork by
+:meth:`~BatchCoordinator.copy_row` (a slot's cache rows copied into another, between rounds).
 """
 
 from __future__ import annotations
@@ -102,6 +108,8 @@ class BatchCoordinator:
         self._pending: list[_Job] = []  # at most one per active row
         self._running = False
         self._verifier: Callable[..., VerifyResult] | None = None
+        self._models_lock = threading.Lock()  # a round's forwards, or a copy of cache rows: one at a time
+        self._gather = threading.Lock()  # one request at a time gathers several slots (no two hold part each)
 
     # -- rows ------------------------------------------------------------------------------
     @property
@@ -127,9 +135,59 @@ class BatchCoordinator:
             self._free.append(slot)
             self._slot_free.notify()
 
-    def rows(self, model: str, slot: int) -> RowModel:
-        """The :class:`RowModel` view of ``model`` on ``slot``."""
-        return RowModel(self, model, slot)
+    def reserve(self, n: int, timeout: float | None = None) -> list[int]:
+        """``n`` slots for one request's rows (an SMC request's particles), taken as they free up;
+        the rows start parked (:meth:`wake` counts them active). Requests that gather slots do so
+        one at a time, so two cannot each hold part of what they need. More than :attr:`slots`
+        is a :class:`ConfigError`."""
+        if not 1 <= n <= self.slots:
+            raise ConfigError(f"{n} rows do not fit in a batch of {self.slots} slots")
+        taken: list[int] = []
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            with self._gather, self._slot_free:
+                while len(taken) < n:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if not self._slot_free.wait_for(lambda: bool(self._free), left):
+                        raise TimeoutError("no free batch slot")
+                    while self._free and len(taken) < n:
+                        taken.append(self._free.popleft())
+        except BaseException:
+            self.unreserve(taken)
+            raise
+        return taken
+
+    def unreserve(self, slots: list[int]) -> None:
+        """Parked rows (from :meth:`reserve`) leave: their slots are free."""
+        if not slots:
+            return
+        with self._slot_free:
+            self._free.extend(slots)
+            self._slot_free.notify_all()
+
+    def wake(self, n: int) -> None:
+        """``n`` parked rows become active: rounds wait for their jobs (each must :meth:`park` again)."""
+        with self._cond:
+            self._active += n
+
+    def park(self) -> None:
+        """An active row woken by :meth:`wake` stops counting (it keeps its slot and cache rows)."""
+        with self._cond:
+            self._active -= 1
+            self._cond.notify_all()
+
+    def copy_row(self, source: int, dest: int, lengths: dict[str, int]) -> None:
+        """Fork a row: each model's cache rows of slot ``source`` up to ``lengths[model]`` positions
+        into slot ``dest`` (whose rows before are dropped); never during a round's forwards."""
+        with self._models_lock:
+            for name, length in lengths.items():
+                self.models[name].copy_rows(source, dest, length)
+
+    def rows(self, model: str, slot: int, length: int = 0) -> RowModel:
+        """The :class:`RowModel` view of ``model`` on ``slot`` (holding ``length`` positions: a fork's)."""
+        row = RowModel(self, model, slot)
+        row._length = length
+        return row
 
     # -- jobs ------------------------------------------------------------------------------
     def submit(self, job: _Job) -> Any:
@@ -163,11 +221,17 @@ class BatchCoordinator:
         return self.idle_prefill_chunk if prefilling >= len(calls) else self.prefill_chunk
 
     def _run_round(self, jobs: list[_Job]) -> None:
+        with self._models_lock:
+            self._run_round_locked(jobs)
+
+    def _run_round_locked(self, jobs: list[_Job]) -> None:
         self.metrics.rounds += 1
         calls = [j for j in jobs if not j.prefill]
         budget = self._prefill_budget(calls, jobs)
         for name in self.models:
-            mine = [j for j in calls if j.model == name]
+            # by slot, not by arrival: a row's place in the forward (and so its rounding) does not
+            # depend on which thread came first (seeded SMC particles reproduce on real models too)
+            mine = sorted((j for j in calls if j.model == name), key=lambda j: j.call.slot if j.call is not None else -1)
             if mine:
                 self._forward(name, mine)
         verifies = [j for j in calls if j.model == VERIFY]

@@ -6,7 +6,9 @@ shares: the request's proposers, the inputs of the draft plan (``engine.draft_pl
 draft-length state and its calibration. A request alone runs on the models themselves, one at a
 time (:attr:`RequestBuilder.lock`); a batch row takes a slot of the
 :class:`~constrained_spec.engine.batching.BatchCoordinator` and runs the same loop over the slot's
-row views, its verify joining the other rows'. SMC particles run on the models, one at a time.
+row views, its verify joining the other rows'. An SMC request's particles are rows of the batch
+when there is one and it has as many slots (``engine.smc_rows``: the request waits until it holds
+that many), else they run one after another on the models themselves.
 A budget overrun raises :class:`~constrained_spec.errors.TokenBudgetExceeded` carrying the partial
 output (``token_ids``, ``prompt_tokens``), from the loop itself.
 
@@ -136,17 +138,29 @@ class RequestBuilder:
                 self._return_state(state)
 
     def decode_smc(self, request: DecodeRequest, particles: int, ess_threshold: float) -> SMCResult:
-        """Run ``request`` by SMC (``engine.smc``) on the models, one request at a time; the hooks'
+        """Run ``request`` by SMC (``engine.smc``): as ``particles`` rows of the batch where there is
+        one with that many slots, else on the models, one request at a time; the hooks'
         ``on_tokens`` gets the returned sample once, at the end (a particle's tokens may be dropped)."""
         from constrained_spec.engine.smc import SMCOptions, decode_smc
 
         config, hooks = request.config, request.hooks
         on_tokens = hooks.on_tokens if hooks is not None else None
         quiet = dataclasses.replace(request, hooks=dataclasses.replace(hooks, on_tokens=None)) if hooks is not None else request
-        with self.lock:
-            drafting = Drafting(self.proposers(request, self.batch is None), self.draft_length if config.adaptive else None)
-            result = decode_smc(quiet, self.target, self.draft if self.uses_draft(config) else None, self.verifier,
-                                SMCOptions(particles, ess_threshold), drafting)
+        options = SMCOptions(particles, ess_threshold)
+        if self.batch is not None and particles <= self.batch.slots:
+            from constrained_spec.engine.smc_rows import ParticleRows
+
+            batch = self.batch
+            drafting = Drafting((), self._take_state() if config.adaptive else None)
+            with ParticleRows(batch, particles, self.uses_draft(config)) as rows:
+                target, draft = rows.fresh()
+                result = decode_smc(quiet, target, draft, batch.verifier(self.verifier), options, drafting, rows=rows,
+                                    proposers=lambda: self.proposers(request, shared_text=False))
+        else:
+            with self.lock:
+                drafting = Drafting(self.proposers(request, self.batch is None), self.draft_length if config.adaptive else None)
+                result = decode_smc(quiet, self.target, self.draft if self.uses_draft(config) else None, self.verifier,
+                                    options, drafting)
         if on_tokens is not None and result.token_ids:
             on_tokens(list(result.token_ids))
         return result

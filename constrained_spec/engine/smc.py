@@ -33,18 +33,30 @@ through :class:`_NoForcedMatcher`, so every token is committed by a verify, whos
 
 **Forks.** A resampled particle's copies fork: the target's and the draft's caches are copied
 (:func:`fork_model`: a model's own ``fork()``, else a deep copy of a transformers ``DynamicCache``
-sharing the weights), the grammar matcher is a fresh one advanced along the same tokens (a replay:
-O(length) grammar steps), the lookup gate and the adaptive draft-length state are deep-copied.
-Shared, read-only: the weights, the compiled grammar, the proposers' grammar-string and prompt
-indexes, the policy tensors and the request's generator (every particle draws its uniforms from
-it in turn). The prompt is prefilled once, into the first particle; the others fork from it.
+sharing the weights; as batch rows, the slot's cache rows: see below), the grammar matcher is a
+fresh one advanced along the same tokens (a replay: O(length) grammar steps), the lookup gate and
+the adaptive draft-length state are deep-copied. Shared, read-only: the weights, the compiled
+grammar, the proposers' grammar-string and prompt indexes (as batch rows each particle has its own
+prompt-lookup index), the policy tensors and the request's generator (alone, every particle draws
+its uniforms from it in turn; as batch rows, see below). The prompt is prefilled once, into the first particle; the others fork from it.
 
 **Deaths.** A particle whose step finds nothing to sample (a grammar dead end), whose weight becomes
 0, or that reaches ``max_new_tokens`` without EOS (after one last chance to end where the text is
 complete) gets weight 0 and is never returned. Where every particle dies, the request fails.
 
-Particles run one after another in this version (each step of each particle its own forwards); they
-are not yet rows of the continuous batch.
+**Where particles run.** Alone, particles step one after another on their own
+model copies, each step its own forwards, every uniform drawn in turn from the request's generator.
+As rows of the continuous batch (:meth:`SMCDecoder.on_rows`: :class:`~constrained_spec.engine.smc_rows.ParticleRows`),
+each live particle holds a slot of the :class:`~constrained_spec.engine.batching.BatchCoordinator`
+and, in each round, every running particle takes its one engine step on a thread of its own, so
+their draft and target forwards and their verifies are batched together; the round ends when all
+have stepped (a barrier), and only then are weights read, particles resampled and forked. A fork
+copies the source slot's cache rows into a free slot of the request (ragged cache: the keys and
+values up to the row's length; llama.cpp: ``llama_memory_seq_cp``, cells shared). Each particle then
+draws from a generator of its own, reseeded at the start of every round from the request's
+generator in particle order, so a seeded request gives the same result whatever order the threads
+run in (the same distribution as alone, not the same draws). The prompt is prefilled once, into the
+first particle's slot (through the batch's prefix cache), and the others fork from it.
 """
 
 from __future__ import annotations
@@ -59,6 +71,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import torch
 
 from constrained_spec.config import MAX_PARTICLES
+from constrained_spec.engine.batching import RowModel
 from constrained_spec.engine.loop import Drafting, SpeculativeDecoder
 from constrained_spec.engine.prefill import prefill_pair
 from constrained_spec.engine.stats import DecodeStats
@@ -78,7 +91,9 @@ from constrained_spec.sampling.smc_weights import (
 from constrained_spec.sampling.verifier import takes_filters
 
 if TYPE_CHECKING:
+    from constrained_spec.engine.proposers import Proposer
     from constrained_spec.engine.request import DecodeRequest
+    from constrained_spec.engine.smc_rows import ParticleRows
 
 __all__ = ["ALIGNMENTS", "ParticleText", "SMCDecoder", "SMCOptions", "SMCParticle", "SMCReport", "SMCResult", "Weigh", "check_smc_options", "decode_smc",
            "fork_model"]
@@ -241,7 +256,9 @@ class SMCDecoder:
     """Runs one SMC request: ``options.particles`` decoders built by ``build`` over forks of
     ``target`` and ``draft``, their grammars from ``new_matcher``; weights from ``weigh`` (the
     allowed mass: tests swap in wrong ones as negative controls); resampling when ESS <
-    ``options.ess_threshold`` * N. The prompt is read with the built decoders' ``config.draft_window``."""
+    ``options.ess_threshold`` * N. The prompt is read with the built decoders' ``config.draft_window``.
+    The particles run one after another on ``target`` and ``draft`` and forks of them, or as rows
+    of the continuous batch after :meth:`on_rows`."""
 
     def __init__(self, build: Build, target: SequenceModel, draft: SequenceModel | None,
                  new_matcher: Callable[[], GrammarMatcher], policy: SamplingPolicy, verifier: Callable[..., VerifyResult], *,
@@ -254,13 +271,22 @@ class SMCDecoder:
         self.new_matcher, self.policy, self.verifier = new_matcher, policy, verifier
         self.n, self.threshold, self.max_new_tokens = options.particles, options.ess_threshold, max_new_tokens
         self.gen, self.weigh = generator, weigh
+        self.rows: ParticleRows | None = None
         self._stats: list[DecodeStats] = []
         self.resamples = 0
+
+    def on_rows(self, rows: ParticleRows) -> SMCDecoder:
+        """Run the particles as the batch rows ``rows`` (the decoder's ``target`` and ``draft``
+        must then be the first particle's row views, from ``rows.fresh()``); returns self."""
+        self.rows = rows
+        return self
 
     # -- particles -------------------------------------------------------------------------
     def _decoder(self, target: SequenceModel, draft: SequenceModel | None, matcher: GrammarMatcher) -> tuple[SpeculativeDecoder, _RecordingVerifier]:
         recorder = _RecordingVerifier(self.verifier, self.policy)
         decoder = self.build(target, draft, _NoForcedMatcher(matcher), recorder)
+        if self.rows is not None:  # its own stream, reseeded each round (``_round``)
+            decoder.gen = torch.Generator()
         self._stats.append(decoder.stats)
         return decoder, recorder
 
@@ -284,8 +310,11 @@ class SMCDecoder:
         matcher = self.new_matcher()
         for token in parent.generated:
             matcher.advance(token)
-        draft = fork_model(parent.draft) if parent.draft is not None else None
-        decoder, recorder = self._decoder(fork_model(parent.target), draft, matcher)
+        if self.rows is not None:
+            target, draft = self.rows.fork(parent.target, parent.draft)
+        else:
+            target, draft = fork_model(parent.target), fork_model(parent.draft) if parent.draft is not None else None
+        decoder, recorder = self._decoder(target, draft, matcher)
         decoder.committed = list(parent.committed)
         decoder.prompt_len = parent.prompt_len
         decoder.draft_offset = parent.draft_offset
@@ -299,7 +328,15 @@ class SMCDecoder:
         p.state = state
         if state == "dead":
             p.log_weight = float("-inf")
-        p.decoder, p.recorder = None, None  # frees the caches this particle held
+        self._free(p)
+
+    def _free(self, p: _Particle) -> None:
+        """Drop ``p``'s decoder: its caches (or its batch slot) are free."""
+        if self.rows is not None and p.decoder is not None:
+            target = p.decoder.target
+            assert isinstance(target, RowModel)
+            self.rows.free(target.slot)
+        p.decoder, p.recorder = None, None
 
     def _advance(self, p: _Particle) -> None:
         """One engine step of a running particle, its weight times the masses of what it committed."""
@@ -339,6 +376,9 @@ class SMCDecoder:
 
     def _resample(self, particles: list[_Particle]) -> list[_Particle]:
         ancestors = systematic_resample([p.log_weight for p in particles], self.gen)
+        for i, p in enumerate(particles):
+            if i not in ancestors:  # dropped: its caches (slot) free before the forks take them
+                self._free(p)
         out, used = [], set()
         for a in ancestors:
             if a in used:
@@ -362,9 +402,7 @@ class SMCDecoder:
         history: list[float] = []
         eos = first.decoder.matcher.is_eos if first.decoder is not None else (lambda t: False)
         while any(p.state == "running" for p in particles):
-            for p in particles:
-                if p.state == "running":
-                    self._advance(p)
+            self._round([p for p in particles if p.state == "running"])
             weights = [p.log_weight for p in particles]
             if all(w == float("-inf") for w in weights):
                 self._all_dead(particles, eos, len(prompt_ids))
@@ -386,6 +424,18 @@ class SMCDecoder:
         stats.wall_seconds = time.perf_counter() - start
         stats.stop_reason = "eos"
         return SMCResult(report[chosen].token_ids, chosen, report, log_z, self.resamples, history, stats)
+
+    def _round(self, running: list[_Particle]) -> None:
+        """Every running particle's one engine step: in turn, or as batch rows at once (each
+        drawing from its own generator, seeded here in particle order)."""
+        if self.rows is None:
+            for p in running:
+                self._advance(p)
+            return
+        for p in running:
+            assert p.decoder is not None
+            p.decoder.gen.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self.gen)))
+        self.rows.step(running, self._advance)
 
     def _all_dead(self, particles: list[_Particle], eos: Callable[[int], bool], prompt_tokens: int) -> None:
         if any(p.died_of_budget for p in particles):
@@ -424,19 +474,25 @@ class SMCReport:
 
 
 def decode_smc(request: DecodeRequest, target: SequenceModel, draft: SequenceModel | None, verifier: Callable[..., VerifyResult],
-               options: SMCOptions, drafting: Drafting = Drafting()) -> SMCResult:
+               options: SMCOptions, drafting: Drafting = Drafting(), *, rows: ParticleRows | None = None,
+               proposers: Callable[[], Sequence[Proposer]] | None = None) -> SMCResult:
     """One SMC request over the loop the builder makes for ``local`` (the request's config and
     policy, the same verifier and ``drafting``): each particle's decoder is a
     :class:`SpeculativeDecoder` with its own copy of the adaptive draft-length state
     (``drafting.draft_length``; None: fixed k); the particles draw from one generator, seeded by
-    the request's policy."""
+    the request's policy. ``rows``: the particles are batch rows (``target``, ``draft``: the first
+    one's row views); ``proposers``: each particle's own free proposers (else ``drafting``'s, shared)."""
     generator = make_generator(request.policy.seed)
 
     def build(t: SequenceModel, d: SequenceModel | None, matcher: GrammarMatcher, verify: Callable[..., VerifyResult]) -> SpeculativeDecoder:
         own = dataclasses.replace(drafting, draft_length=copy.deepcopy(drafting.draft_length))
+        if proposers is not None:
+            own = dataclasses.replace(own, proposers=proposers())
         return SpeculativeDecoder(t, d, matcher, request.policy, request.config, max_new_tokens=request.max_new_tokens,
                                   verifier=verify, generator=generator, hooks=request.hooks, drafting=own)
 
     smc = SMCDecoder(build, target, draft, request.new_matcher, request.policy, verifier, options=options,
                      max_new_tokens=request.max_new_tokens, generator=generator)
+    if rows is not None:
+        smc.on_rows(rows)
     return smc.run(request.prompt_ids)

@@ -71,6 +71,9 @@ class RowBackend(Protocol):
     def write_prefix(self, slot: int, saved: Any, length: int) -> None:
         """Restore the first ``length`` positions of ``saved`` (from :meth:`read_prefix`) into ``slot``."""
 
+    def copy_rows(self, source: int, dest: int, length: int) -> None:
+        """Fork a row: ``dest`` holds ``source``'s first ``length`` positions (what it held is dropped)."""
+
 
 class BatchedHFModel:
     """A transformers Llama/Qwen2-family model (through its :class:`HFModel`) over ``slots`` cache rows.
@@ -204,3 +207,6 @@ class BatchedHFModel:
 
     def write_prefix(self, slot: int, saved: Any, length: int) -> None:
         self.cache.write(slot, saved, length)
+
+    def copy_rows(self, source: int, dest: int, length: int) -> None:
+        self.cache.copy(source, dest, length)

@@ -189,6 +189,14 @@ class _Context:
         if not self._lib.llama_memory_seq_rm(self.memory, seq, start, -1):
             raise RuntimeError(f"llama.cpp could not crop sequence {seq} to {start} tokens")
 
+    def seq_copy(self, source: int, dest: int, length: int) -> None:
+        """Sequence ``dest`` becomes ``source``'s first ``length`` positions (``llama_memory_seq_cp``: the
+        unified cache's cells are shared, tagged with both ids, not copied; a later crop of either
+        only untags it)."""
+        self.seq_rm(dest, 0)
+        if length > 0:
+            self._lib.llama_memory_seq_cp(self.memory, source, dest, 0, length)
+
     def seq_length(self, seq: int) -> int:
         """Positions sequence ``seq`` holds (its highest position + 1)."""
         return int(self._lib.llama_memory_seq_pos_max(self.memory, seq)) + 1
@@ -332,6 +340,13 @@ class LlamaCppRows:
             raise RuntimeError(f"llama.cpp could not restore a prefix into slot {slot}")
         self._ctx.seq_rm(slot, length)
         self.lengths[slot] = length
+
+    def copy_rows(self, source: int, dest: int, length: int) -> None:
+        """Fork a row: ``dest`` shares ``source``'s first ``length`` cells (``llama_memory_seq_cp``)."""
+        if length > self.lengths[source]:
+            raise ValueError(f"slot {source} holds {self.lengths[source]} positions, not {length}")
+        self._ctx.seq_copy(source, dest, length)
+        self.lengths[dest] = length
 
 
 def gguf_tokenizer(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Any:

@@ -89,6 +89,12 @@ class RaggedKVCache:
             keys[slot, :, :length] = k[:, :length]
             values[slot, :, :length] = v[:, :length]
 
+    def copy(self, source: int, dest: int, length: int) -> None:
+        """Slot ``dest``'s first ``length`` positions become a copy of slot ``source``'s (a fork)."""
+        for keys, values in zip(self.keys, self.values):
+            keys[dest, :, :length] = keys[source, :, :length]
+            values[dest, :, :length] = values[source, :, :length]
+
     # transformers asks these of a cache object in some code paths
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self._span

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 import pytest
 import torch
 from scipy.stats import chisquare
-from synthetic import PrefixModel, letters_vocab, make_decoder
+from synthetic import BatchedPrefixModel, PrefixModel, letters_vocab, make_decoder
 
+from constrained_spec.engine.batching import BatchCoordinator
 from constrained_spec.engine.smc import SMCDecoder, SMCOptions, check_smc_options, default_weigh
+from constrained_spec.engine.smc_rows import ParticleRows
 from constrained_spec.errors import ConfigError, NoParticleLeftError
 from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.sampling import SamplingPolicy, verify
@@ -45,6 +47,11 @@ class ForkModel(PrefixModel):
     """:class:`PrefixModel` with memoised logits and a ``fork()`` (a copy of its token list)."""
 
     _memo: dict = {}
+    extends = 0  # extend() calls on every instance: the forwards of particles run alone
+
+    def extend(self, tokens):
+        ForkModel.extends += 1
+        return super().extend(tokens)
 
     def logits(self, prefix):
         key = (self.seed, self.scale, tuple(prefix))
@@ -160,11 +167,16 @@ class Runs:
     blended: Counter
     log_zs: list
     texts: list
+    batch: BatchCoordinator | None = None  # the batched runs' coordinator (its metrics)
+    rows_per_forward: list | None = None  # the batched target's forwards: rows in each
 
 
 def smc_runs(new_matcher, particles: int, runs: int, *, k: int = 0, temperature: float = 1.0, weigh=default_weigh,
-             seed: int = 0, ess_threshold: float = 0.5, max_new_tokens: int = 16, strings=STRINGS, top_k: int = 0, top_p: float = 1.0):
-    """``runs`` SMC requests; the sampled outputs (Counter), the log Z estimates, every particle's text."""
+             seed: int = 0, ess_threshold: float = 0.5, max_new_tokens: int = 16, strings=STRINGS, top_k: int = 0, top_p: float = 1.0,
+             batched: bool = False, slots: int | None = None):
+    """``runs`` SMC requests; the sampled outputs (Counter), the log Z estimates, every particle's text.
+    ``batched``: the particles are rows of a :class:`BatchCoordinator` (``slots`` of them; default
+    ``particles``) over :class:`BatchedPrefixModel` views of the same models, else they run in turn."""
     policy = SamplingPolicy(temperature=temperature, top_k=top_k, top_p=top_p)
     gen = torch.Generator().manual_seed(seed)
     target = ForkModel(10, SEED, SCALE)
@@ -172,6 +184,12 @@ def smc_runs(new_matcher, particles: int, runs: int, *, k: int = 0, temperature:
     counts: Counter = Counter()
     blended: Counter = Counter()  # the mean over runs of the particles' normalised weights by output
     log_zs, texts = [], []
+    batch = None
+    if batched:
+        models = {"target": BatchedPrefixModel(target, slots or particles, 64)}
+        if draft is not None:
+            models["draft"] = BatchedPrefixModel(draft, slots or particles, 64)
+        batch = BatchCoordinator(models, prefix_cache_bytes=0)
 
     def build(t, d, matcher, verifier):
         return make_decoder(t, d, matcher, policy, num_draft_tokens=k, max_new_tokens=max_new_tokens, verifier=verifier,
@@ -181,15 +199,23 @@ def smc_runs(new_matcher, particles: int, runs: int, *, k: int = 0, temperature:
         target.reset()
         if draft is not None:
             draft.reset()
-        smc = SMCDecoder(build, target, draft, new_matcher, policy, verify, options=SMCOptions(particles, ess_threshold),
-                         max_new_tokens=max_new_tokens, generator=gen, weigh=weigh)
-        result = smc.run(PROMPT)
+        if batch is not None:
+            with ParticleRows(batch, particles, draft is not None) as rows:
+                t, d = rows.fresh()
+                smc = SMCDecoder(build, t, d, new_matcher, policy, batch.verifier(verify), options=SMCOptions(particles, ess_threshold),
+                                 max_new_tokens=max_new_tokens, generator=gen, weigh=weigh)
+                result = smc.on_rows(rows).run(PROMPT)
+        else:
+            smc = SMCDecoder(build, target, draft, new_matcher, policy, verify, options=SMCOptions(particles, ess_threshold),
+                             max_new_tokens=max_new_tokens, generator=gen, weigh=weigh)
+            result = smc.run(PROMPT)
         counts[tuple(result.token_ids)] += 1
         for p in result.particles:
             blended[tuple(p.token_ids)] += p.weight / runs
         log_zs.append(result.log_z)
         texts.extend((letters_vocab().decode(p.token_ids), p.state, p.weight) for p in result.particles)
-    return Runs(counts, blended, log_zs, texts)
+    rows_per_forward = batch.models["target"].rows_per_forward if batch is not None else None
+    return Runs(counts, blended, log_zs, texts, batch, rows_per_forward)
 
 
 @pytest.fixture(scope="module")
@@ -300,13 +326,15 @@ def test_chi_square_at_many_particles_and_controls_rejected(case):
     _valid(good.texts)
 
 
-@pytest.mark.parametrize("k,particles,runs", [(0, 4, 150), (3, 4, 100)], ids=["target-only", "speculative-k3"])
-def test_log_z_estimate_is_unbiased(case, k, particles, runs):
+@pytest.mark.parametrize("k,particles,runs,batched", [(0, 4, 150, False), (3, 4, 100, False), (3, 4, 100, True)],
+                         ids=["target-only", "speculative-k3", "batch-rows-k3"])
+def test_log_z_estimate_is_unbiased(case, k, particles, runs, batched):
     """The mean of Z's estimates matches the exact Z within 4 standard errors (its distribution is skewed) (resampling on: the
     threshold is 1, so every round with a spread of weights resamples); with draft blocks of up to 3
-    tokens (particles advance by different numbers of tokens per round) too."""
+    tokens (particles advance by different numbers of tokens per round) too, alone and as batch rows
+    (every resampling forks rows)."""
     cond, _, z, new_matcher = case
-    got = smc_runs(new_matcher, particles, runs, k=k, seed=30 + k, ess_threshold=1.0)
+    got = smc_runs(new_matcher, particles, runs, k=k, seed=30 + k + batched, ess_threshold=1.0, batched=batched)
     zs = [math.exp(v) for v in got.log_zs]
     mean = sum(zs) / len(zs)
     se = math.sqrt(sum((v - mean) ** 2 for v in zs) / (len(zs) - 1) / len(zs))
@@ -315,12 +343,13 @@ def test_log_z_estimate_is_unbiased(case, k, particles, runs):
     _valid(got.texts)
 
 
-def test_speculative_particles_converge(case):
+@pytest.mark.parametrize("batched", [False, True], ids=["alone", "batch-rows"])
+def test_speculative_particles_converge(case, batched):
     """Particles extended by draft blocks (k = 3, a draft that disagrees with the target) still
-    converge to P(y | L): N = 16 under a quarter of local's distance."""
+    converge to P(y | L): N = 16 under a quarter of local's distance; alone and as batch rows."""
     cond, local, _, new_matcher = case
     local_tv = 0.5 * sum(abs(cond[y] - local[y]) for y in cond)
-    got = smc_runs(new_matcher, 16, 10, k=3, seed=41)
+    got = smc_runs(new_matcher, 16, 10, k=3, seed=41, batched=batched)
     tv = total_variation(got.blended, cond)
     print(f"speculative k=3, N=16: TV {tv:.3f} (local {local_tv:.3f})")
     assert tv < local_tv / 4
@@ -399,3 +428,58 @@ def test_every_particle_at_a_dead_end_is_a_named_error():
         smc_runs(_matcher_factory((other,)), 4, 1, top_k=1, strings=(other,))
     got = smc_runs(_matcher_factory((other,)), 4, 1, strings=(other,))
     assert [letters_vocab().decode(list(y)) for y in got.counts] == [other]  # the control: no cut, it is found
+
+
+# -- particles as rows of the continuous batch -------------------------------------------------
+def test_batch_rows_sample_p_given_l(case):
+    """As batch rows (draft blocks of up to 3 tokens), SMC at N = 16 passes a chi-square against the
+    enumeration (particles alone pass the same test above: the two paths sample one distribution);
+    the same rows with the weights ignored are rejected (negative control)."""
+    cond, local, _, new_matcher = case
+    local_tv = 0.5 * sum(abs(cond[y] - local[y]) for y in cond)
+    rows = smc_runs(new_matcher, 16, 40, k=3, seed=84, batched=True)
+    bad = smc_runs(new_matcher, 8, 20, k=3, seed=83, batched=True, weigh=ignored_weights)
+    p_rows, p_bad = chi2_pvalue(rows.counts, cond), chi2_pvalue(bad.counts, cond)
+    tv_rows = total_variation(rows.blended, cond)
+    print(f"batch rows N=16: chi-square p {p_rows:.3f}, TV {tv_rows:.3f} (local {local_tv:.3f}); weights ignored: p {p_bad:.3g}")
+    assert p_rows > ALPHA and p_bad < ALPHA and tv_rows < local_tv / 4
+    assert max(rows.rows_per_forward) == 16  # the rows did share forwards
+    _valid(rows.texts)
+
+
+def test_batch_rows_share_target_forwards():
+    """N = 4 particles as batch rows: the target runs about one forward per round for all of them
+    (at most half as many forwards as particle steps; ideally a quarter), while particles alone run
+    one forward per particle step (the negative control: the same count, the other path)."""
+    new_matcher = _matcher_factory(STRINGS)
+    runs = 20
+    rows = smc_runs(new_matcher, 4, runs, seed=91, batched=True)
+    steps = rows.batch.metrics.rows_per_verify  # every particle step verifies once
+    particle_steps = sum(n * c for n, c in steps.items())
+    shared = len(rows.rows_per_forward) - runs  # less one prompt prefill per request
+    before = ForkModel.extends
+    smc_runs(new_matcher, 4, runs, seed=91)
+    alone = ForkModel.extends - before - runs
+    print(f"particle steps {particle_steps}: target forwards as rows {shared}, alone {alone}")
+    assert shared <= particle_steps / 2
+    assert alone >= 0.8 * particle_steps
+
+
+def test_seeded_batch_rows_reproduce_whatever_the_threads_order():
+    """The same seed gives the same samples, particles, weights and log Z as batch rows, though the
+    particles' threads are made to arrive in a random order each time (random sleeps); another
+    seed gives another result (the control)."""
+    import random
+    import time
+
+    new_matcher = _matcher_factory(STRINGS)
+
+    def jittery(logits, allowed, tokens, policy):
+        time.sleep(random.random() * 0.003)
+        return default_weigh(logits, allowed, tokens, policy)
+
+    first = smc_runs(new_matcher, 4, 6, k=3, seed=7, batched=True, weigh=jittery)
+    again = smc_runs(new_matcher, 4, 6, k=3, seed=7, batched=True, weigh=jittery)
+    other = smc_runs(new_matcher, 4, 6, k=3, seed=8, batched=True)
+    assert first.counts == again.counts and first.log_zs == again.log_zs and first.texts == again.texts
+    assert other.texts != first.texts

@@ -52,3 +52,21 @@ def test_smc_request_errors_are_400(client, body):
     r = post(client, guided_grammar=YES_NO, **body)
     assert r.status_code == 400, r.text
     assert "Traceback" not in r.text
+
+
+def test_smc_request_on_a_batched_server_runs_its_particles_as_rows(tiny_generator):
+    """With continuous batching, an SMC request's particles are batch rows (its forwards carry
+    several rows) beside a plain request decoding at the same time; both answers are in the language."""
+    import threading
+
+    gen = tiny_generator(max_new_tokens=16, num_draft_tokens=3, max_batch_size=4)
+    with TestClient(create_app(gen, ServerConfig(model_name="tiny"))) as c:
+        plain: dict = {}
+        other = threading.Thread(target=lambda: plain.setdefault("r", post(c, guided_grammar=YES_NO, seed=5)))
+        other.start()
+        r = post(c, guided_grammar=YES_NO, alignment="smc", particles=3)
+        other.join(60)
+    assert r.status_code == 200 and plain["r"].status_code == 200, (r.text, plain["r"].text)
+    for response in (r, plain["r"]):
+        assert in_language(YES_NO, response.json()["choices"][0]["message"]["content"])
+    assert max(gen.batch.metrics.rows_per_forward) >= 3  # the plain request alone is one row
