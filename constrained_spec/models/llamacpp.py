@@ -351,15 +351,17 @@ class LlamaCppRows:
 
 def gguf_tokenizer(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Any:
     """The transformers tokenizer of a GGUF file, built from its metadata once (10-20 s for a Qwen
-    vocabulary) and kept as a saved folder in the cache (``tokenizers-gguf/<file>-<size>``)."""
+    vocabulary) and kept as a saved folder in the cache (``tokenizers-gguf/<file>-<size>``); two GGUFs
+    whose saved tokenizers are the same bytes (the default pair) get one object."""
     from transformers import AutoTokenizer
 
+    from constrained_spec.models.shared_tokenizers import shared_tokenizer
     from constrained_spec.paths import cache_root
 
     path = Path(path).expanduser().resolve()
     folder = cache_root(cache_dir) / "tokenizers-gguf" / f"{path.stem}-{path.stat().st_size}"
     if (folder / "tokenizer_config.json").exists():
-        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        return shared_tokenizer(folder)
     import shutil
     import tempfile
 

@@ -16,7 +16,6 @@ otherwise it is rebuilt, with a warning.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -24,7 +23,6 @@ import re
 import shutil
 import tempfile
 import time
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ from constrained_spec.models.cache import chmod_default, file_lock, known_source
 from constrained_spec.models.convert import clear_quantizer, converted_ok
 from constrained_spec.models.dtypes import PACKED_TAGS, concrete_dtype
 from constrained_spec.models.fetch import fetch_gguf
+from constrained_spec.models.shared_tokenizers import shared_tokenizer
 from constrained_spec.models.sources import ModelSource
 
 __all__ = ["PACKED_FILE", "PACKED_FORMAT", "PACKED_META", "ensure_packed", "load_packed", "packed_dir"]
@@ -263,33 +262,10 @@ def _load_packed_folder(folder: Path, meta: dict[str, Any], keep_head_weight: bo
         raise _CacheInvalid("some parameters were not in the cache")
     model.eval()
     try:
-        tokenizer = _shared_tokenizer(folder)
+        tokenizer = shared_tokenizer(folder)
     except Exception as exc:  # noqa: BLE001
         raise _CacheInvalid(f"tokenizer: {exc}") from None
     return model, tokenizer
-
-
-#: loaded tokenizers by the sha256 of their files, while something holds them
-_TOKENIZERS: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
-                    "added_tokens.json")
-
-
-def _shared_tokenizer(folder: Path) -> Any:
-    """The tokenizer saved in a packed folder; one object for folders whose tokenizer files are the
-    same bytes (the default pair's), so the second model's costs no second parse (about a second)."""
-    from transformers import AutoTokenizer
-
-    h = hashlib.sha256()
-    for name in _TOKENIZER_FILES:
-        p = folder / name
-        h.update(name.encode() + b"\0" + (p.read_bytes() if p.is_file() else b"-") + b"\0")
-    key = h.hexdigest()
-    tokenizer = _TOKENIZERS.get(key)
-    if tokenizer is None:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        _TOKENIZERS[key] = tokenizer
-    return tokenizer
 
 
 def _done(item: tuple[str, Any]) -> tuple[str, Any]:
