@@ -24,6 +24,20 @@ from constrained_spec.grammar import ecma_regex as ecma
 
 __all__ = ["Lexeme", "to_node", "greedy_safe", "first_chars", "nullable"]
 
+
+class _Items(tuple):
+    """The items of a sequence node: a tuple that remembers its hash (a derivative walk looks the
+    same long sequences up again and again; a plain tuple hashes all its items each time). Equal
+    to, and hashed like, the plain tuple of the same items."""
+
+    def __hash__(self) -> int:
+        d = self.__dict__
+        h = d.get("h")
+        if h is None:
+            h = d["h"] = tuple.__hash__(self)
+        return h
+
+
 #: the empty-string node
 EPS: Lexeme = ("seq", ())
 #: most derivative steps one :func:`greedy_safe` call may take before it answers False
@@ -59,7 +73,7 @@ def _seq(items: list[Optional[Lexeme]]) -> Optional[Lexeme]:
             out.append(it)
     if len(out) == 1:
         return out[0]
-    return ("seq", tuple(out))
+    return ("seq", _Items(out))
 
 
 def _alt(branches: list[Optional[Lexeme]]) -> Optional[Lexeme]:
@@ -96,14 +110,15 @@ def relaxed(n: Lexeme) -> Optional[Lexeme]:
     kind = n[0]
     if kind == "set":
         return n
-    if kind == "seq":
-        return _seq([relaxed(x) for x in n[1]])
-    if kind == "alt":
-        return _alt([relaxed(x) for x in n[1]])
+    if kind in ("seq", "alt"):
+        parts = [relaxed(x) for x in n[1]]
+        if all(p is x for p, x in zip(parts, n[1])):
+            return n  # what _seq/_alt would build again: n is normalised (to_node)
+        return _seq(parts) if kind == "seq" else _alt(parts)
     body, lo, hi = relaxed(n[1]), n[2], n[3]
     if hi is not None and hi > RELAX_ABOVE:
         return _rep(body, min(lo, 1), None)
-    return _rep(body, lo, hi)
+    return n if body is n[1] else _rep(body, lo, hi)
 
 
 def nullable_by(n: tuple, sub: Callable[[tuple], bool]) -> bool:
@@ -250,7 +265,8 @@ class _Lang:
                 out = None
             else:
                 head = self.deriv(items[0], c)
-                rest = _seq(list(items[1:]))
+                # what _seq(list(items[1:])) gives: a sequence's items are never sequences themselves
+                rest = items[1] if len(items) == 2 else ("seq", _Items(items[1:]))
                 alts = [None if head is None else _seq([head, rest])]
                 if self.nullable(items[0]):
                     alts.append(self.deriv(rest, c) if rest is not None else None)
@@ -315,6 +331,26 @@ def _conflict(lang: _Lang, t1: Lexeme, t2: Lexeme, follow: ecma.Ranges) -> bool:
     return False
 
 
+def _maximal(groups: list[frozenset[str]]) -> list[frozenset[str]]:
+    """The groups that are no subset of another one, largest first: their pairs are all the pairs
+    of ``groups`` (a grammar of n optional parts in a row has n nested groups, n^3 pair look-ups
+    where n^2 pairs are checked). Which pairs are checked, and so :func:`greedy_safe`'s answer,
+    does not depend on their order: it is False where a pair conflicts (found, or the budget spent
+    first) and otherwise depends on the steps all pairs take together."""
+    kept: list[frozenset[str]] = []
+    holding: dict[str, list[frozenset[str]]] = {}  # name -> the kept groups that hold it
+    for g in sorted(set(groups), key=len, reverse=True):
+        if not g:
+            continue
+        fewest = min((holding.get(n, []) for n in g), key=len)  # a superset holds every name of g
+        if any(g <= k for k in fewest):
+            continue
+        kept.append(g)
+        for n in g:
+            holding.setdefault(n, []).append(g)
+    return kept
+
+
 def greedy_safe(terminals: dict[str, Lexeme], colive: list[frozenset[str]], follows: dict[str, frozenset[str]],
                 budget: int = WORK_BUDGET, deadline: Optional[float] = None) -> bool:
     """Whether greedy lexing loses no string of the grammar (conservative: False when unsure).
@@ -340,7 +376,7 @@ def greedy_safe(terminals: dict[str, Lexeme], colive: list[frozenset[str]], foll
                 return False
             wide[name] = w
         checked: set[tuple[str, str]] = set()
-        for group in colive:
+        for group in _maximal(colive):
             for n1 in group:
                 for n2 in group:
                     if (n1, n2) in checked:
