@@ -162,6 +162,8 @@ def _neg_class(name: str) -> Ranges:
 # parser
 
 
+#: where a character class ends, for :attr:`_Parser.classes` (a text the parser read to that end)
+_CLASS_EXTENT = re.compile(r"\[(?:\\.|[^\]\\])*\]", re.S)
 #: a run of characters that :meth:`_Parser.atom` reads as themselves (no syntax, no surrogate)
 _PLAIN_RUN = re.compile(r"[^\\()\[.^$|*+?{\ud800-\udfff]+")
 
@@ -172,6 +174,9 @@ class _Parser:
         self.i = 0
         self.ngroups = 0
         self.superset = superset  # see parse_superset
+        #: class text -> its ranges, for the classes parsed so far (a long regex repeats a few classes
+        #: many times; the parse of a class reads nothing past its closing ``]``)
+        self.classes: dict[str, Ranges] = {}
 
     def peek(self, k: int = 0) -> str:
         j = self.i + k
@@ -280,7 +285,17 @@ class _Parser:
             self.i += 1
             return ("seq", [node])
         if c == "[":
-            return ("set", self.cls())
+            extent = _CLASS_EXTENT.match(self.s, self.i)
+            text = extent.group() if extent is not None else ""
+            known = self.classes.get(text) if text else None
+            if known is not None:
+                self.i += len(text)
+                return ("set", known)
+            start = self.i
+            ranges = self.cls()
+            if text and self.s[start : self.i] == text:
+                self.classes[text] = ranges
+            return ("set", ranges)
         if c == ".":
             self.i += 1
             return ("set", ANY_RANGES if self.superset else DOT)

@@ -26,7 +26,14 @@ from typing import Callable, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.ecma_regex import Node
-from constrained_spec.grammar.json_schema.lexeme_check import WORK_BUDGET, Lexeme, greedy_safe, nullable, nullable_by, to_node
+from constrained_spec.grammar.json_schema.lexeme_check import (
+    WORK_BUDGET,
+    Lexeme,
+    greedy_safe,
+    nullable,
+    nullable_by,
+    to_node_by,
+)
 from constrained_spec.grammar.json_schema.regex_text import quantifier
 
 __all__ = ["placeholder", "build_lark"]
@@ -195,6 +202,16 @@ class _NodeMemo:
         self._nul: dict[int, tuple[Node, bool]] = {}
         self._null: dict[int, tuple[Node, bool]] = {}
         self._text: dict[int, tuple[Node, Optional[str]]] = {}
+        self._lexeme: dict[int, tuple[Node, Optional[Lexeme]]] = {}
+
+    def lexeme(self, node: Node) -> Optional[Lexeme]:
+        """:func:`~.lexeme_check.to_node`, remembered."""
+        hit = self._lexeme.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        out = to_node_by(node, self.lexeme)
+        self._lexeme[id(node)] = (node, out)
+        return out
 
     def has_nul(self, node: Node) -> bool:
         """:func:`_has_nul`, remembered."""
@@ -291,7 +308,7 @@ class _Builder:
         name = self.terminals.get(text)
         if name is None:
             name = self.terminals[text] = "T%d" % len(self.terminals)
-            norm = to_node(node)
+            norm = self.memo.lexeme(node)
             if norm is None:
                 return None
             self.nodes[name] = norm
@@ -609,7 +626,7 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
         for n, text in rules.items():
             if n in ands:
                 wide, leaf = ands[n]
-                node = to_node(parse(wide))
+                node = b.memo.lexeme(parse(wide))
                 if node is None:
                     return None
                 name = "j%d" % n  # a rule: %json cannot define a terminal

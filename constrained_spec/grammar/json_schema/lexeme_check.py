@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
 
-__all__ = ["Lexeme", "to_node", "greedy_safe", "first_chars", "nullable"]
+__all__ = ["Lexeme", "to_node", "to_node_by", "greedy_safe", "first_chars", "nullable"]
 
 
 class _Items(tuple):
@@ -49,15 +49,20 @@ Lexeme = tuple
 
 def to_node(node: ecma.Node) -> Optional[Lexeme]:
     """An ``ecma_regex`` node as a normalised, hashable node (None: the empty language)."""
+    return to_node_by(node, to_node)
+
+
+def to_node_by(node: ecma.Node, sub: Callable[[ecma.Node], Optional[Lexeme]]) -> Optional[Lexeme]:
+    """:func:`to_node`, with ``sub`` the same for the node's parts (so a caller may memoise it)."""
     kind = node[0]
     if kind == "set":
         return ("set", tuple(node[1])) if node[1] else None
     if kind == "seq":
-        return _seq([to_node(x) for x in node[1]])
+        return _seq([sub(x) for x in node[1]])
     if kind == "alt":
-        return _alt([to_node(x) for x in node[1]])
+        return _alt([sub(x) for x in node[1]])
     if kind == "rep":
-        body = to_node(node[1])
+        body = sub(node[1])
         return _rep(body, node[2], node[3])
     raise ecma.PatternError(f"unsupported regex node {kind!r}")
 
