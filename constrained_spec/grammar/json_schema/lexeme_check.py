@@ -153,6 +153,8 @@ class _Lang:
         self.deadline = deadline  # time.monotonic() past which the work stops (checked every 1024 steps)
         self._null: dict[Lexeme, bool] = {}
         self._deriv: dict[tuple[Lexeme, int], Optional[Lexeme]] = {}
+        self._canon: dict[Lexeme, Lexeme] = {}  # a derivative value -> the one object that holds it
+        self._rest_id: dict[int, tuple[Lexeme, Lexeme]] = {}  # id of a sequence -> (it, its rest)
         self._front: dict[Lexeme, tuple[ecma.Ranges, ...]] = {}
         self._fronts: dict[tuple[ecma.Ranges, ...], tuple[ecma.Ranges, ...]] = {}
         # the same answers by the node object's identity (the node kept beside them, so its id is
@@ -255,6 +257,18 @@ class _Lang:
         self._deriv_id[(id(n), c)] = (n, out)
         return out
 
+    def _rest(self, n: Lexeme) -> Lexeme:
+        """A sequence less its first item (what ``_seq(list(n[1][1:]))`` gives: a sequence's items are
+        never sequences themselves), one object per sequence object: the derivatives by every
+        character read the same rest, found by identity in the caches."""
+        hit = self._rest_id.get(id(n))
+        if hit is not None and hit[0] is n:
+            return hit[1]
+        items = n[1]
+        rest = items[1] if len(items) == 2 else ("seq", _Items(items[1:]))
+        self._rest_id[id(n)] = (n, rest)
+        return rest
+
     def _deriv_value(self, n: Lexeme, c: int) -> Optional[Lexeme]:
         key = (n, c)
         if key in self._deriv:
@@ -270,8 +284,7 @@ class _Lang:
                 out = None
             else:
                 head = self.deriv(items[0], c)
-                # what _seq(list(items[1:])) gives: a sequence's items are never sequences themselves
-                rest = items[1] if len(items) == 2 else ("seq", _Items(items[1:]))
+                rest = self._rest(n)
                 alts = [None if head is None else _seq([head, rest])]
                 if self.nullable(items[0]):
                     alts.append(self.deriv(rest, c) if rest is not None else None)
@@ -282,6 +295,10 @@ class _Lang:
             body, lo, hi = n[1], n[2], n[3]
             head = self.deriv(body, c)
             out = None if head is None else _seq([head, _rep(body, max(lo - 1, 0), None if hi is None else hi - 1)])
+        if out is not None:
+            # one object per derivative value: the caches and the pair walk then compare
+            # derivatives by identity, not item by item (equal values, so the same answers)
+            out = self._canon.setdefault(out, out)
         self._deriv[key] = out
         return out
 
