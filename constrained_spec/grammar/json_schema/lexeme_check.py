@@ -353,6 +353,22 @@ def _conflict(lang: _Lang, t1: Lexeme, t2: Lexeme, follow: ecma.Ranges) -> bool:
     return False
 
 
+def _size(n: Lexeme, memo: dict[int, int]) -> int:
+    """How many nodes n has (shared parts counted where they occur), remembered by identity."""
+    hit = memo.get(id(n))
+    if hit is not None:
+        return hit
+    kind = n[0]
+    if kind == "set":
+        out = 1
+    elif kind in ("seq", "alt"):
+        out = 1 + sum(_size(x, memo) for x in n[1])
+    else:
+        out = 1 + _size(n[1], memo)
+    memo[id(n)] = out
+    return out
+
+
 def _maximal(groups: list[frozenset[str]]) -> list[frozenset[str]]:
     """The groups that are no subset of another one, largest first: their pairs are all the pairs
     of ``groups`` (a grammar of n optional parts in a row has n nested groups, n^3 pair look-ups
@@ -397,15 +413,15 @@ def greedy_safe(terminals: dict[str, Lexeme], colive: list[frozenset[str]], foll
             if w is None:  # a terminal's relaxed language is never empty; if it were, answer unsure
                 return False
             wide[name] = w
-        checked: set[tuple[str, str]] = set()
-        for group in _maximal(colive):
-            for n1 in group:
-                for n2 in group:
-                    if (n1, n2) in checked:
-                        continue
-                    checked.add((n1, n2))
-                    if _conflict(lang, wide[n1], wide[n2], follow_chars[n1]):
-                        return False
+        pairs = {(n1, n2) for group in _maximal(colive) for n1 in group if follow_chars[n1] for n2 in group}
+        # the pairs of small lexemes first: where a conflict is there, it is most often one of
+        # them, found before the long walks of large lexemes (the answer does not depend on the
+        # order, see _maximal; a pair whose lexeme has no follow character cannot conflict)
+        sizes: dict[int, int] = {}
+        size = {name: _size(node, sizes) for name, node in wide.items()}
+        for n1, n2 in sorted(pairs, key=lambda p: (min(size[p[0]], size[p[1]]), max(size[p[0]], size[p[1]]), p)):
+            if _conflict(lang, wide[n1], wide[n2], follow_chars[n1]):
+                return False
     except (_OverBudget, RecursionError):
         return False
     return True
