@@ -110,6 +110,16 @@ def _dist(xs: list[float]) -> str:
             f"max {max(xs) * 1e3:.0f} ms (n={len(xs)})")
 
 
+def _names(path: Path, slowest: Optional[int]) -> set[str]:
+    """The schema names a ``--only`` file lists: one a line, or (an ``--out`` file of an earlier run)
+    its ``slowest`` slowest rows by front-end time (all rows without ``slowest``)."""
+    text = path.read_text()
+    if text.lstrip().startswith("["):
+        rows = sorted(json.loads(text), key=lambda r: -r["front_s"])
+        return {r["name"] for r in (rows[:slowest] if slowest else rows)}
+    return {line.strip() for line in text.splitlines() if line.strip()}
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write per-schema rows (time, fingerprint) here")
@@ -119,6 +129,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--budget", type=float, default=60.0, help="the compiler's time budget (s)")
     ap.add_argument("--tokenizer", help="also time the lazy engine's compile with this tokenizer (e.g. qwen2)")
     ap.add_argument("--limit", type=int)
+    ap.add_argument("--only", help="compile only the schemas named in this file (one name a line)")
+    ap.add_argument("--slowest", type=int, metavar="N",
+                    help="with --only naming an --out file of an earlier run: its N slowest schemas (front end)")
     args = ap.parse_args(argv)
     if args.compare:
         a, b = (json.loads(Path(p).read_text()) for p in args.compare)
@@ -140,6 +153,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     cases = _iter_cases([s.strip() for s in args.sets.split(",") if s.strip()])
     if args.limit:
         cases = cases[:args.limit]
+    if args.only:
+        wanted = _names(Path(args.only), args.slowest)
+        cases = [c for c in cases if c[0] in wanted]
     if args.profile:
         by_name = dict(cases)
         prof = cProfile.Profile()

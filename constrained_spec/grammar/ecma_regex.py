@@ -46,6 +46,7 @@ __all__ = [
     "to_content_regex",
     "is_atom",
     "top_level_bar",
+    "is_closed",
 ]
 
 Ranges = tuple  # tuple[tuple[int, int], ...]
@@ -161,12 +162,21 @@ def _neg_class(name: str) -> Ranges:
 # parser
 
 
+#: where a character class ends, for :attr:`_Parser.classes` (a text the parser read to that end)
+_CLASS_EXTENT = re.compile(r"\[(?:\\.|[^\]\\])*\]", re.S)
+#: a run of characters that :meth:`_Parser.atom` reads as themselves (no syntax, no surrogate)
+_PLAIN_RUN = re.compile(r"[^\\()\[.^$|*+?{\ud800-\udfff]+")
+
+
 class _Parser:
     def __init__(self, src: str, superset: bool = False) -> None:
         self.s = src
         self.i = 0
         self.ngroups = 0
         self.superset = superset  # see parse_superset
+        #: class text -> its ranges, for the classes parsed so far (a long regex repeats a few classes
+        #: many times; the parse of a class reads nothing past its closing ``]``)
+        self.classes: dict[str, Ranges] = {}
 
     def peek(self, k: int = 0) -> str:
         j = self.i + k
@@ -190,7 +200,13 @@ class _Parser:
 
     def seq(self):
         items = []
+        s = self.s
         while not self.eof() and self.peek() not in "|)":
+            run = _PLAIN_RUN.match(s, self.i)
+            if run is not None and run.end() - self.i > 1:
+                # plain characters, each its own set, but the last (a quantifier may follow it)
+                items.extend(("set", ((ord(ch), ord(ch)),)) for ch in s[self.i : run.end() - 1])
+                self.i = run.end() - 1
             atom = self.atom()
             atom = self.quant(atom)
             items.append(atom)
@@ -269,7 +285,17 @@ class _Parser:
             self.i += 1
             return ("seq", [node])
         if c == "[":
-            return ("set", self.cls())
+            extent = _CLASS_EXTENT.match(self.s, self.i)
+            text = extent.group() if extent is not None else ""
+            known = self.classes.get(text) if text else None
+            if known is not None:
+                self.i += len(text)
+                return ("set", known)
+            start = self.i
+            ranges = self.cls()
+            if text and self.s[start : self.i] == text:
+                self.classes[text] = ranges
+            return ("set", ranges)
         if c == ".":
             self.i += 1
             return ("set", ANY_RANGES if self.superset else DOT)
@@ -732,6 +758,33 @@ def top_level_bar(p: str) -> bool:
         elif c == "|" and depth == 0:
             return True
     return False
+
+
+@_memo_short_texts
+def is_closed(p: str) -> bool:
+    """True if p leaves the text scanners (:func:`is_atom`, :func:`top_level_bar`) as it found
+    them: every group it opens closed, none closed that it did not open, no character class left
+    open and no escape cut off at its end. The scanners then read a concatenation of such texts
+    part by part (no token spans two parts; each part starts at the depth the one before it
+    started at), so ``"(" + p + ")"`` is an atom without a top-level ``|``."""
+    if (len(p) - len(p.rstrip("\\"))) % 2:
+        return False  # an escape that a following text would complete
+    depth = 0
+    in_cls = False
+    for m in _SCAN_TOKENS.finditer(p):
+        c = m.group()
+        if in_cls:
+            if c == "]":
+                in_cls = False
+        elif c == "[":
+            in_cls = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth < 0:
+                return False
+    return depth == 0 and not in_cls
 
 
 def _is_single(p: str) -> bool:

@@ -26,7 +26,14 @@ from typing import Callable, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.ecma_regex import Node
-from constrained_spec.grammar.json_schema.lexeme_check import WORK_BUDGET, Lexeme, greedy_safe, nullable, nullable_by, to_node
+from constrained_spec.grammar.json_schema.lexeme_check import (
+    WORK_BUDGET,
+    Lexeme,
+    greedy_safe,
+    nullable,
+    nullable_by,
+    to_node_by,
+)
 from constrained_spec.grammar.json_schema.regex_text import quantifier
 
 __all__ = ["placeholder", "build_lark"]
@@ -50,15 +57,19 @@ def _digit(node: Node) -> Optional[str]:
     return None
 
 
-def _has_nul(node: Node) -> bool:
+def _has_nul_by(node: Node, sub: Callable[[Node], bool]) -> bool:
     kind = node[0]
     if kind == "set":
         return ecma.contains(node[1], 0)
     if kind in ("seq", "alt"):
-        return any(_has_nul(x) for x in node[1])
+        return any(sub(x) for x in node[1])
     if kind == "rep":
-        return _has_nul(node[1])
+        return sub(node[1])
     return False
+
+
+def _has_nul(node: Node) -> bool:
+    return _has_nul_by(node, _has_nul)
 
 
 _OUTSIDE_META = set("\\.+*?()|[]{}^$#&-~/")
@@ -103,19 +114,24 @@ def _set_text(rs: ecma.Ranges) -> Optional[str]:
 def _regex_text(node: Node) -> Optional[str]:
     """Plain regex text (Rust ``regex`` syntax, as llguidance reads it) of a regex node; None: the
     empty language."""
+    return _regex_text_by(node, _regex_text)
+
+
+def _regex_text_by(node: Node, sub: Callable[[Node], Optional[str]]) -> Optional[str]:
+    """:func:`_regex_text`, with ``sub`` the same question for the node's parts."""
     kind = node[0]
     if kind == "set":
         return _set_text(tuple(node[1]))
     if kind == "seq":
         out = []
         for x in node[1]:
-            t = _regex_text(x)
+            t = sub(x)
             if t is None:
                 return None
             out.append(t)
         return "".join(out)
     if kind == "alt":
-        texts = [t for t in (_regex_text(x) for x in node[1]) if t is not None]
+        texts = [t for t in (sub(x) for x in node[1]) if t is not None]
         if not texts:
             return None
         nonempty = list(dict.fromkeys(t for t in texts if t))
@@ -125,7 +141,7 @@ def _regex_text(node: Node) -> Optional[str]:
         return body + "?" if len(nonempty) < len(texts) else body
     if kind == "rep":
         lo, hi = node[2], node[3]
-        t = _regex_text(node[1])
+        t = sub(node[1])
         if t is None:
             return "" if lo == 0 else None
         if hi == 0 or t == "":
@@ -177,6 +193,54 @@ def _without_empty(node: Node) -> Optional[Node]:
     return _UNKNOWN
 
 
+class _NodeMemo:
+    """Answers about parsed regex nodes, remembered by the node's identity (the node kept beside
+    the answer, so its id is not reused) for one :func:`build_lark` call: both of its passes, and
+    the rule bodies that share one parsed text, ask about the same (large) nodes again."""
+
+    def __init__(self) -> None:
+        self._nul: dict[int, tuple[Node, bool]] = {}
+        self._null: dict[int, tuple[Node, bool]] = {}
+        self._text: dict[int, tuple[Node, Optional[str]]] = {}
+        self._lexeme: dict[int, tuple[Node, Optional[Lexeme]]] = {}
+
+    def lexeme(self, node: Node) -> Optional[Lexeme]:
+        """:func:`~.lexeme_check.to_node`, remembered."""
+        hit = self._lexeme.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        out = to_node_by(node, self.lexeme)
+        self._lexeme[id(node)] = (node, out)
+        return out
+
+    def has_nul(self, node: Node) -> bool:
+        """:func:`_has_nul`, remembered."""
+        hit = self._nul.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        out = _has_nul_by(node, self.has_nul)
+        self._nul[id(node)] = (node, out)
+        return out
+
+    def nullable(self, node: Node) -> bool:
+        """:func:`~.lexeme_check.nullable`, remembered."""
+        hit = self._null.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        out = nullable_by(node, self.nullable)
+        self._null[id(node)] = (node, out)
+        return out
+
+    def text(self, node: Node) -> Optional[str]:
+        """:func:`_regex_text`, remembered."""
+        hit = self._text.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        out = _regex_text_by(node, self.text)
+        self._text[id(node)] = (node, out)
+        return out
+
+
 class _Mangled(Exception):
     """A placeholder did not survive as written (the grammar cannot be built)."""
 
@@ -184,7 +248,8 @@ class _Mangled(Exception):
 class _Builder:
     """Regex nodes with placeholders -> grammar expressions over named terminals."""
 
-    def __init__(self, fine: bool = False) -> None:
+    def __init__(self, fine: bool = False, memo: Optional[_NodeMemo] = None) -> None:
+        self.memo = memo if memo is not None else _NodeMemo()
         self.terminals: dict[str, str] = {}  # regex text -> terminal name
         self.nodes: dict[str, Lexeme] = {}  # terminal name -> normalised node
         #: cut a sequence's terminal before and after each part that may read nothing (an
@@ -207,9 +272,9 @@ class _Builder:
                 if any(b == _EPS for b in kept):
                     return self.one_term(items)  # a branch that reads nothing: no plain way to write it here
                 return ("alt", kept) if len(kept) > 1 else kept[0]
-            if len(flat) > 1 and any(nullable(x) for x in flat):
+            if len(flat) > 1 and any(self.memo.nullable(x) for x in flat):
                 chunks: list[list[Node]] = []  # each run of parts that read something, and each optional part
-                for optional, group in itertools.groupby(flat, key=nullable):
+                for optional, group in itertools.groupby(flat, key=self.memo.nullable):
                     chunks.extend([[x] for x in group] if optional else [list(group)])
                 parts: list[Expr] = []
                 for chunk in chunks:
@@ -226,7 +291,7 @@ class _Builder:
         node = ("seq", items) if len(items) != 1 else items[0]
         if node[0] == "seq" and not node[1]:
             return _EPS
-        if nullable(node):
+        if self.memo.nullable(node):
             # a lexeme must read something (greedy lexing of an empty lexeme is undefined):
             # ``T?`` with T the rest of the language, where that is plain to write
             inner = _without_empty(node)
@@ -235,7 +300,7 @@ class _Builder:
             if inner is not _UNKNOWN:
                 t = self.one_term([inner])
                 return _EPS if t is None or t == _EPS else ("rep", t, 0, 1)
-        text = _regex_text(node)
+        text = self.memo.text(node)
         if text is None:
             return None
         if text == "":
@@ -243,7 +308,7 @@ class _Builder:
         name = self.terminals.get(text)
         if name is None:
             name = self.terminals[text] = "T%d" % len(self.terminals)
-            norm = to_node(node)
+            norm = self.memo.lexeme(node)
             if norm is None:
                 return None
             self.nodes[name] = norm
@@ -251,7 +316,7 @@ class _Builder:
 
     def conv(self, node: Node) -> Optional[Expr]:
         """The grammar expression of a regex node (None: the empty language)."""
-        if not _has_nul(node):
+        if not self.memo.has_nul(node):
             return self.term([node])
         kind = node[0]
         if kind == "seq":
@@ -308,7 +373,7 @@ class _Builder:
                 parts.append(("R", "r%s" % digits))
                 i = j + 1
                 continue
-            if _has_nul(it):
+            if self.memo.has_nul(it):
                 if not flush():
                     return None
                 sub = self.conv(it)
@@ -370,6 +435,10 @@ class _Flow:
         self.rules = rules
         self.first_r: dict[str, frozenset[str]] = {r: frozenset() for r in rules}
         self.null_r: dict[str, bool] = {r: False for r in rules}
+        #: once the rules' FIRST sets and nullability are final: each expression's, remembered by
+        #: its identity (the walks below ask again about every part of every sequence they enter)
+        self._first_of: Optional[dict[int, tuple[Expr, frozenset[str]]]] = None
+        self._null_of: Optional[dict[int, tuple[Expr, bool]]] = None
         changed = True
         while changed:
             changed = False
@@ -378,6 +447,7 @@ class _Flow:
                 if f != self.first_r[r] or n != self.null_r[r]:
                     self.first_r[r], self.null_r[r] = f, n
                     changed = True
+        self._first_of, self._null_of = {}, {}
         self.follow_r: dict[str, frozenset[str]] = {r: frozenset() for r in rules}
         self.follows: dict[str, set[str]] = {}  # terminal -> the terminals that may follow it
         self.colive: set[frozenset[str]] = set()  # sets of terminals that may start at one point
@@ -394,9 +464,28 @@ class _Flow:
             return False
         if e[0] == "R":
             return self.null_r[e[1]]
-        return nullable_by(e, self.nullable)
+        memo = self._null_of
+        if memo is None:
+            return nullable_by(e, self.nullable)
+        hit = memo.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        out = nullable_by(e, self.nullable)
+        memo[id(e)] = (e, out)
+        return out
 
     def first(self, e: Expr) -> frozenset[str]:
+        memo = self._first_of
+        if memo is None or e[0] in ("T", "R"):
+            return self._first(e)
+        hit = memo.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        out = self._first(e)
+        memo[id(e)] = (e, out)
+        return out
+
+    def _first(self, e: Expr) -> frozenset[str]:
         kind = e[0]
         if kind == "T":
             return frozenset([e[1]])
@@ -514,8 +603,9 @@ def build_lark(root: str, rules: dict[int, Optional[str]],
             node = parsed[text] = ecma.parse(text)
         return node
 
-    return (_build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse)
-            or _build_lark(root, rules, ands, fine=True, scaled=scaled, deadline=deadline, parse=parse))
+    memo = _NodeMemo()  # both passes ask about the same parsed nodes
+    return (_build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse, memo=memo)
+            or _build_lark(root, rules, ands, fine=True, scaled=scaled, deadline=deadline, parse=parse, memo=memo))
 
 
 #: ``build_lark(scaled=True)``: derivative steps the greedy-lexing check may spend per pair of lexemes
@@ -527,8 +617,8 @@ MAX_CHECK_STEPS = 2_000_000
 
 def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tuple[str, str]],
                 fine: bool, scaled: bool = False, deadline: Optional[float] = None,
-                parse: Callable[[str], ecma.Node] = ecma.parse) -> Optional[str]:
-    b = _Builder(fine)
+                parse: Callable[[str], ecma.Node] = ecma.parse, memo: Optional[_NodeMemo] = None) -> Optional[str]:
+    b = _Builder(fine, memo)
     and_text: dict[str, str] = {}  # name of a %json string -> its definition
     try:
         root_e = b.conv(parse(root))
@@ -536,7 +626,7 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
         for n, text in rules.items():
             if n in ands:
                 wide, leaf = ands[n]
-                node = to_node(parse(wide))
+                node = b.memo.lexeme(parse(wide))
                 if node is None:
                     return None
                 name = "j%d" % n  # a rule: %json cannot define a terminal

@@ -22,7 +22,21 @@ from typing import Callable, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
 
-__all__ = ["Lexeme", "to_node", "greedy_safe", "first_chars", "nullable"]
+__all__ = ["Lexeme", "to_node", "to_node_by", "greedy_safe", "first_chars", "nullable"]
+
+
+class _Items(tuple):
+    """The items of a sequence node: a tuple that remembers its hash (a derivative walk looks the
+    same long sequences up again and again; a plain tuple hashes all its items each time). Equal
+    to, and hashed like, the plain tuple of the same items."""
+
+    def __hash__(self) -> int:
+        d = self.__dict__
+        h = d.get("h")
+        if h is None:
+            h = d["h"] = tuple.__hash__(self)
+        return h
+
 
 #: the empty-string node
 EPS: Lexeme = ("seq", ())
@@ -35,15 +49,20 @@ Lexeme = tuple
 
 def to_node(node: ecma.Node) -> Optional[Lexeme]:
     """An ``ecma_regex`` node as a normalised, hashable node (None: the empty language)."""
+    return to_node_by(node, to_node)
+
+
+def to_node_by(node: ecma.Node, sub: Callable[[ecma.Node], Optional[Lexeme]]) -> Optional[Lexeme]:
+    """:func:`to_node`, with ``sub`` the same for the node's parts (so a caller may memoise it)."""
     kind = node[0]
     if kind == "set":
         return ("set", tuple(node[1])) if node[1] else None
     if kind == "seq":
-        return _seq([to_node(x) for x in node[1]])
+        return _seq([sub(x) for x in node[1]])
     if kind == "alt":
-        return _alt([to_node(x) for x in node[1]])
+        return _alt([sub(x) for x in node[1]])
     if kind == "rep":
-        body = to_node(node[1])
+        body = sub(node[1])
         return _rep(body, node[2], node[3])
     raise ecma.PatternError(f"unsupported regex node {kind!r}")
 
@@ -59,7 +78,7 @@ def _seq(items: list[Optional[Lexeme]]) -> Optional[Lexeme]:
             out.append(it)
     if len(out) == 1:
         return out[0]
-    return ("seq", tuple(out))
+    return ("seq", _Items(out))
 
 
 def _alt(branches: list[Optional[Lexeme]]) -> Optional[Lexeme]:
@@ -96,14 +115,15 @@ def relaxed(n: Lexeme) -> Optional[Lexeme]:
     kind = n[0]
     if kind == "set":
         return n
-    if kind == "seq":
-        return _seq([relaxed(x) for x in n[1]])
-    if kind == "alt":
-        return _alt([relaxed(x) for x in n[1]])
+    if kind in ("seq", "alt"):
+        parts = [relaxed(x) for x in n[1]]
+        if all(p is x for p, x in zip(parts, n[1])):
+            return n  # what _seq/_alt would build again: n is normalised (to_node)
+        return _seq(parts) if kind == "seq" else _alt(parts)
     body, lo, hi = relaxed(n[1]), n[2], n[3]
     if hi is not None and hi > RELAX_ABOVE:
         return _rep(body, min(lo, 1), None)
-    return _rep(body, lo, hi)
+    return n if body is n[1] else _rep(body, lo, hi)
 
 
 def nullable_by(n: tuple, sub: Callable[[tuple], bool]) -> bool:
@@ -133,6 +153,8 @@ class _Lang:
         self.deadline = deadline  # time.monotonic() past which the work stops (checked every 1024 steps)
         self._null: dict[Lexeme, bool] = {}
         self._deriv: dict[tuple[Lexeme, int], Optional[Lexeme]] = {}
+        self._canon: dict[Lexeme, Lexeme] = {}  # a derivative value -> the one object that holds it
+        self._rest_id: dict[int, tuple[Lexeme, Lexeme]] = {}  # id of a sequence -> (it, its rest)
         self._front: dict[Lexeme, tuple[ecma.Ranges, ...]] = {}
         self._fronts: dict[tuple[ecma.Ranges, ...], tuple[ecma.Ranges, ...]] = {}
         # the same answers by the node object's identity (the node kept beside them, so its id is
@@ -235,6 +257,18 @@ class _Lang:
         self._deriv_id[(id(n), c)] = (n, out)
         return out
 
+    def _rest(self, n: Lexeme) -> Lexeme:
+        """A sequence less its first item (what ``_seq(list(n[1][1:]))`` gives: a sequence's items are
+        never sequences themselves), one object per sequence object: the derivatives by every
+        character read the same rest, found by identity in the caches."""
+        hit = self._rest_id.get(id(n))
+        if hit is not None and hit[0] is n:
+            return hit[1]
+        items = n[1]
+        rest = items[1] if len(items) == 2 else ("seq", _Items(items[1:]))
+        self._rest_id[id(n)] = (n, rest)
+        return rest
+
     def _deriv_value(self, n: Lexeme, c: int) -> Optional[Lexeme]:
         key = (n, c)
         if key in self._deriv:
@@ -250,7 +284,7 @@ class _Lang:
                 out = None
             else:
                 head = self.deriv(items[0], c)
-                rest = _seq(list(items[1:]))
+                rest = self._rest(n)
                 alts = [None if head is None else _seq([head, rest])]
                 if self.nullable(items[0]):
                     alts.append(self.deriv(rest, c) if rest is not None else None)
@@ -261,6 +295,10 @@ class _Lang:
             body, lo, hi = n[1], n[2], n[3]
             head = self.deriv(body, c)
             out = None if head is None else _seq([head, _rep(body, max(lo - 1, 0), None if hi is None else hi - 1)])
+        if out is not None:
+            # one object per derivative value: the caches and the pair walk then compare
+            # derivatives by identity, not item by item (equal values, so the same answers)
+            out = self._canon.setdefault(out, out)
         self._deriv[key] = out
         return out
 
@@ -315,6 +353,42 @@ def _conflict(lang: _Lang, t1: Lexeme, t2: Lexeme, follow: ecma.Ranges) -> bool:
     return False
 
 
+def _size(n: Lexeme, memo: dict[int, int]) -> int:
+    """How many nodes n has (shared parts counted where they occur), remembered by identity."""
+    hit = memo.get(id(n))
+    if hit is not None:
+        return hit
+    kind = n[0]
+    if kind == "set":
+        out = 1
+    elif kind in ("seq", "alt"):
+        out = 1 + sum(_size(x, memo) for x in n[1])
+    else:
+        out = 1 + _size(n[1], memo)
+    memo[id(n)] = out
+    return out
+
+
+def _maximal(groups: list[frozenset[str]]) -> list[frozenset[str]]:
+    """The groups that are no subset of another one, largest first: their pairs are all the pairs
+    of ``groups`` (a grammar of n optional parts in a row has n nested groups, n^3 pair look-ups
+    where n^2 pairs are checked). Which pairs are checked, and so :func:`greedy_safe`'s answer,
+    does not depend on their order: it is False where a pair conflicts (found, or the budget spent
+    first) and otherwise depends on the steps all pairs take together."""
+    kept: list[frozenset[str]] = []
+    holding: dict[str, list[frozenset[str]]] = {}  # name -> the kept groups that hold it
+    for g in sorted(set(groups), key=len, reverse=True):
+        if not g:
+            continue
+        fewest = min((holding.get(n, []) for n in g), key=len)  # a superset holds every name of g
+        if any(g <= k for k in fewest):
+            continue
+        kept.append(g)
+        for n in g:
+            holding.setdefault(n, []).append(g)
+    return kept
+
+
 def greedy_safe(terminals: dict[str, Lexeme], colive: list[frozenset[str]], follows: dict[str, frozenset[str]],
                 budget: int = WORK_BUDGET, deadline: Optional[float] = None) -> bool:
     """Whether greedy lexing loses no string of the grammar (conservative: False when unsure).
@@ -339,15 +413,15 @@ def greedy_safe(terminals: dict[str, Lexeme], colive: list[frozenset[str]], foll
             if w is None:  # a terminal's relaxed language is never empty; if it were, answer unsure
                 return False
             wide[name] = w
-        checked: set[tuple[str, str]] = set()
-        for group in colive:
-            for n1 in group:
-                for n2 in group:
-                    if (n1, n2) in checked:
-                        continue
-                    checked.add((n1, n2))
-                    if _conflict(lang, wide[n1], wide[n2], follow_chars[n1]):
-                        return False
+        pairs = {(n1, n2) for group in _maximal(colive) for n1 in group if follow_chars[n1] for n2 in group}
+        # the pairs of small lexemes first: where a conflict is there, it is most often one of
+        # them, found before the long walks of large lexemes (the answer does not depend on the
+        # order, see _maximal; a pair whose lexeme has no follow character cannot conflict)
+        sizes: dict[int, int] = {}
+        size = {name: _size(node, sizes) for name, node in wide.items()}
+        for n1, n2 in sorted(pairs, key=lambda p: (min(size[p[0]], size[p[1]]), max(size[p[0]], size[p[1]]), p)):
+            if _conflict(lang, wide[n1], wide[n2], follow_chars[n1]):
+                return False
     except (_OverBudget, RecursionError):
         return False
     return True

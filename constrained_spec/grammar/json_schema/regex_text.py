@@ -122,7 +122,21 @@ def sequence(items: list[SeqItem], sep: str, check: Optional[Callable[[str], obj
         out += [after(it) for it in items[first_req + 1 :]]
         return "".join(out)
 
-    # all optional: non-empty subsequence, divide and conquer
+    if all(ecma.is_closed(it.regex) for it in items) and ecma.is_closed(sep) and not ecma.top_level_bar(sep):
+        body = _all_optional(items, sep, one, after)
+    else:
+        body = _all_optional_scanned(items, sep, one, after)
+    if check is not None:
+        check(body)
+    return "(" + body + ")?"
+
+
+def _all_optional_scanned(items: list[SeqItem], sep: str, one: Callable[[SeqItem], str],
+                          after: Callable[[SeqItem], str]) -> str:
+    """The body of :func:`sequence` for all-optional items (a non-empty subsequence, divide and
+    conquer), every grouping decided by scanning the text (:func:`_all_optional` decides the same
+    without scanning)."""
+
     def tail(lo: int, hi: int) -> str:
         return "".join(after(it) for it in items[lo:hi])
 
@@ -146,10 +160,51 @@ def sequence(items: list[SeqItem], sep: str, check: Optional[Callable[[str], obj
         right = ne(mid, hi)
         return "(" + cat(group(left), tail(mid, hi)) + "|" + right + ")"
 
-    body = ne(0, len(items))
-    if check is not None:
-        check(body)
-    return "(" + body + ")?"
+    return ne(0, len(items))
+
+
+def _all_optional(items: list[SeqItem], sep: str, one: Callable[[SeqItem], str],
+                  after: Callable[[SeqItem], str]) -> str:
+    """:func:`_all_optional_scanned`'s text, where every item regex and ``sep`` are closed
+    (:func:`~constrained_spec.grammar.ecma_regex.is_closed`) and ``sep`` has no top-level ``|``:
+    what the scans of the parts built here would answer is then known by construction (a text
+    ``"(" + closed + ")"`` is an atom without a top-level ``|``; the tails, concatenations of
+    closed atoms, groups and ``sep``, have no top-level ``|``), so each item's text is scanned
+    once instead of once per level (quadratic work for a large object of large members)."""
+    n_decl = len(items)
+    while n_decl > 0 and items[n_decl - 1].kind == "star":
+        n_decl -= 1
+    afters: dict[int, str] = {}
+
+    def after_at(i: int) -> str:
+        a = afters.get(i)
+        if a is None:
+            a = afters[i] = after(items[i])
+        return a
+
+    def grouped(text: str, kind: str) -> str:
+        # group(text): "group" = "(" + closed + ")" (an atom); "other" = "(" + closed + ")" + a
+        # non-empty closed text (not an atom); "leaf": one item's text, scanned
+        if kind == "group":
+            return text
+        return "(" + text + ")" if kind == "other" else group(text)
+
+    def ne(lo: int, hi: int) -> tuple[str, str]:
+        if hi - lo == 1:
+            return one(items[lo]), "leaf"
+        mid = (lo + hi) // 2
+        if lo < n_decl < hi and hi == len(items):
+            mid = n_decl
+            if hi - mid == 1:
+                it = items[mid]
+                a = after_at(mid)
+                text = "(" + grouped(*ne(lo, mid)) + "|" + group(it.regex) + ")" + a
+                return text, "other" if a else "group"
+        left = ne(lo, mid)
+        right, _ = ne(mid, hi)
+        return "(" + grouped(*left) + "".join(after_at(i) for i in range(mid, hi)) + "|" + right + ")", "group"
+
+    return ne(0, len(items))[0]
 
 
 def expanded_size(r: str) -> int:

@@ -1,0 +1,234 @@
+"""The slow compiles' speed-ups (issue 37) change no answer, and the quadratic work they removed
+stays removed (counted, never timed):
+
+- an all-optional sequence (a large object of optional members) is built without scanning its
+  growing texts again at every level of the divide and conquer: the same text, and each item's
+  text scanned a constant number of times (the old build scanned ~log2(n) times more);
+- the greedy-lexing check visits the pairs of the maximal co-live groups only (the same pairs),
+  small lexemes first (the same answer);
+- the regex parser's fast paths (runs of plain characters, classes met before) build the nodes
+  the plain parser builds, and raise where it raises;
+- ``relaxed`` keeps unchanged parts (the same value as rebuilding them).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Optional
+
+import pytest
+
+from constrained_spec.grammar import ecma_regex as ecma
+from constrained_spec.grammar.json_schema import lexeme_check as lc
+from constrained_spec.grammar.json_schema import regex_text as rt
+from constrained_spec.grammar.json_schema.regex_text import SeqItem, sequence
+
+_ATOMS = ['a', '"x":1', "(a|b)", "[a-z]+", "\\(", "(x)(y)", "a|b", "[|(]", "\\\\", '"k":(true|false)', "((a))?",
+          '[^"]*', "[\\]]"]
+_SEPS = [",", "[ \\n\\t]{0,2},[ \\n\\t]{0,2}"]
+
+
+def _items(rnd: random.Random, n: int) -> list[SeqItem]:
+    out = []
+    for _ in range(n):
+        r = "".join(rnd.choice(_ATOMS) for _ in range(rnd.randint(1, 3)))
+        if rnd.random() < 0.2:
+            out.append(SeqItem("star", r, rnd.choice([None, 0, 1, 3])))
+        else:
+            out.append(SeqItem("opt", r))
+    return out
+
+
+def test_all_optional_fast_path_writes_the_scanned_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    taken = []
+    fast = rt._all_optional
+
+    def both(items: list[SeqItem], sep: str, one, after) -> str:  # type: ignore[no-untyped-def]
+        a = fast(items, sep, one, after)
+        b = rt._all_optional_scanned(items, sep, one, after)
+        assert a == b, (items, sep)
+        taken.append(1)
+        return a
+
+    monkeypatch.setattr(rt, "_all_optional", both)
+    rnd = random.Random(37)
+    for _ in range(1_500):
+        sequence(_items(rnd, rnd.randint(1, 14)), rnd.choice(_SEPS))
+    assert len(taken) > 1_000  # the fast path was compared, not skipped
+
+
+def test_all_optional_falls_back_to_scanning_unclosed_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: object) -> str:
+        raise AssertionError("fast path taken for an item that is not closed")
+
+    monkeypatch.setattr(rt, "_all_optional", refuse)
+    for odd in ["a)(b", "(a", "[ab", "a\\"]:
+        items = [SeqItem("opt", "x"), SeqItem("opt", odd), SeqItem("opt", "y")]
+        assert sequence(items, ",") == "(" + rt._all_optional_scanned(items, ",", _one, _after) + ")?"
+    with pytest.raises(AssertionError):  # the negative control: closed items do take it
+        sequence([SeqItem("opt", "x"), SeqItem("opt", "y")], ",")
+
+
+def _one(it: SeqItem) -> str:
+    return rt.group(it.regex)
+
+
+def _after(it: SeqItem) -> str:
+    return "(," + rt.group(it.regex) + ")?"
+
+
+def test_is_closed() -> None:
+    for p in ["", "a", "(a)", "(a|b)(c)", "[)]", "\\)", "\\\\", "[\\]]", "((a)b)*"]:
+        assert ecma.is_closed(p), p
+    for p in ["(", ")", "a)(b", "[a", "a\\", "\\\\\\", "(a))(("]:
+        assert not ecma.is_closed(p), p
+
+
+def test_all_optional_scans_each_item_a_constant_number_of_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    scanned = [0]
+    for name in ("is_atom", "top_level_bar", "is_closed"):
+        scan = getattr(ecma, name, None)
+        if scan is None:  # a tree before is_closed: what it scans is counted all the same
+            continue
+
+        def counted(p: str, scan=scan) -> bool:  # type: ignore[no-untyped-def]
+            scanned[0] += len(p)
+            return bool(scan(p))
+
+        monkeypatch.setattr(ecma, name, counted)
+    member = '"k%d":(\\[(a|b)(,(a|b))*\\]|[0-9]+|"[^"]*")'
+    ratios = []
+    for n in (16, 256):
+        items = [SeqItem("opt", member % i) for i in range(n)]
+        scanned[0] = 0
+        out = sequence(items, ",")
+        assert out.startswith("((") and out.endswith(")?")
+        ratios.append(scanned[0] / sum(len(it.regex) for it in items))
+    # each item: is_closed once, group() at most three times (its leaf, its tail piece, the split);
+    # the old divide and conquer scanned every level's texts again (ratio 13 at 16 items, 34 at 256)
+    assert ratios[1] <= 5 and ratios[1] <= ratios[0] + 0.5, ratios
+
+
+# -- the greedy-lexing check over maximal co-live groups ---------------------------------------------
+
+
+def test_maximal_groups() -> None:
+    chain = [frozenset(f"t{j}" for j in range(i, 10)) for i in range(10)]
+    assert lc._maximal(chain) == [chain[0]]
+    groups = [frozenset({"a", "b"}), frozenset({"b", "c"}), frozenset({"a"}), frozenset(), frozenset({"a", "b"})]
+    kept = lc._maximal(groups)
+    assert sorted(sorted(g) for g in kept) == [["a", "b"], ["b", "c"]]
+    pairs = {(x, y) for g in groups for x in g for y in g}
+    assert {(x, y) for g in kept for x in g for y in g} == pairs
+
+
+def _old_greedy_safe(terminals: dict[str, lc.Lexeme], colive: list[frozenset[str]],
+                     follows: dict[str, frozenset[str]], budget: int) -> bool:
+    """greedy_safe as it was: every group's pairs, in the groups' order."""
+    lang = lc._Lang(budget)
+    try:
+        if any(lang.nullable(n) for n in terminals.values()):
+            return False
+        follow_chars = {}
+        for name in terminals:
+            sets = [lc.first_chars(lang, terminals[f]) for f in follows.get(name, ())]
+            follow_chars[name] = ecma.union(*sets) if sets else ()
+        wide = {}
+        for name, node in terminals.items():
+            w = lc.relaxed(node)
+            if w is None:
+                return False
+            wide[name] = w
+        checked: set[tuple[str, str]] = set()
+        for group in colive:
+            for n1 in group:
+                for n2 in group:
+                    if (n1, n2) in checked:
+                        continue
+                    checked.add((n1, n2))
+                    if lc._conflict(lang, wide[n1], wide[n2], follow_chars[n1]):
+                        return False
+    except (lc._OverBudget, RecursionError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("budget", [40, 300, 20_000])
+def test_greedy_check_over_maximal_groups_changes_no_answer(budget: int) -> None:
+    pieces = ["[0-9]+", "[a-z]{1,8}", "a1b", "a", "[0-9]", "ab*", "(ab)+c?", "[a-c][0-9]{2,9}", "x|xy", "\"[^\"]*\""]
+    rnd = random.Random(budget)
+    answers = []
+    for _ in range(60):
+        names = rnd.sample(range(len(pieces)), rnd.randint(2, 5))
+        nodes = {f"t{i}": lc.to_node(ecma.parse(pieces[i])) for i in names}
+        terms = {k: v for k, v in nodes.items() if v is not None}
+        colive = [frozenset(rnd.sample(sorted(terms), rnd.randint(1, len(terms)))) for _ in range(rnd.randint(1, 6))]
+        follows = {k: frozenset(rnd.sample(sorted(terms), rnd.randint(0, len(terms)))) for k in terms}
+        answers.append((lc.greedy_safe(terms, colive, follows, budget), _old_greedy_safe(terms, colive, follows, budget)))
+    assert all(a == b for a, b in answers)
+    assert {a for a, _ in answers} == {True, False} or budget == 40
+
+
+# -- relaxed keeps what it does not change --------------------------------------------------------
+
+
+def _old_relaxed(n: lc.Lexeme) -> Optional[lc.Lexeme]:
+    kind = n[0]
+    if kind == "set":
+        return n
+    if kind == "seq":
+        return lc._seq([_old_relaxed(x) for x in n[1]])
+    if kind == "alt":
+        return lc._alt([_old_relaxed(x) for x in n[1]])
+    body, lo, hi = _old_relaxed(n[1]), n[2], n[3]
+    if hi is not None and hi > lc.RELAX_ABOVE:
+        return lc._rep(body, min(lo, 1), None)
+    return lc._rep(body, lo, hi)
+
+
+def test_relaxed_equals_rebuilding() -> None:
+    for p in ["abc", "a{2,9}b", "(a|b){0,3}c", "(x{7})?y", "[a-z]+(,[a-z]+){0,2}", "((ab)|c{5})*", "a?b?c?"]:
+        node = lc.to_node(ecma.parse(p))
+        assert node is not None
+        assert lc.relaxed(node) == _old_relaxed(node), p
+    unchanged = lc.to_node(ecma.parse("(ab|c)d{0,3}"))
+    assert unchanged is not None and lc.relaxed(unchanged) is unchanged
+
+
+# -- the parser's fast paths -----------------------------------------------------------------------
+
+
+class _PlainParser(ecma._Parser):
+    """The parser without its fast paths: one atom at a time, every class parsed."""
+
+    def seq(self):  # type: ignore[no-untyped-def]
+        items = []
+        while not self.eof() and self.peek() not in "|)":
+            items.append(self.quant(self.atom()))
+        return ("seq", items)
+
+    def atom(self):  # type: ignore[no-untyped-def]
+        if self.peek() == "[":
+            return ("set", self.cls())
+        return super().atom()
+
+
+def _parse_or_error(parser: type, text: str, superset: bool) -> tuple:
+    try:
+        return ("ok", parser(text, superset).parse())
+    except ecma.PatternError as e:
+        return ("error", str(e))
+
+
+def test_parser_fast_paths_build_the_plain_parsers_nodes() -> None:
+    rnd = random.Random(99)
+    alphabet = list('ab"{}:,[]]()|*+?.^$\\-09x') + ["\\d", "\\]", "[^", "{2}", "{1,3}", "[a-z]", "\u00e9", "\\u0041",
+                                                    "[:", "[\\]]", "[ab]", '[^"]', "abc", "\ud800"]
+    valid = 0
+    for _ in range(6_000):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 16)))
+        for superset in (False, True):
+            got = _parse_or_error(ecma._Parser, text, superset)
+            assert got == _parse_or_error(_PlainParser, text, superset), text
+            valid += got[0] == "ok"
+    assert valid > 1_000  # not only errors compared
