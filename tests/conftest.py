@@ -46,7 +46,9 @@ def tiny_generator(gpt2_tokenizer, tmp_path_factory):
     tokenizer: ``tiny_generator(draft=False, max_new_tokens=200, ...)``; the one fixture every test
     module's ``generator`` builds on. Its draft is always used (``draft_plan="always"``) unless a
     test asks otherwise: on a CPU the default plan would leave it out (``engine.draft_plan``), and
-    the tests of speculative decoding would quietly test the free proposers alone."""
+    the tests of speculative decoding would quietly test the free proposers alone. A test that asks
+    for "auto" gets the plan's constants (``calibrate_plan=False``): the costs measured on tiny
+    models would make its decisions the host's (``engine.plan_costs``; its own tests ask for it)."""
     from tiny_models import tiny_llama
 
     from constrained_spec.api import Generator
@@ -55,6 +57,7 @@ def tiny_generator(gpt2_tokenizer, tmp_path_factory):
         options.setdefault("progress", False)
         options.setdefault("cache_dir", tmp_path_factory.mktemp("cache"))
         options.setdefault("draft_plan", "always")
+        options.setdefault("calibrate_plan", False)
         return Generator(tiny_llama(50257, seed=1), tiny_llama(50257, seed=2) if draft else None,
                          tokenizer=gpt2_tokenizer, **options)
 

@@ -82,16 +82,18 @@ def expected_new_tokens(budget: int, bound_bytes: int | None) -> int:
 
 
 def plan_draft(mode: str, prefill_tokens: int, expected_tokens: int, overlapped: bool, on_cpu: bool = True,
-               gain_per_token: float = DRAFT_GAIN_PER_TOKEN, prefill_per_token: float = DRAFT_PREFILL_PER_TOKEN) -> DraftPlan:
+               gain_per_token: float = DRAFT_GAIN_PER_TOKEN, prefill_per_token: float = DRAFT_PREFILL_PER_TOKEN,
+               source: str = "") -> DraftPlan:
     """Use the draft model for this request? ``mode``: "auto" (by the rule above) or "always".
-    The constants were measured on CPUs only: a pair on another device keeps its draft."""
+    The constants were measured on CPUs only: a pair on another device keeps its draft.
+    ``source``: where the figures come from, appended to the reason ("constant", "measured on this host ...")."""
     if mode == "always":
         return DraftPlan(True, "always")
     if not on_cpu:
         return DraftPlan(True, "not on the CPU: the constants are CPU measurements")
     gain = expected_tokens * gain_per_token
     cost = 0.0 if overlapped else prefill_tokens * prefill_per_token  # an overlapped prefill costs no wait
-    where = " (prefill overlapped)" if overlapped else ""
+    where = (" (prefill overlapped)" if overlapped else "") + (f"; {source}" if source else "")
     if gain >= cost:
         return DraftPlan(True, f"gain {gain:.2f} >= prefill {cost:.2f} target forwards{where}")
     return DraftPlan(False, f"gain {gain:.2f} < prefill {cost:.2f} target forwards{where}")
