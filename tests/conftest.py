@@ -64,6 +64,16 @@ def tiny_generator(gpt2_tokenizer, tmp_path_factory):
     return make
 
 
+@pytest.fixture(autouse=True)
+def _plan_on_constants(monkeypatch):
+    """Every Generator here plans on the draft plan's constants: costs timed on tiny models under a
+    shared machine's load would make "auto" decide by the clock (``engine.plan_costs``; its tests
+    in ``tests/engine/test_plan_costs.py`` put the calibration back)."""
+    from constrained_spec.engine.request import RequestBuilder
+
+    monkeypatch.setattr(RequestBuilder, "calibrate_plan", lambda self, *args, **kwargs: None)
+
+
 @pytest.fixture(scope="module")
 def model_dirs(gpt2_tokenizer, tmp_path_factory):
     """Two tiny random Llamas (seeds 1, 2) saved with GPT-2's tokenizer: target and draft folders (CLI tests)."""

@@ -18,9 +18,19 @@ from constrained_spec.config import DecodeConfig
 from constrained_spec.engine import plan_costs
 from constrained_spec.engine.draft_plan import DRAFT_PREFILL_PER_TOKEN, default_gain, plan_draft
 from constrained_spec.engine.plan_costs import SIZES, HostCosts, calibrated_costs, gain_per_token, measure_costs
+from constrained_spec.engine.request import RequestBuilder
 from constrained_spec.errors import ConfigError
 from constrained_spec.models import cost_cache
 from constrained_spec.models.hf import HFModel
+
+#: the calibration as the library has it (``tests/conftest.py`` turns it off for every other test)
+CALIBRATE_PLAN = RequestBuilder.calibrate_plan
+
+
+@pytest.fixture(autouse=True)
+def _calibration_on(monkeypatch):
+    monkeypatch.setattr(RequestBuilder, "calibrate_plan", CALIBRATE_PLAN)
+
 
 #: the AVX512 host of the constants: fp16w torch, a 6-token verify 1.98x one token (linear between),
 #: the int8w draft's forward 0.27 of the target's (``AdaptiveDraftLength.draft_prior``), prefill 0.02
