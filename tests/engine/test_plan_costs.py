@@ -202,3 +202,17 @@ def test_the_plan_weighs_the_measured_figures_and_the_user_gain_wins(tiny_genera
     assert user.stats.draft_skipped and "gain from DecodeConfig.draft_gain_per_token; measured" in user.stats.draft_plan_reason
     assert gen.run(LONG_PROMPT, schema).stats.draft_plan_reason == "always"
     assert measured.token_ids and constant.value is not None
+
+
+def test_the_llamacpp_runtime_is_measured_and_keyed_as_such(tiny_ggufs, tmp_path):
+    """On the llama.cpp runtime (tiny GGUFs) the calibration runs, its figures are positive, and
+    the key names the runtime, its version, the GGUF files and llama.cpp's threads."""
+    from constrained_spec.models.llamacpp import LlamaCppModel, LlamaCppWeights
+
+    target, draft = (LlamaCppModel(LlamaCppWeights(path), n_ctx=256) for path in tiny_ggufs)
+    costs, seen = calibrated_costs(target, draft, CONTEXT, tmp_path)
+    assert seen and costs.draft_forward > 0 and all(v > 0 for v in costs.verify.values())
+    key = cost_cache.cost_key(target, draft, plan_costs.WHAT)
+    assert key["runtime"].startswith("llamacpp ") and key["target"].startswith("gguf:target.gguf:") and key["draft"].startswith("gguf:draft.gguf:")
+    assert key["threads"] == target.weights.threads
+    assert calibrated_costs(target, draft, CONTEXT, tmp_path) == (costs, [])
