@@ -64,14 +64,17 @@ def tiny_generator(gpt2_tokenizer, tmp_path_factory):
     return make
 
 
-@pytest.fixture(autouse=True)
-def _plan_on_constants(monkeypatch):
+@pytest.fixture(scope="session", autouse=True)
+def _plan_on_constants():
     """Every Generator here plans on the draft plan's constants: costs timed on tiny models under a
     shared machine's load would make "auto" decide by the clock (``engine.plan_costs``; its tests
-    in ``tests/engine/test_plan_costs.py`` put the calibration back)."""
+    in ``tests/engine/test_plan_costs.py`` put the calibration back). Session-wide, so that
+    Generators built by module fixtures are covered too."""
     from constrained_spec.engine.request import RequestBuilder
 
-    monkeypatch.setattr(RequestBuilder, "calibrate_plan", lambda self, *args, **kwargs: None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RequestBuilder, "calibrate_plan", lambda self, *args, **kwargs: None)
+        yield
 
 
 @pytest.fixture(scope="module")
