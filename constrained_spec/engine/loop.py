@@ -58,8 +58,9 @@ class Drafting:
     ``draft_gain``: the draft's gain per token for this kind of output (``draft_plan.default_gain``,
     or modelled from this host's measured costs: ``engine.plan_costs``), ``draft_prefill_cost``: the
     draft's prefill per prompt token (None: ``draft_plan.DRAFT_PREFILL_PER_TOKEN``) and
-    ``plan_source``: where those figures come from, in words; all for ``config.draft_plan``. ``allowed_mask``: matcher -> the tokens the draft's q may take
-    (default: the grammar's; a test gives a draft that ignores the grammar).
+    ``plan_source``: where those figures come from, in words; all for ``config.draft_plan``.
+    ``allowed_mask``: matcher -> the tokens the draft's q may take (default: the grammar's; a test
+    gives a draft that ignores the grammar).
     """
 
     proposers: Sequence[Proposer] = ()

@@ -38,6 +38,7 @@ from __future__ import annotations
 import datetime
 import logging
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -189,7 +190,7 @@ def measure_costs(target: SequenceModel, draft: SequenceModel, context: list[int
     return costs, seen
 
 
-def calibrated_costs(target: SequenceModel, draft: SequenceModel, context: list[int], cache_dir: Any = None,
+def calibrated_costs(target: SequenceModel, draft: SequenceModel, context: list[int], cache_dir: str | os.PathLike[str] | None = None,
                      ) -> tuple[HostCosts, list[tuple[str, int, float]]]:
     """This pair's costs on this host: read from the cache (``models.cost_cache``), else measured
     (:func:`measure_costs`) and cached; the timings measured ([] when read)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -171,7 +172,7 @@ class RequestBuilder:
         with self._state_lock:
             self.draft_length.target, self.draft_length.draft, self.draft_length.keep = state.target, state.draft, state.keep
 
-    def calibrate_plan(self, context_ids: list[int], cache_dir: object = None) -> HostCosts | None:
+    def calibrate_plan(self, context_ids: list[int], cache_dir: str | os.PathLike[str] | None = None) -> HostCosts | None:
         """Take this host's forward costs for the draft plan (``engine.plan_costs``): read from the
         cache, else measured on ``context_ids`` and cached (a few seconds for the default pair);
         what is measured also warms adaptive k's cost curves. Only for a draft model on the CPU
