@@ -4,8 +4,8 @@ Whether the draft model pays is the host's, the runtime's and the output's: a ve
 costs 1.98x a one-token target forward with fp16w torch on the AVX512 host where the plan's
 constants were measured (``draft_plan.DRAFT_GAIN_PER_TOKEN``), about 1.4x on an AVX2 one, and
 llama.cpp's Q4_K grows about linearly (5 tokens 4.2x one). So right after a load
-(:func:`calibrated_costs`) a few forwards of a fixed context are timed (:func:`measure_costs`,
-the median of ``repeats``), each figure relative to a one-token target forward:
+(:func:`calibrated_costs`) a few forwards after a fixed 32-token context are timed
+(:func:`measure_costs`, medians of 2), each figure relative to a one-token target forward:
 
 - ``verify[n]``: an n-token target forward, n in :data:`SIZES` (what the model below reads);
 - ``draft_forward``: a one-token draft forward, through the head the loop uses;
@@ -53,14 +53,15 @@ logger = logging.getLogger("constrained_spec")
 
 #: the draft length the priors were measured at (a draft block then feeds up to PRIOR_K + 1 tokens)
 PRIOR_K = 5
-#: tokens fed per timed target forward: 1 (the unit), 2 and 3 (free proposals), PRIOR_K + 1 (a draft block)
-SIZES = (1, 2, 3, PRIOR_K + 1)
+#: tokens fed per timed target forward: 1 (the unit), 2 (a verify of free proposals: 2.3-2.5 fed on
+#: average, where a CPU's kernels step first), PRIOR_K + 1 (a draft block); between them, linear
+SIZES = (1, 2, PRIOR_K + 1)
 #: the fixed context the forwards run after (tokens)
-CONTEXT_TOKENS = 64
+CONTEXT_TOKENS = 32
 #: the text whose tokens make that context (any text serves: a forward's cost does not depend on the ids)
 CALIBRATION_TEXT = " ".join(["The quick brown fox jumps over the lazy dog, and the dog sleeps on."] * 6)
 #: the measurement's name in the cache key (a change of method re-measures)
-WHAT = "draft-plan-costs-1"
+WHAT = "draft-plan-costs-2"
 #: a modelled gain in (-GAIN_NOISE, 0) counts as 0 (see the module text)
 GAIN_NOISE = 0.1
 
@@ -152,17 +153,19 @@ def _timed(call: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def measure_costs(target: SequenceModel, draft: SequenceModel, context: list[int], repeats: int = 3,
+def measure_costs(target: SequenceModel, draft: SequenceModel, context: list[int], repeats: int = 2,
                   ) -> tuple[HostCosts, list[tuple[str, int, float]]]:
-    """Time target forwards of :data:`SIZES` tokens and a one-token draft forward after ``context``,
-    and the draft's prefill of it (median of ``repeats`` each, after one untimed forward); both
-    caches are emptied after. Also returns every timing as (model, tokens, seconds), for adaptive k."""
+    """Time target forwards of :data:`SIZES` tokens and one-token draft forwards after ``context``
+    (medians over ``repeats``, after one untimed forward each), and the draft's prefill of it
+    (once); both caches are emptied after. Also returns every timing as (model, tokens, seconds),
+    for adaptive k. About 14 one-token target forwards in all: on a real pair's CPU host a forward
+    is 0.1-2 s, so this is kept to the fewest forwards that give the figures."""
     context = list(context) or [0]
     seen: list[tuple[str, int, float]] = []
     target.reset()
     target.prefill(context)
     base = target.length
-    target.extend(context[:1])  # untimed: the first forward allocates
+    target.extend(context[:1])  # untimed: the first forward sets up
     target.crop(base)
     for _ in range(repeats):
         for n in SIZES:
@@ -171,22 +174,20 @@ def measure_costs(target: SequenceModel, draft: SequenceModel, context: list[int
     target.reset()
     head = restricted_head(draft)
     one: Callable[[list[int]], Any] = head.extend_prefix_head if head is not None and head.head_prefix > 0 else draft.extend
-    prefill: list[float] = []
-    for i in range(repeats):
-        draft.reset()
-        prefill.append(_timed(lambda: draft.prefill(context)))
-        base = draft.length
-        if i == 0:
-            one(context[:1])  # untimed
-            draft.crop(base)
-        seen.append(("draft", 1, _timed(lambda: one(context[:1]))))
+    draft.reset()
+    prefill = _timed(lambda: draft.prefill(context))
+    base = draft.length
+    for i in range(repeats + 1):
+        seconds = _timed(lambda: one(context[:1]))
         draft.crop(base)
+        if i:  # the first is untimed
+            seen.append(("draft", 1, seconds))
     draft.reset()
     median = {n: statistics.median(s for name, m, s in seen if name == "target" and m == n) for n in SIZES}
     unit = max(median[1], 1e-9)
     draft_one = statistics.median(s for name, _, s in seen if name == "draft")
-    costs = HostCosts({n: median[n] / unit for n in SIZES}, max(draft_one, 1e-9) / unit,
-                      max(statistics.median(prefill), 1e-9) / (len(context) * unit), datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))
+    costs = HostCosts({n: median[n] / unit for n in SIZES}, max(draft_one, 1e-9) / unit, max(prefill, 1e-9) / (len(context) * unit),
+                      datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))
     return costs, seen
 
 
