@@ -202,6 +202,18 @@ def calibrated_costs(target: SequenceModel, draft: SequenceModel, context: list[
         if costs is not None:
             return costs, []
         logger.warning("the cached draft-plan costs are unusable; measuring them again")
+    load = _load_average()
     costs, seen = measure_costs(target, draft, context[:CONTEXT_TOKENS])
-    write_costs(key, costs.to_dict(), costs.measured, cache_dir)
+    path = write_costs(key, {**costs.to_dict(), "load_average_1m": load}, costs.measured, cache_dir)
+    if load is not None and load >= (os.cpu_count() or 1):
+        logger.warning("the draft plan's costs were measured under load (1-minute load average %.1f on %d cores): %s; "
+                       "delete %s to measure again", load, os.cpu_count() or 1, costs.describe(), path)
     return costs, seen
+
+
+def _load_average() -> float | None:
+    """The 1-minute load average where the system has one (kept beside the figures: a busy host skews them)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None

@@ -124,7 +124,7 @@ def test_the_cache_round_trips_and_a_key_change_measures_again(tiny_pair, tmp_pa
     files = list((tmp_path / cost_cache.COST_FOLDER).glob("*.json"))
     assert len(files) == 1
     data = json.loads(files[0].read_text())
-    assert data["key"]["host"]["cores"] > 0 and data["measured"] == first.measured
+    assert data["key"]["host"]["cores"] > 0 and data["measured"] == first.measured and "load_average_1m" in data["figures"]
     again, seen = calibrated_costs(*tiny_pair, CONTEXT, tmp_path)
     assert again == first and seen == []  # read back: nothing timed
     other_host = {**cost_cache.host_fingerprint(), "cpu": "another CPU"}
