@@ -1227,6 +1227,8 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
     config.extra["draft_window"] = generator.decode.draft_window
     config.extra["prefill_overlap"] = generator.decode.prefill_overlap
     config.extra["draft_plan"] = generator.decode.draft_plan
+    plan_costs = getattr(getattr(generator, "builder", None), "plan_costs", None)  # measured at load (engine.plan_costs)
+    config.extra["plan_costs"] = None if plan_costs is None else {**plan_costs.to_dict(), "measured": plan_costs.measured}
     config.extra["lookup_gate"] = generator.decode.lookup_gate
     _warm_up(generator)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator, Sequence
 from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, GRAMMAR_ENGINES, DecodeConfig, GeneratorConfig, ModelConfig, RunOptions
 from constrained_spec.engine.batching import BatchCoordinator
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
+from constrained_spec.engine.plan_costs import CALIBRATION_TEXT
 from constrained_spec.engine.request import DecodeRequest, RequestBuilder
 from constrained_spec.engine.smc import SMCReport, check_smc_options
 from constrained_spec.engine.stats import DecodeHooks, DecodeStats
@@ -116,6 +117,10 @@ class Generator:
         #: builds and runs each call's decode (alone, or as a batch row): proposers, draft plan, adaptive k
         self.builder = RequestBuilder(self.target, self.draft, self.verifier, self.vocab, self._encode,
                                       max_k=self.decode.num_draft_tokens, batch=self.batch)
+        decode = self.decode
+        if decode.calibrate_plan and decode.draft_plan == "auto" and self.batch is None and self.builder.uses_draft(decode):
+            # the draft plan's costs on this host (engine.plan_costs): cached per host, models, runtime, threads
+            self.builder.calibrate_plan(self._encode(CALIBRATION_TEXT), config.models.cache_dir)
 
     @classmethod
     def from_config(cls, models: ModelConfig, decode: DecodeConfig | None = None, **options: Any) -> "Generator":

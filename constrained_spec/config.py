@@ -98,7 +98,10 @@ class DecodeConfig:
     saves per generated token beyond the free proposers, which that rule weighs (None: by the kind of
     constraint, as measured for the default pair on this project's CPU host: about 0 for JSON Schema,
     where grammar strings and prompt lookup leave the draft little, 0.4 for a Lark grammar's output,
-    where they find little; ``engine.draft_plan``).
+    where they find little; ``engine.draft_plan``); ``calibrate_plan``: with "auto" and a draft model on
+    the CPU, a Generator times a few forwards right after loading (cached on disk per host, models,
+    runtime and threads, so a later load times nothing) and the plan weighs costs measured there
+    (``engine.plan_costs``) instead of the constants; False: the constants, as before.
     """
 
     num_draft_tokens: int = NUM_DRAFT_TOKENS
@@ -116,6 +119,7 @@ class DecodeConfig:
     prefill_overlap: str = "auto"
     draft_plan: str = "auto"
     draft_gain_per_token: float | None = None
+    calibrate_plan: bool = True
 
     def __post_init__(self) -> None:
         _check(isinstance(self.num_draft_tokens, int) and 0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS,
@@ -135,6 +139,7 @@ class DecodeConfig:
         _check(gain is None or (isinstance(gain, (int, float)) and -1.0 <= gain <= 1.0),
                f"draft_gain_per_token must be None or a number in [-1, 1], got {gain!r}")
         _check(self.draft_plan in DRAFT_PLANS, f"draft_plan must be one of {DRAFT_PLANS}, got {self.draft_plan!r}")
+        _check(isinstance(self.calibrate_plan, bool), f"calibrate_plan must be True or False, got {self.calibrate_plan!r}")
         _check(self.verify_backend in VERIFY_BACKENDS, f"unknown verify backend {self.verify_backend!r}; choose from {VERIFY_BACKENDS}")
 
     def sources(self, has_draft: bool) -> tuple[str, ...]:

@@ -46,7 +46,9 @@ def tiny_generator(gpt2_tokenizer, tmp_path_factory):
     tokenizer: ``tiny_generator(draft=False, max_new_tokens=200, ...)``; the one fixture every test
     module's ``generator`` builds on. Its draft is always used (``draft_plan="always"``) unless a
     test asks otherwise: on a CPU the default plan would leave it out (``engine.draft_plan``), and
-    the tests of speculative decoding would quietly test the free proposers alone."""
+    the tests of speculative decoding would quietly test the free proposers alone. A test that asks
+    for "auto" gets the plan's constants (``calibrate_plan=False``): the costs measured on tiny
+    models would make its decisions the host's (``engine.plan_costs``; its own tests ask for it)."""
     from tiny_models import tiny_llama
 
     from constrained_spec.api import Generator
@@ -55,10 +57,24 @@ def tiny_generator(gpt2_tokenizer, tmp_path_factory):
         options.setdefault("progress", False)
         options.setdefault("cache_dir", tmp_path_factory.mktemp("cache"))
         options.setdefault("draft_plan", "always")
+        options.setdefault("calibrate_plan", False)
         return Generator(tiny_llama(50257, seed=1), tiny_llama(50257, seed=2) if draft else None,
                          tokenizer=gpt2_tokenizer, **options)
 
     return make
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _plan_on_constants():
+    """Every Generator here plans on the draft plan's constants: costs timed on tiny models under a
+    shared machine's load would make "auto" decide by the clock (``engine.plan_costs``; its tests
+    in ``tests/engine/test_plan_costs.py`` put the calibration back). Session-wide, so that
+    Generators built by module fixtures are covered too."""
+    from constrained_spec.engine.request import RequestBuilder
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RequestBuilder, "calibrate_plan", lambda self, *args, **kwargs: None)
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,18 @@ default pair on this project's CPU host (:func:`default_gain`): about 0 for JSON
 values), so there "auto" uses the draft only where its prefill is hidden; 0.4 for a Lark grammar's
 output (``DRAFT_GAIN_PER_TOKEN_LARK``; SQL, arithmetic, nested JSON: nothing forced, little to
 copy), so there it uses the draft unless the output is short after a long prompt.
-``DecodeConfig.draft_gain_per_token`` sets one figure for every output, for a machine where the
-draft pays. A pair on another device keeps its draft (no measurement there).
+These constants are the AVX512 host's: where the verify is flatter (an AVX2 CPU) the draft pays
+more, where it grows linearly (llama.cpp's Q4_K) less. So by default (``DecodeConfig.calibrate_plan``)
+a Generator times a few forwards right after loading, caches them per host, models, runtime and
+threads, and models the gain per kind of output from those costs and the measurements above
+(``engine.plan_costs``); the prefill figure is then measured too. ``DecodeConfig.draft_gain_per_token``
+sets one figure for every output and wins over both. A pair on another device keeps its draft (no
+measurement there).
 
-The inputs are the prompt's length, the grammar, the budget, the devices and constants, never a
-clock: a seed reproduces its sample whatever the machine's load (timing-driven choices, like
-``adaptive``, do not). Exact either way: without the draft the loop still verifies every proposal
+The inputs are the prompt's length, the grammar, the budget, the devices and figures fixed before
+the first request (constants, or costs read from the cache or measured once at load), never a clock
+per request: a seed reproduces its sample whatever the machine's load, and run after run on a host
+once its costs are cached (timing-driven choices, like ``adaptive``, do not). Exact either way: without the draft the loop still verifies every proposal
 against the target (``tests/engine/test_distribution.py`` covers both paths).
 """
 
@@ -82,16 +88,18 @@ def expected_new_tokens(budget: int, bound_bytes: int | None) -> int:
 
 
 def plan_draft(mode: str, prefill_tokens: int, expected_tokens: int, overlapped: bool, on_cpu: bool = True,
-               gain_per_token: float = DRAFT_GAIN_PER_TOKEN, prefill_per_token: float = DRAFT_PREFILL_PER_TOKEN) -> DraftPlan:
+               gain_per_token: float = DRAFT_GAIN_PER_TOKEN, prefill_per_token: float = DRAFT_PREFILL_PER_TOKEN,
+               source: str = "") -> DraftPlan:
     """Use the draft model for this request? ``mode``: "auto" (by the rule above) or "always".
-    The constants were measured on CPUs only: a pair on another device keeps its draft."""
+    The constants were measured on CPUs only: a pair on another device keeps its draft.
+    ``source``: where the figures come from, appended to the reason ("constant", "measured on this host ...")."""
     if mode == "always":
         return DraftPlan(True, "always")
     if not on_cpu:
         return DraftPlan(True, "not on the CPU: the constants are CPU measurements")
     gain = expected_tokens * gain_per_token
     cost = 0.0 if overlapped else prefill_tokens * prefill_per_token  # an overlapped prefill costs no wait
-    where = " (prefill overlapped)" if overlapped else ""
+    where = (" (prefill overlapped)" if overlapped else "") + (f"; {source}" if source else "")
     if gain >= cost:
         return DraftPlan(True, f"gain {gain:.2f} >= prefill {cost:.2f} target forwards{where}")
     return DraftPlan(False, f"gain {gain:.2f} < prefill {cost:.2f} target forwards{where}")

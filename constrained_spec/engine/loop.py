@@ -28,7 +28,7 @@ import torch
 from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.block import DraftBlock, TimedMatcher
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
-from constrained_spec.engine.draft_plan import DRAFT_GAIN_PER_TOKEN, expected_new_tokens, plan_draft
+from constrained_spec.engine.draft_plan import DRAFT_GAIN_PER_TOKEN, DRAFT_PREFILL_PER_TOKEN, expected_new_tokens, plan_draft
 from constrained_spec.engine.lookup_gate import LookupGate
 from constrained_spec.engine.prefill import draft_prefill_length, on_cpu, overlap_pays, prefill_pair
 from constrained_spec.engine.proposers import DraftContext, DraftModelProposer, Proposal, Proposer
@@ -55,9 +55,12 @@ class Drafting:
     k's state (``config.num_draft_tokens`` is then the cap); None: fixed k. ``draft_cap``: k -> the
     draft length for this step (a batch lowers it as rows join: ``engine.batching``).
     ``output_bound``: the most bytes the grammar's language allows (None: unbounded or unknown), and
-    ``draft_gain``: the draft's gain per token for this kind of output (``draft_plan.default_gain``),
-    both for ``config.draft_plan``. ``allowed_mask``: matcher -> the tokens the draft's q may take
-    (default: the grammar's; a test gives a draft that ignores the grammar).
+    ``draft_gain``: the draft's gain per token for this kind of output (``draft_plan.default_gain``,
+    or modelled from this host's measured costs: ``engine.plan_costs``), ``draft_prefill_cost``: the
+    draft's prefill per prompt token (None: ``draft_plan.DRAFT_PREFILL_PER_TOKEN``) and
+    ``plan_source``: where those figures come from, in words; all for ``config.draft_plan``.
+    ``allowed_mask``: matcher -> the tokens the draft's q may take (default: the grammar's; a test
+    gives a draft that ignores the grammar).
     """
 
     proposers: Sequence[Proposer] = ()
@@ -65,6 +68,8 @@ class Drafting:
     draft_cap: Callable[[int], int] | None = None
     output_bound: int | None = None
     draft_gain: float | None = None
+    draft_prefill_cost: float | None = None
+    plan_source: str = "constant"
     allowed_mask: Callable[[GrammarMatcher], torch.Tensor] | None = None
 
 
@@ -131,6 +136,12 @@ class SpeculativeDecoder:
         #: the draft's gain per token the plan weighs: the config's, else the caller's for this
         #: constraint's kind (``draft_plan.default_gain``), else the JSON Schema figure
         self.draft_gain = next(g for g in (config.draft_gain_per_token, drafting.draft_gain, DRAFT_GAIN_PER_TOKEN) if g is not None)
+        self.draft_prefill_cost = DRAFT_PREFILL_PER_TOKEN if drafting.draft_prefill_cost is None else drafting.draft_prefill_cost
+        #: where the plan's figures come from, for ``stats.draft_plan_reason``
+        self.plan_source = drafting.plan_source
+        if config.draft_gain_per_token is not None:
+            measured = drafting.plan_source if drafting.draft_prefill_cost is not None else ""
+            self.plan_source = "; ".join(s for s in ("gain from DecodeConfig.draft_gain_per_token", measured) if s)
 
     # -- helpers ---------------------------------------------------------------------------
     def _uniform(self, n: int, device: torch.device) -> torch.Tensor:
@@ -174,7 +185,7 @@ class SpeculativeDecoder:
         if self.model is not None and self.draft_cap is None:  # a batch row keeps its slot's draft rows in step
             expected = expected_new_tokens(self.max_new_tokens, self.output_bound)
             plan = plan_draft(self.config.draft_plan, draft_tokens, expected, overlap, on_cpu(self.target, self.draft),
-                              gain_per_token=self.draft_gain)
+                              gain_per_token=self.draft_gain, prefill_per_token=self.draft_prefill_cost, source=self.plan_source)
             self.stats.draft_plan_reason = plan.reason
             if not plan.use_draft:
                 self._leave_out_draft()

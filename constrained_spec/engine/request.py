@@ -2,8 +2,9 @@
 
 A :class:`RequestBuilder` (one per ``Generator``) turns a :class:`DecodeRequest` into a run of the
 decode loop (:class:`~constrained_spec.engine.loop.SpeculativeDecoder`) and owns what every path
-shares: the request's proposers, the inputs of the draft plan (``engine.draft_plan``), the adaptive
-draft-length state and its calibration. A request alone runs on the models themselves, one at a
+shares: the request's proposers, the inputs of the draft plan (``engine.draft_plan``; with this
+host's measured costs where :meth:`RequestBuilder.calibrate_plan` ran, ``engine.plan_costs``), the
+adaptive draft-length state and its calibration. A request alone runs on the models themselves, one at a
 time (:attr:`RequestBuilder.lock`); a batch row takes a slot of the
 :class:`~constrained_spec.engine.batching.BatchCoordinator` and runs the same loop over the slot's
 row views, its verify joining the other rows'. An SMC request's particles are rows of the batch
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -33,6 +35,8 @@ from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
 from constrained_spec.engine.draft_plan import default_gain
 from constrained_spec.engine.loop import Drafting, SpeculativeDecoder, Verifier
+from constrained_spec.engine.plan_costs import HostCosts, calibrated_costs, gain_per_token
+from constrained_spec.engine.prefill import on_cpu
 from constrained_spec.engine.proposers import GrammarStringProposer, GrammarStrings, PromptLookupProposer, PromptText, Proposer
 from constrained_spec.engine.stats import DecodeHooks, DecodeResult
 from constrained_spec.grammar.matcher import GrammarMatcher
@@ -85,6 +89,8 @@ class RequestBuilder:
         self._state_lock = threading.Lock()  # batch rows take and return copies of ``draft_length``
         self._strings: LRUCache[str, GrammarStrings] = LRUCache(STRINGS_CACHE_SIZE)
         self._prompt_text = PromptText(vocab, encode)  # one request at a time, under ``lock``
+        #: this host's forward costs for the draft plan (:meth:`calibrate_plan`); None: the constants
+        self.plan_costs: HostCosts | None = None
 
     # -- what a request uses -----------------------------------------------------------------
     def proposers(self, request: DecodeRequest, shared_text: bool) -> list[Proposer]:
@@ -108,8 +114,12 @@ class RequestBuilder:
                  ) -> SpeculativeDecoder:
         config = request.config
         plan_auto = draft is not None and config.draft_plan == "auto"
+        costs = self.plan_costs if config.calibrate_plan else None
+        figures = ({"draft_gain": default_gain(request.kind)} if costs is None else
+                   {"draft_gain": gain_per_token(costs, request.kind), "draft_prefill_cost": costs.draft_prefill_per_token,
+                    "plan_source": costs.describe()})
         drafting = Drafting(self.proposers(request, shared_text), draft_length, draft_cap,
-                            output_bound=request.output_bound if plan_auto else None, draft_gain=default_gain(request.kind))
+                            output_bound=request.output_bound if plan_auto else None, **figures)
         return SpeculativeDecoder(target, draft, request.new_matcher(), request.policy, config, max_new_tokens=request.max_new_tokens,
                                   verifier=verifier, generator=make_generator(request.policy.seed), hooks=request.hooks,
                                   drafting=drafting)
@@ -176,6 +186,26 @@ class RequestBuilder:
         with self._state_lock:
             self.draft_length.target, self.draft_length.draft, self.draft_length.keep = state.target, state.draft, state.keep
 
+    def calibrate_plan(self, context_ids: list[int], cache_dir: str | os.PathLike[str] | None = None) -> HostCosts | None:
+        """Take this host's forward costs for the draft plan (``engine.plan_costs``): read from the
+        cache, else measured on ``context_ids`` and cached (a few seconds for the default pair);
+        what is measured also warms adaptive k's cost curves. Only for a draft model on the CPU
+        (elsewhere the plan keeps the draft, no figures needed)."""
+        if self.draft is None or not on_cpu(self.target, self.draft):
+            return None
+        with self.lock:
+            costs, seen = calibrated_costs(self.target, self.draft, context_ids, cache_dir)
+        self._observe_costs(seen)
+        self.plan_costs = costs
+        return costs
+
+    def _observe_costs(self, seen: list[tuple[str, int, float]]) -> None:
+        """Timed forwards (model, tokens fed, seconds) join adaptive k's cost curves."""
+        rule = self.draft_length
+        with self._state_lock:
+            for name, n, seconds in seen:
+                (rule.target if name == "target" else rule.draft).observe(n, seconds)
+
     def calibrate(self, context_ids: list[int], repeats: int = 2) -> None:
         """Measure target forward cost by tokens fed (1..max_k+1) and one draft forward, for adaptive
         k: an optional warm start (13-16 s for the default pair on 2 CPU cores, one thread); without it the rule
@@ -197,6 +227,4 @@ class RequestBuilder:
                         seen.append((name, n, time.perf_counter() - t0))
                         model.crop(base)
                 model.reset()
-        with self._state_lock:
-            for name, n, seconds in seen:
-                (rule.target if name == "target" else rule.draft).observe(n, seconds)
+        self._observe_costs(seen)
