@@ -64,10 +64,6 @@ CALIBRATION_TEXT = " ".join(["The quick brown fox jumps over the lazy dog, and t
 WHAT = "draft-plan-costs-2"
 #: a modelled gain in (-GAIN_NOISE, 0) counts as 0 (see the module text)
 GAIN_NOISE = 0.1
-#: a 6-token verify that costs at least this share of six one-token forwards makes blocks not pay
-#: (measured 2026-12-02: torch fp16w 1.4-2.0x one forward, a share of 0.23-0.33; llama.cpp Q4_K_M on
-#: the 2-core AVX2 host, 5 tokens 4.2x one, a share of 0.84)
-BLOCK_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -115,13 +111,6 @@ class HostCosts:
                 return self.verify[a] + (self.verify[b] - self.verify[a]) * (tokens - a) / (b - a)
         a, b = known[-2], known[-1]
         return self.verify[b] + (self.verify[b] - self.verify[a]) * (tokens - b) / (b - a)
-
-    def blocks_pay(self) -> bool:
-        """Whether a verify of several tokens costs clearly less than as many one-token forwards here
-        (a 6-token verify under :data:`BLOCK_SHARE` of six): where it does not (llama.cpp's quantized
-        kernels on a small CPU, about linear), a proposal can only cost, never save, beyond the tokens
-        the grammar forces (which are fed either way)."""
-        return self.verify_cost(6) < BLOCK_SHARE * 6
 
     def describe(self) -> str:
         """The figures in words (``DecodeStats.draft_plan_reason``)."""

@@ -98,21 +98,12 @@ class RequestBuilder:
         uses the builder's text index (a request under :attr:`lock`), else one of its own."""
         config = request.config
         sources = config.sources(self.draft is not None)
-        if self.lookup_left_out(config):
-            sources = tuple(s for s in sources if s != "lookup")
         out: list[Proposer] = []
         if "grammar" in sources:
             out.append(GrammarStringProposer(self._strings.get_or_make(request.grammar_key, lambda: GrammarStrings(self.encode, self.vocab))))
         if "lookup" in sources:
             out.append(PromptLookupProposer(self._prompt_text if shared_text else PromptText(self.vocab, self.encode), config.lookup_min_ngram))
         return out
-
-    def lookup_left_out(self, config: DecodeConfig) -> bool:
-        """Whether the plan leaves prompt lookup out: under ``draft_plan="auto"`` where this host's
-        measured costs say blocks do not pay (:meth:`HostCosts.blocks_pay`); a wrong lookup token
-        then costs a forward and a right one saves none."""
-        costs = self.plan_costs if config.calibrate_plan else None
-        return config.draft_plan == "auto" and costs is not None and not costs.blocks_pay()
 
     def uses_draft(self, config: DecodeConfig) -> bool:
         """Whether a request with ``config`` may use the draft model (the plan may still leave it out)."""
@@ -126,7 +117,7 @@ class RequestBuilder:
         costs = self.plan_costs if config.calibrate_plan else None
         figures = ({"draft_gain": default_gain(request.kind)} if costs is None else
                    {"draft_gain": gain_per_token(costs, request.kind), "draft_prefill_cost": costs.draft_prefill_per_token,
-                    "plan_source": costs.describe() + ("; prompt lookup left out: blocks do not pay here" if self.lookup_left_out(config) else "")})
+                    "plan_source": costs.describe()})
         drafting = Drafting(self.proposers(request, shared_text), draft_length, draft_cap,
                             output_bound=request.output_bound if plan_auto else None, **figures)
         return SpeculativeDecoder(target, draft, request.new_matcher(), request.policy, config, max_new_tokens=request.max_new_tokens,

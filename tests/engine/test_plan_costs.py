@@ -216,31 +216,3 @@ def test_the_llamacpp_runtime_is_measured_and_keyed_as_such(tiny_ggufs, tmp_path
     assert key["runtime"].startswith("llamacpp ") and key["target"].startswith("gguf:target.gguf:") and key["draft"].startswith("gguf:draft.gguf:")
     assert key["threads"] == target.weights.threads
     assert calibrated_costs(target, draft, CONTEXT, tmp_path) == (costs, [])
-
-
-def test_blocks_that_do_not_pay_leave_prompt_lookup_out_under_the_auto_plan(tiny_generator):
-    """A linear verify (llama.cpp's Q4_K here) makes a wrong lookup token cost a forward and a right
-    one save none: under ``draft_plan="auto"`` the measured costs drop prompt lookup and keep the
-    grammar's strings; the AVX512 and flat hosts keep it (controls), as do "always" and
-    ``calibrate_plan=False``."""
-    from types import SimpleNamespace
-
-    from constrained_spec.engine.proposers import PromptLookupProposer
-
-    assert AVX512.blocks_pay() and FLAT.blocks_pay() and not LINEAR.blocks_pay()
-    gen = tiny_generator(draft_plan="always", calibrate_plan=True, prefill_overlap="off")
-    builder = gen.builder
-
-    def kinds(costs: HostCosts, **fields: object) -> list[str]:
-        builder.plan_costs = costs
-        config = DecodeConfig(**{"proposers": ("draft", "grammar", "lookup"), "draft_plan": "auto", **fields})
-        request = SimpleNamespace(config=config, grammar_key="k")
-        return [type(p).__name__ for p in builder.proposers(request, shared_text=True)]  # type: ignore[arg-type]
-
-    lookup = PromptLookupProposer.__name__
-    assert lookup not in kinds(LINEAR) and "GrammarStringProposer" in kinds(LINEAR)
-    assert lookup in kinds(FLAT) and lookup in kinds(AVX512)
-    assert lookup in kinds(LINEAR, draft_plan="always") and lookup in kinds(LINEAR, calibrate_plan=False)
-    builder.plan_costs = LINEAR
-    run = gen.run(LONG_PROMPT, SCHEMA, draft_plan="auto")
-    assert run.stats.lookup_proposed == 0 and "prompt lookup left out" in run.stats.draft_plan_reason
