@@ -72,7 +72,7 @@ install-llamacpp: install
 fetch-models: install
 	$(PYTHON) -m constrained_spec.cli fetch-models
 
-demo: install
+demo: install-llamacpp
 	$(PYTHON) -m constrained_spec.cli generate --schema schemas/order.json --stats --prompt "$(DEMO_PROMPT)"
 
 lint: install-test

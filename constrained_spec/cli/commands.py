@@ -41,6 +41,7 @@ from constrained_spec.errors import (
     SchemaError,
     VocabularyMismatchError,
 )
+from constrained_spec.models.runtime import RUNTIMES
 
 PROG = "constrained-spec"
 #: what to install for ``serve``
@@ -232,8 +233,21 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_fetch_models(args: argparse.Namespace) -> int:
+    from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET
+    from constrained_spec.models.devices import resolve_device
+    from constrained_spec.models.runtime import resolve_runtime
     from constrained_spec.models.store import fetch_default_models
 
+    if resolve_runtime(args.runtime, DEFAULT_TARGET, resolve_device("auto"), args.dtype) == "llamacpp":
+        # the GGUFs as stored and their tokenizers: nothing to convert on this runtime
+        from constrained_spec.models.fetch import fetch_gguf
+        from constrained_spec.models.llamacpp import gguf_tokenizer
+
+        for name in (DEFAULT_DRAFT, DEFAULT_TARGET):
+            path = fetch_gguf(name, args.cache_dir, True)
+            gguf_tokenizer(path, args.cache_dir)
+            print(f"{name}: {path}")
+        return 0
     paths = fetch_default_models(cache_dir=args.cache_dir, dtype=args.dtype, progress=True)
     for name, path in (paths.items() if isinstance(paths, dict) else enumerate(paths)):
         print(f"{name}: {path}")
@@ -312,9 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show progress of compilation past a second on stderr even when it is not a terminal")
     g.set_defaults(func=_cmd_generate)
 
-    f = sub.add_parser("fetch-models", help="download, verify and convert the default model pair ahead of time")
+    f = sub.add_parser("fetch-models", help="download and verify the default model pair ahead of time (and convert it for the torch runtime)")
     f.add_argument("--cache-dir", default=None)
     f.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
+    f.add_argument("--runtime", default="auto", choices=RUNTIMES,
+                   help="the runtime to prepare for: auto (llama.cpp on a CPU where llama-cpp-python is installed: the GGUFs "
+                        "and their tokenizers), torch (download and convert), llamacpp")
     f.set_defaults(func=_cmd_fetch_models)
 
     s = sub.add_parser("serve", help=f"OpenAI-compatible HTTP server (see `serve --help`; needs {SERVER_EXTRA})", add_help=False)

@@ -300,3 +300,22 @@ def test_draft_plan_flag(model_dirs, tmp_path, capsys, monkeypatch):
         torch.set_num_threads(threads)
     assert stats["auto"]["draft_skipped"] and stats["auto"]["draft_forwards"] == 0
     assert not stats["always"]["draft_skipped"] and stats["always"]["draft_forwards"] > 0
+
+
+@pytest.mark.parametrize("runtime, expected", [("llamacpp", "gguf"), ("torch", "converted")])
+def test_fetch_models_prepares_what_the_runtime_loads(capsys, monkeypatch, tmp_path, runtime, expected):
+    """On the llama.cpp runtime fetch-models fetches the GGUFs and builds their tokenizers (nothing
+    converted); on torch it converts (the control). The downloads are stubbed: no network here."""
+    from constrained_spec.models import fetch, llamacpp, runtime as runtime_mod, store
+
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(fetch, "fetch_gguf", lambda name, cache_dir=None, progress=True: calls.append(("gguf", name)) or tmp_path / f"{name}.gguf")
+    monkeypatch.setattr(llamacpp, "gguf_tokenizer", lambda path, cache_dir=None: calls.append(("tokenizer", str(path))))
+    monkeypatch.setattr(store, "fetch_default_models", lambda **kw: calls.append(("converted", "pair")) or {"pair": tmp_path})
+    monkeypatch.setattr(runtime_mod, "llamacpp_installed", lambda: True)
+    code, out, _ = main_in_process(capsys, monkeypatch, tmp_path / "cache", "fetch-models", "--runtime", runtime)
+    assert code == 0
+    assert {kind for kind, _ in calls} == ({"gguf", "tokenizer"} if expected == "gguf" else {"converted"})
+    if expected == "gguf":
+        assert [name for kind, name in calls if kind == "gguf"] == ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+        assert "qwen2.5-coder-1.5b:" in out
