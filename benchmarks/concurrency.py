@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     batched = Generator(model, draft, progress=False, max_new_tokens=args.max_new_tokens, max_batch_size=max(max(clients), 2),
                         device=args.device, runtime=args.runtime)
     assert batched.batch is not None
-    cache_mb = sum(m.cache_bytes for m in batched.batch.models.values()) / 2**20
+    cache_mb = sum(getattr(m, "cache_bytes", 0) for m in batched.batch.models.values()) / 2**20  # llama.cpp: inside its context
     for gen in (serial, batched):  # warm-up: first-call costs (thread pools, kernels) out of the figures
         gen.run("Say hi.", {"type": "string", "maxLength": 4}, max_new_tokens=8)
     results: dict[str, Any] = {"model": model, "draft": draft, "runtime": type(serial.target).__name__, "threads": torch.get_num_threads(), "load_s": load_s,
