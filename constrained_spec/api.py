@@ -88,7 +88,7 @@ class Generator:
 
         config = (config or GeneratorConfig()).with_options(**options)
         self.config = config = dataclasses.replace(config, models=dataclasses.replace(config.models, model=model, draft=draft))
-        loaded = load_models(config.models, tokenizer, config.progress)
+        loaded = load_models(config.models, tokenizer, config.progress, batched=config.batch.max_batch_size > 1)
         self._loaded = loaded.keep  # holds the shared weights while this Generator lives
         self.target: SequenceModel = loaded.target
         self.tokenizer = loaded.tokenizer

@@ -65,7 +65,7 @@ def load_shared(spec: str, role: str, cache_dir: Any, dtype: str, progress: bool
 
 
 def load_model(spec: Any, tokenizer: Any, role: str, models: ModelConfig, progress: bool,
-               keep: list[LoadedModel]) -> tuple[SequenceModel, Any]:
+               keep: list[LoadedModel], batched: bool = False) -> tuple[SequenceModel, Any]:
     """A model spec loaded as ``models`` says (its cache folder, device, runtime; ``dtype`` for the
     target, ``draft_dtype`` or else ``dtype`` for the draft), or a model object, left where it is (an
     explicit device that is not where the object lives is a ConfigError); and its tokenizer.
@@ -76,7 +76,7 @@ def load_model(spec: Any, tokenizer: Any, role: str, models: ModelConfig, progre
     dtype = models.draft_dtype if role == "draft" and models.draft_dtype is not None else models.dtype
     if isinstance(spec, str):
         where = resolve_device(models.device)
-        concrete = resolve_runtime(models.runtime, spec, where, dtype)
+        concrete = resolve_runtime(models.runtime, spec, where, dtype, batched=batched)
         loaded = load_shared(spec, role, models.cache_dir, dtype, progress, where, concrete)
         keep.append(loaded)  # the Generator's strong reference keeps the registry entry alive
         if tokenizer is None and loaded.tokenizer is None and concrete == "llamacpp":  # made on first need only
@@ -105,14 +105,15 @@ class LoadedModels:
     keep: list[LoadedModel] = field(default_factory=list)
 
 
-def load_models(models: ModelConfig, tokenizer: Any = None, progress: bool = True) -> LoadedModels:
+def load_models(models: ModelConfig, tokenizer: Any = None, progress: bool = True, batched: bool = False) -> LoadedModels:
     """``models.model`` and ``models.draft`` (specs or model objects; ``tokenizer`` for objects)
-    loaded as ``models`` says; the draft of a spec loads its own tokenizer."""
+    loaded as ``models`` says; the draft of a spec loads its own tokenizer. ``batched``: for
+    continuous batching (``runtime="auto"`` then picks torch on a CPU: ``models.runtime``)."""
     out = LoadedModels(target=None, tokenizer=None)  # type: ignore[arg-type]  # filled below
-    out.target, out.tokenizer = load_model(models.model, tokenizer, "target", models, progress, out.keep)
+    out.target, out.tokenizer = load_model(models.model, tokenizer, "target", models, progress, out.keep, batched)
     if models.draft is not None:
         draft_tokenizer = None if isinstance(models.draft, str) else tokenizer
-        out.draft, out.draft_tokenizer = load_model(models.draft, draft_tokenizer, "draft", models, progress, out.keep)
+        out.draft, out.draft_tokenizer = load_model(models.draft, draft_tokenizer, "draft", models, progress, out.keep, batched)
     return out
 
 

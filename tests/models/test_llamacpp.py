@@ -196,6 +196,8 @@ def test_auto_follows_the_measured_cpu_default_and_falls_back_without_the_bindin
     monkeypatch.setattr(runtime, "CPU_DEFAULT", "llamacpp")
     monkeypatch.setattr(runtime, "llamacpp_installed", lambda: True)
     assert resolve_runtime("auto", "qwen2.5-coder-1.5b", "cpu") == "llamacpp"
+    assert resolve_runtime("auto", "qwen2.5-coder-1.5b", "cpu", batched=True) == "torch"  # rows: torch measured faster
+    assert resolve_runtime("llamacpp", "qwen2.5-coder-1.5b", "cpu", batched=True) == "llamacpp"  # asked for: kept
     monkeypatch.setattr(runtime, "llamacpp_installed", lambda: False)
     monkeypatch.setattr(runtime, "_warned", set())
     with caplog.at_level("WARNING", logger="constrained_spec"):
