@@ -306,7 +306,8 @@ def test_draft_plan_flag(model_dirs, tmp_path, capsys, monkeypatch):
 def test_fetch_models_prepares_what_the_runtime_loads(capsys, monkeypatch, tmp_path, runtime, expected):
     """On the llama.cpp runtime fetch-models fetches the GGUFs and builds their tokenizers (nothing
     converted); on torch it converts (the control). The downloads are stubbed: no network here."""
-    from constrained_spec.models import fetch, llamacpp, runtime as runtime_mod, store
+    from constrained_spec.models import fetch, llamacpp, store
+    from constrained_spec.models import runtime as runtime_mod
 
     calls: list[tuple[str, str]] = []
     monkeypatch.setattr(fetch, "fetch_gguf", lambda name, cache_dir=None, progress=True: calls.append(("gguf", name)) or tmp_path / f"{name}.gguf")
