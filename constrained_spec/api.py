@@ -190,7 +190,7 @@ class Generator:
 
         ``options``: this call's :class:`~constrained_spec.config.RunOptions` (``max_new_tokens``,
         ``temperature``, ``top_k``, ``top_p``, ``seed``, ``schema_in_prompt``, ``on_tokens``: each
-        step's committed ids, ``tools``, ``schema_draft``, ``hooks``, ``alignment``: ``"local"`` or
+        step's committed ids, ``on_step``: called after each step (cancellation), ``tools``, ``schema_draft``, ``hooks``, ``alignment``: ``"local"`` or
         ``"smc"``, ``particles``, ``ess_threshold``: see there) and fields of
         :class:`~constrained_spec.config.DecodeConfig` (``proposers``: any of ``"draft"``,
         ``"grammar"``, ``"lookup"``; ``adaptive``, ``num_draft_tokens``, ``draft_confidence``...).
@@ -206,6 +206,8 @@ class Generator:
         hooks = call.hooks
         if call.on_tokens is not None:
             hooks = dataclasses.replace(hooks or DecodeHooks(), on_tokens=call.on_tokens)
+        if call.on_step is not None:
+            hooks = dataclasses.replace(hooks or DecodeHooks(), on_step=call.on_step)
         request = DecodeRequest(ids, compiled.matcher, policy, config, budget, grammar_key=compiled.grammar_key, kind=compiled.spec.kind,
                                 output_bound=compiled.output_bound, hooks=hooks)
         if call.alignment == "smc":  # particles as batch rows where the batch has the slots, else one after another

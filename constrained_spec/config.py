@@ -319,7 +319,9 @@ class RunOptions:
     ``on_tokens`` (streaming) is called from the decode loop, under the generator's lock, with
     each step's newly committed token ids: final (never rolled back), EOS excluded; together
     they are ``result.token_ids``. An exception it raises ends the generation there (and
-    propagates). ``hooks``: other observers (``engine.stats.DecodeHooks``).
+    propagates). ``on_step`` is called after each step (after each round of the particles under
+    ``alignment="smc"``, which streams nothing): an exception it raises ends the generation
+    there (cancellation). ``hooks``: other observers (``engine.stats.DecodeHooks``).
 
     ``alignment``: ``"local"`` (default: each position masked to the allowed tokens and
     renormalised) or ``"smc"``: sample what the model means under the constraint,
@@ -340,6 +342,7 @@ class RunOptions:
     seed: int | None = None
     schema_in_prompt: bool = True
     on_tokens: Callable[[list[int]], None] | None = None
+    on_step: Callable[[], None] | None = None
     tools: Sequence[dict] | None = None
     schema_draft: str | None = None
     hooks: Any = None

@@ -177,17 +177,26 @@ def _start(generator: Any, prompt: Any, output_type: Any, options: dict[str, Any
     ``(_DONE, result)`` or ``(_DONE, exception)``. Setting the returned event cancels it."""
     cancel = threading.Event()
     user_hook = options.pop("on_tokens", None)
+    user_step = options.pop("on_step", None)
 
-    def on_tokens(ids: list[int]) -> None:
+    def check() -> None:
         if cancel.is_set():
             raise StreamCancelled("the stream's consumer went away")
+
+    def on_step() -> None:
+        check()
+        if user_step is not None:
+            user_step()
+
+    def on_tokens(ids: list[int]) -> None:
+        check()
         if user_hook is not None:
             user_hook(ids)
         emit(list(ids))
 
     def work() -> None:
         try:
-            result: Any = generator.run(prompt, output_type, on_tokens=on_tokens, **options)
+            result: Any = generator.run(prompt, output_type, on_tokens=on_tokens, on_step=on_step, **options)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             result = exc
         emit((_DONE, result))

@@ -78,6 +78,34 @@ def test_on_tokens_gets_the_sample_once(generator):
     assert seen == [result.token_ids]
 
 
+class StopAfter(Exception):
+    pass
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_on_step_ends_an_smc_request_between_rounds(tiny_generator, batched):
+    """``on_step`` is called after each round of the particles (no row mid-forward); what it
+    raises ends the request, and the models (or the batch's rows) serve the next one."""
+    options = dict(max_batch_size=4, batch_max_tokens=512) if batched else {}
+    gen = tiny_generator(draft=False, max_new_tokens=80, **options)
+    long = Regex("[a-z]{60}")
+    rounds = []
+
+    def stop_at_three():
+        rounds.append(1)
+        if len(rounds) == 3:
+            raise StopAfter()
+
+    with pytest.raises(StopAfter):
+        gen.run("Go.", long, alignment="smc", particles=3, temperature=1.0, seed=1, on_step=stop_at_three)
+    assert len(rounds) == 3
+    if batched:
+        assert gen.batch.active_rows == 0
+    counted = []  # control: left to run, the same request takes more rounds and ends in the language
+    result = gen.run("Go.", long, alignment="smc", particles=3, temperature=1.0, seed=1, on_step=lambda: counted.append(1))
+    assert re.fullmatch("[a-z]{60}", result.text) and len(counted) > 3
+
+
 def test_smc_on_a_batching_generator_runs_beside_the_batch(tiny_generator):
     """A Generator with continuous batching (the server's default) runs SMC on its own models,
     outside the batch; a local request still decodes as a batch row."""

@@ -239,3 +239,30 @@ def test_cancelling_the_tasks_frees_their_rows(generator):
     wait_until(lambda: generator.batch.active_rows == 0)
     time.sleep(0.3)
     assert [gate.calls <= 2 for gate in gates] == [True, True]
+
+
+def test_cancelling_an_smc_request_frees_its_rows_at_the_next_round(generator):
+    """SMC streams nothing (``on_tokens`` gets the sample once, at the end), so a cancel reaches
+    it through ``on_step``, between its particles' rounds; the particles' rows are freed then."""
+    gate = Gate()
+
+    async def main():
+        task = asyncio.create_task(generator.arun("Go.", LONG, max_new_tokens=450, alignment="smc", particles=2,
+                                                  temperature=1.0, seed=1, on_step=lambda: gate([])))
+        while not gate.first.is_set():
+            assert not task.done(), task.result()
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        gate.release.set()
+
+    asyncio.run(main())
+    wait_until(lambda: generator.batch.active_rows == 0)
+    time.sleep(0.3)
+    assert gate.calls <= 2  # the round after the cancel raised: far from the 400 letters
+    # negative control: an SMC request left to run takes many more rounds
+    full = Gate()
+    full.release.set()
+    result = generator.run("Go.", LONG, max_new_tokens=450, alignment="smc", particles=2, temperature=1.0, seed=1, on_step=lambda: full([]))
+    assert len(result.text) == 400 and full.calls >= 10

@@ -203,6 +203,8 @@ class SpeculativeDecoder:
                 new = [t for t in self.committed[len(self.committed) - count :] if not self.matcher.is_eos(t)]
                 if new:
                     self.hooks.on_tokens(new)
+            if self.hooks.on_step is not None:
+                self.hooks.on_step()
             if self.config.debug_checks:
                 self.check_invariants()
         self.stats.wall_seconds = time.perf_counter() - start

@@ -258,19 +258,20 @@ class SMCDecoder:
     allowed mass: tests swap in wrong ones as negative controls); resampling when ESS <
     ``options.ess_threshold`` * N. The prompt is read with the built decoders' ``config.draft_window``.
     The particles run one after another on ``target`` and ``draft`` and forks of them, or as rows
-    of the continuous batch after :meth:`on_rows`."""
+    of the continuous batch after :meth:`on_rows`. ``on_round``: called between rounds; an
+    exception it raises ends the request there (a cancel: the rows are freed by their owner)."""
 
     def __init__(self, build: Build, target: SequenceModel, draft: SequenceModel | None,
                  new_matcher: Callable[[], GrammarMatcher], policy: SamplingPolicy, verifier: Callable[..., VerifyResult], *,
                  options: SMCOptions = SMCOptions(), max_new_tokens: int = 256, generator: torch.Generator,
-                 weigh: Weigh = default_weigh) -> None:
+                 weigh: Weigh = default_weigh, on_round: Callable[[], None] | None = None) -> None:
         check_smc_options("smc", options.particles, options.ess_threshold, policy)
         if max_new_tokens < 1:
             raise ConfigError("max_new_tokens must be >= 1")
         self.build, self.target, self.draft = build, target, draft
         self.new_matcher, self.policy, self.verifier = new_matcher, policy, verifier
         self.n, self.threshold, self.max_new_tokens = options.particles, options.ess_threshold, max_new_tokens
-        self.gen, self.weigh = generator, weigh
+        self.gen, self.weigh, self.on_round = generator, weigh, on_round
         self.rows: ParticleRows | None = None
         self._stats: list[DecodeStats] = []
         self.resamples = 0
@@ -403,6 +404,8 @@ class SMCDecoder:
         eos = first.decoder.matcher.is_eos if first.decoder is not None else (lambda t: False)
         while any(p.state == "running" for p in particles):
             self._round([p for p in particles if p.state == "running"])
+            if self.on_round is not None:  # between rounds: no row is mid-forward (cancellation)
+                self.on_round()
             weights = [p.log_weight for p in particles]
             if all(w == float("-inf") for w in weights):
                 self._all_dead(particles, eos, len(prompt_ids))
@@ -492,7 +495,8 @@ def decode_smc(request: DecodeRequest, target: SequenceModel, draft: SequenceMod
                                   verifier=verify, generator=generator, hooks=request.hooks, drafting=own)
 
     smc = SMCDecoder(build, target, draft, request.new_matcher, request.policy, verifier, options=options,
-                     max_new_tokens=request.max_new_tokens, generator=generator)
+                     max_new_tokens=request.max_new_tokens, generator=generator,
+                     on_round=request.hooks.on_step if request.hooks is not None else None)
     if rows is not None:
         smc.on_rows(rows)
     return smc.run(request.prompt_ids)

@@ -81,8 +81,12 @@ class DecodeHooks:
     ``on_tokens``: each step's newly committed token ids (final, never rolled back; EOS excluded),
     called from the loop; an exception it raises ends the generation there. ``on_grammar_call``:
     the seconds of each grammar call the loop or a proposer made (masks, forced-token checks, token
-    tests), outermost calls only: what the benchmark reports as mask time.
+    tests), outermost calls only: what the benchmark reports as mask time. ``on_step``: called after
+    each engine step (under ``alignment="smc"``, after each round of the particles, whose tokens
+    are not streamed); an exception it raises ends the generation there: how a cancel or a
+    deadline reaches a decode that streams nothing.
     """
 
     on_tokens: Callable[[list[int]], None] | None = None
     on_grammar_call: Callable[[float], None] | None = None
+    on_step: Callable[[], None] | None = None

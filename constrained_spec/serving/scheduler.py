@@ -169,20 +169,24 @@ class Scheduler:
         (``output_type``: what :meth:`compile` returned, the compiled constraint where there is one).
 
         Each step's tokens go to ``on_tokens`` (on the worker thread); once ``cancel`` is set the
-        generation stops at its next step and this raises :class:`Cancelled`.
+        generation stops at its next step (an SMC request at its particles' next round) and this
+        raises :class:`Cancelled`.
         """
         observer = self.observer
 
-        def hook(ids: list[int]) -> None:
+        def check() -> None:
             if cancel.is_set():
                 raise Cancelled()
+
+        def hook(ids: list[int]) -> None:
+            check()
             if observer is not None:
                 observer.tokens(len(ids))
             if on_tokens is not None:
                 on_tokens(ids)
 
         try:
-            result = await self.queue.run(lambda: self.generator.run(prompt, output_type, on_tokens=hook, **options), cancel, timeout)
+            result = await self.queue.run(lambda: self.generator.run(prompt, output_type, on_tokens=hook, on_step=check, **options), cancel, timeout)
             if result is None and cancel.is_set():
                 raise Cancelled()
         except BaseException as exc:

@@ -986,3 +986,32 @@ def test_tool_call_stream_reads_calls_in_any_layout(value, dump, piece):
         raw = json.dumps(value["content"])
         for cut in range(len(raw)):  # any cut of the string decodes to a prefix of the text
             assert value["content"].startswith(partial_json_string(raw[:cut]))
+
+
+class SteppingGenerator(LoopingGenerator):
+    """Like LoopingGenerator, but reports its steps through ``on_step`` only (as an SMC request
+    does: its particles' tokens are not streamed)."""
+
+    def run(self, prompt, output_type, *, on_tokens=None, on_step=None, **options):
+        try:
+            for _ in range(1000):
+                self.steps += 1
+                on_step()
+                time.sleep(0.01)
+            self.how = "finished"
+        except server.Cancelled:
+            self.how = "cancelled"
+            raise
+        finally:
+            self.ended.set()
+        return SimpleNamespace(value={}, text="{}", token_ids=[1], stats=DecodeStats(generated_tokens=1, stop_reason="eos"))
+
+
+def test_a_timed_out_generation_that_streams_nothing_stops_at_its_next_step():
+    gen = SteppingGenerator()
+    app = create_app(gen, ServerConfig(request_timeout=0.3))
+    with TestClient(app) as c:
+        r = c.post("/v1/chat/completions", json={"messages": USER, "response_format": {"type": "json_object"}})
+        assert r.status_code == 504
+        assert gen.ended.wait(3) and gen.how == "cancelled" and gen.steps < 500
+        _wait_for(lambda: app.state.queue.pending == 0)
