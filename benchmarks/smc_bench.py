@@ -30,15 +30,14 @@ with ``max_batch_size`` = the largest N): wall seconds per request and target fo
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import torch
-from scipy.stats import chisquare
 
 from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.batching import BatchCoordinator
@@ -46,100 +45,45 @@ from constrained_spec.engine.loop import SpeculativeDecoder
 from constrained_spec.engine.smc import SMCDecoder, SMCOptions
 from constrained_spec.engine.smc_rows import ParticleRows
 from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler, AutomatonMatcher
-from constrained_spec.grammar.vocab import TokenVocabulary
 from constrained_spec.sampling import SamplingPolicy, verify
 
-VOCAB = TokenVocabulary(tokens={0: b"a", 1: b"b", 2: b"c", 3: b"ab", 4: b"ba", 5: b"bc", 6: b"ca", 7: b"abc", 8: b"cc"},
-                        eos_token_ids=(9,), size=10)
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+if str(TESTS) not in sys.path:  # the tests' synthetic models, shared (run from anywhere in a clone)
+    sys.path.insert(0, str(TESTS))
+from synthetic import BatchedPrefixModel, ForkModel, chi2_pvalue, letters_vocab  # noqa: E402
+
+VOCAB = letters_vocab()
 STRINGS = ("ab", "cac", "bb", "c")
 PROMPT = [0, 1]
+DRAFT_SEED = 22
 
 
-class HashModel:
-    """Logits a pure function of the prefix (hash-seeded), memoised; ``fork()`` copies the tokens."""
+class HashModel(ForkModel):
+    """The tests' memoised, forkable hash model over the 10-token vocabulary; ``extends`` counts
+    the target's extend() calls alone (the forwards of particles run one after another)."""
 
-    device = torch.device("cpu")
-    vocab_size = 10
-    _memo: dict = {}
-    extends = 0  # extend() calls of every target instance (the forwards of particles alone)
+    extends = 0
 
     def __init__(self, seed: int, scale: float) -> None:
-        self.seed, self.scale = seed, scale
-        self.tokens: list[int] = []
-
-    @property
-    def length(self) -> int:
-        return len(self.tokens)
-
-    def logits(self, prefix: list[int]) -> torch.Tensor:
-        key = (self.seed, self.scale, tuple(prefix))
-        if key not in self._memo:
-            digest = hashlib.sha256(f"{self.seed}|{list(prefix)}".encode()).digest()
-            g = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
-            self._memo[key] = torch.randn(10, generator=g, dtype=torch.float64).float() * self.scale
-        return self._memo[key]
+        super().__init__(VOCAB.size, seed, scale)
 
     def extend(self, tokens: list[int]) -> torch.Tensor:
         if self.seed != DRAFT_SEED:
             HashModel.extends += 1
-        rows = []
-        for t in tokens:
-            self.tokens.append(t)
-            rows.append(self.logits(self.tokens))
-        return torch.stack(rows)
-
-    def prefill(self, tokens: list[int]) -> None:
-        self.extend(tokens)
-
-    def crop(self, length: int) -> None:
-        del self.tokens[length:]
-
-    def reset(self) -> None:
-        self.tokens = []
-
-    def fork(self) -> "HashModel":
-        clone = HashModel(self.seed, self.scale)
-        clone.tokens = list(self.tokens)
-        return clone
+        return super().extend(tokens)
 
 
-DRAFT_SEED = 22
-
-
-class HashRows:
-    """:class:`HashModel` logits over ``slots`` rows: a RowBackend for the batch coordinator."""
-
-    device = torch.device("cpu")
-    vocab_size = 10
-    can_restrict_head = False
-    head_prefix = 0
+class HashRows(BatchedPrefixModel):
+    """:class:`HashModel` logits over ``slots`` rows (the tests' RowBackend), counting the
+    forwards that return logits (prompt prefills left out) in ``forwards``."""
 
     def __init__(self, model: HashModel, slots: int, max_length: int = 64) -> None:
-        self.model, self.slots, self.max_length = model, slots, max_length
-        self.tokens: list[list[int]] = [[] for _ in range(slots)]
-        self.forwards = 0  # forwards that return logits (prompt prefills left out)
+        super().__init__(model, slots, max_length)
+        self.forwards = 0
 
     def forward(self, calls: list) -> list:  # type: ignore[type-arg]
         self.forwards += any(c.head != "none" for c in calls)
-        out = []
-        for c in calls:
-            seq = self.tokens[c.slot]
-            del seq[c.start:]
-            rows = []
-            for t in c.tokens:
-                seq.append(t)
-                rows.append(self.model.logits(seq))
-            out.append(torch.stack(rows) if c.head == "all" else None)
-        return out
-
-    def read_prefix(self, slot: int, length: int) -> list:  # type: ignore[type-arg]
-        return [(torch.tensor(self.tokens[slot][:length]), torch.empty(0))]
-
-    def write_prefix(self, slot: int, saved: list, length: int) -> None:  # type: ignore[type-arg]
-        self.tokens[slot] = saved[0][0][:length].tolist()
-
-    def copy_rows(self, source: int, dest: int, length: int) -> None:
-        self.tokens[dest] = self.tokens[source][:length]
+        return super().forward(calls)
 
 
 def exact(temperature: float, seed: int, scale: float) -> tuple[dict, dict, float]:
@@ -160,23 +104,6 @@ def exact(temperature: float, seed: int, scale: float) -> tuple[dict, dict, floa
     walk("", (), 1.0, 1.0)
     z = sum(joint.values())
     return {y: v / z for y, v in joint.items()}, local, z
-
-
-def chi2(counts: Counter, probs: dict) -> float:
-    n = sum(counts.values())
-    obs, exp, po, pe = [], [], 0, 0.0
-    for y, p in probs.items():
-        if p * n >= 5:
-            obs.append(counts.get(y, 0))
-            exp.append(p * n)
-        else:
-            po += counts.get(y, 0)
-            pe += p * n
-    if pe > 0:
-        obs.append(po)
-        exp.append(pe)
-    s = sum(obs) / sum(exp)
-    return float(chisquare(obs, [e * s for e in exp]).pvalue) if len(obs) > 1 else 1.0
 
 
 def run(particles: int, k: int, runs: int, temperature: float, seed: int, scale: float, path: str = "alone") -> dict:
@@ -228,7 +155,7 @@ def run(particles: int, k: int, runs: int, temperature: float, seed: int, scale:
     tv_samples = 0.5 * sum(abs(counts.get(y, 0) / runs - cond[y]) for y in cond)
     return {"path": path, "particles": particles, "k": k, "temperature": temperature, "runs": runs,
             "local_tv": round(0.5 * sum(abs(cond[y] - local[y]) for y in cond), 4), "tv": round(tv, 4),
-            "tv_samples": round(tv_samples, 4), "chi2_p": round(chi2(counts, cond), 4),
+            "tv_samples": round(tv_samples, 4), "chi2_p": round(chi2_pvalue(counts, cond), 4),
             "z_ratio": round(mean / z, 4), "z_ratio_se": round(se / z, 4), "tok_s": round(work / wall, 1),
             "out_tok_s": round(out / wall, 1), "seconds_per_request": round(wall / runs, 4),
             "target_forwards": round(forwards / runs, 1), "particle_steps": round(steps / runs, 1)}
@@ -237,9 +164,6 @@ def run(particles: int, k: int, runs: int, temperature: float, seed: int, scale:
 def run_tiny(particles: list[int], ks: list[int], runs: int, paths: list[str], temperature: float) -> list[dict]:
     """``Generator.run(alignment="smc")`` on two tiny random Llamas: per path, draft length and N,
     wall seconds per request (after one warm-up request) and target forwards per request."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from tiny_models import tiny_llama
     from transformers import AutoTokenizer
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
+from collections import Counter
 
 import torch
+from scipy.stats import chisquare
 
 from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.loop import Drafting, SpeculativeDecoder
@@ -56,6 +59,52 @@ class PrefixModel:
 
     def reset(self) -> None:
         self.tokens = []
+
+
+class ForkModel(PrefixModel):
+    """:class:`PrefixModel` with memoised logits and a ``fork()`` (a copy of its token list, of the
+    same class): a model SMC particles can fork, for the tests and ``benchmarks/smc_bench.py``."""
+
+    _memo: dict = {}
+    extends = 0  # extend() calls on every instance: the forwards of particles run alone
+
+    def extend(self, tokens):
+        ForkModel.extends += 1
+        return super().extend(tokens)
+
+    def logits(self, prefix):
+        key = (self.seed, self.scale, tuple(prefix))
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = super().logits(prefix)
+        return hit
+
+    def fork(self):
+        clone = copy.copy(self)
+        clone.tokens = list(self.tokens)
+        return clone
+
+
+def chi2_pvalue(counts: Counter, exact: dict) -> float:
+    """Chi-square goodness of fit of sampled ``counts`` to the ``exact`` distribution; categories
+    with expected < 5 are pooled; outcomes outside ``exact`` fail; a single category gives 1."""
+    n = sum(counts.values())
+    assert set(counts) <= set(exact), f"outcomes outside the language: {set(counts) - set(exact)}"
+    obs, exp, pool_o, pool_e = [], [], 0, 0.0
+    for outcome, prob in exact.items():
+        if prob * n >= 5:
+            obs.append(counts.get(outcome, 0))
+            exp.append(prob * n)
+        else:
+            pool_o += counts.get(outcome, 0)
+            pool_e += prob * n
+    if pool_e > 0:
+        obs.append(pool_o)
+        exp.append(pool_e)
+    if len(obs) < 2:
+        return 1.0
+    scale = sum(obs) / sum(exp)  # float rounding of the enumerated probabilities
+    return float(chisquare(obs, [e * scale for e in exp]).pvalue)
 
 
 def letters_vocab(extra: dict[int, bytes] | None = None) -> TokenVocabulary:

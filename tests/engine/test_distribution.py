@@ -21,8 +21,7 @@ from collections import Counter
 import pytest
 import regex as regex_pkg
 import torch
-from scipy.stats import chisquare
-from synthetic import PrefixModel, letters_vocab, make_decoder
+from synthetic import PrefixModel, chi2_pvalue, letters_vocab, make_decoder
 
 from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.sampling.acceptance import VerifyResult, acceptance_probs, dense_draft_probs, first_rejection, verify
@@ -169,25 +168,6 @@ def stats_over_seeds(automaton, policy: SamplingPolicy, k: int, prompt: list[int
         dec.run(prompt)
         totals.update({f: v for f, v in dec.stats.as_dict().items() if isinstance(v, (int, float))})
     return totals
-
-
-def chi2_pvalue(counts: Counter, exact: dict) -> float:
-    """Chi-square goodness of fit; categories with expected < 5 are pooled; unseen-by-exact outcomes fail."""
-    n = sum(counts.values())
-    assert set(counts) <= set(exact), f"impossible outcomes sampled: {set(counts) - set(exact)}"
-    obs, exp, pool_o, pool_e = [], [], 0, 0.0
-    for outcome, prob in exact.items():
-        if prob * n >= 5:
-            obs.append(counts.get(outcome, 0))
-            exp.append(prob * n)
-        else:
-            pool_o += counts.get(outcome, 0)
-            pool_e += prob * n
-    if pool_e > 0:
-        obs.append(pool_o)
-        exp.append(pool_e)
-    scale = sum(obs) / sum(exp)  # float rounding of the enumerated probabilities
-    return float(chisquare(obs, [e * scale for e in exp]).pvalue)
 
 
 # -- deliberately wrong verifiers (negative controls) ---------------------------------------------

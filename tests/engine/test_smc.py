@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from scipy.stats import chisquare
-from synthetic import BatchedPrefixModel, PrefixModel, letters_vocab, make_decoder
+from synthetic import BatchedPrefixModel, ForkModel, chi2_pvalue, letters_vocab, make_decoder
 
 from constrained_spec.engine.batching import BatchCoordinator
 from constrained_spec.engine.smc import SMCDecoder, SMCOptions, check_smc_options, default_weigh
@@ -41,29 +40,6 @@ STRINGS = ("ab", "cac", "bb", "c")
 SCALE, SEED, DRAFT_SEED = 1.5, 13, 22
 ALPHA = 1e-3
 TOKENS = letters_vocab().tokens
-
-
-class ForkModel(PrefixModel):
-    """:class:`PrefixModel` with memoised logits and a ``fork()`` (a copy of its token list)."""
-
-    _memo: dict = {}
-    extends = 0  # extend() calls on every instance: the forwards of particles run alone
-
-    def extend(self, tokens):
-        ForkModel.extends += 1
-        return super().extend(tokens)
-
-    def logits(self, prefix):
-        key = (self.seed, self.scale, tuple(prefix))
-        hit = self._memo.get(key)
-        if hit is None:
-            hit = self._memo[key] = super().logits(prefix)
-        return hit
-
-    def fork(self):
-        clone = ForkModel(self.vocab_size, self.seed, self.scale)
-        clone.tokens = list(self.tokens)
-        return clone
 
 
 def cut(p: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -118,24 +94,6 @@ def total_variation(counts: Counter, exact: dict) -> float:
     n = sum(counts.values())  # counts or a distribution (n = 1)
     keys = set(counts) | set(exact)
     return 0.5 * sum(abs(counts.get(k, 0) / n - exact.get(k, 0.0)) for k in keys)
-
-
-def chi2_pvalue(counts: Counter, exact: dict) -> float:
-    n = sum(counts.values())
-    assert set(counts) <= set(exact), f"outcomes outside the language: {set(counts) - set(exact)}"
-    obs, exp, pool_o, pool_e = [], [], 0, 0.0
-    for outcome, prob in exact.items():
-        if prob * n >= 5:
-            obs.append(counts.get(outcome, 0))
-            exp.append(prob * n)
-        else:
-            pool_o += counts.get(outcome, 0)
-            pool_e += prob * n
-    if pool_e > 0:
-        obs.append(pool_o)
-        exp.append(pool_e)
-    scale = sum(obs) / sum(exp)
-    return float(chisquare(obs, [e * scale for e in exp]).pvalue)
 
 
 def ignored_weights(logits, allowed, tokens, policy):
