@@ -171,7 +171,12 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--runtime", default="auto", help="the Generators' runtime (auto keeps torch for a batched Generator)")
     p.add_argument("--out", default=None)
+    p.add_argument("--render", default=None, help="print the tables of a JSON an earlier run wrote, and stop")
     args = p.parse_args()
+    if args.render:
+        records = json.loads(Path(args.render).read_text())["records"]
+        print(render(summarize(records), records))
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     particles = [int(x) for x in args.particles.split(",") if x]
@@ -210,16 +215,19 @@ def main() -> None:
                     sys.stderr.write(f"{item.id} T={temperature} seed={seed} {mode}: "
                                      f"{rec.get('wall_s', 0):.1f} s loglik {rec.get('loglik', float('nan')):.2f} "
                                      f"{rec.get('error', '')}\n")
-    rows = summarize(records)
+        if args.out:  # kept after each prompt: a run cut short still leaves its records (``--render``)
+            save(args.out, vars(args), load_s, prefill, records)
     print(f"# SMC on the real pair, {datetime.now(timezone.utc):%Y-%m-%d} (threads {torch.get_num_threads()}, "
           f"load {load_s:.1f} s, runtime {args.runtime}; prompts prefilled once: "
           + ", ".join(f"{k} {v:.1f} s" for k, v in prefill.items()) + ")")
-    print(render(rows, records))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(dict(args=vars(args), load_s=load_s, prefill_s=prefill, summary=rows,
-                                                  records=records), indent=1))
+    print(render(summarize(records), records))
 
+
+def save(path: str, args: dict[str, Any], load_s: float, prefill: dict[str, float], records: list[dict[str, Any]]) -> None:
+    """The run so far as JSON."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(dict(args=args, load_s=load_s, prefill_s=prefill, summary=summarize(records),
+                                          records=records), indent=1))
 
 if __name__ == "__main__":
     main()
