@@ -505,6 +505,11 @@ def parse_superset(pattern: str):
 
 def node_len(node) -> tuple[int, Optional[int]]:
     """(min, max) number of code points matched by a node (max None = unbounded)."""
+    return node_len_by(node, node_len)
+
+
+def node_len_by(node, sub: Callable[[Node], tuple[int, Optional[int]]]) -> tuple[int, Optional[int]]:
+    """:func:`node_len`, with ``sub`` the same for the node's parts (so a caller may memoise it)."""
     kind = node[0]
     if kind == "set":
         return (1, 1) if node[1] else (0, 0)
@@ -514,18 +519,18 @@ def node_len(node) -> tuple[int, Optional[int]]:
     if kind == "seq":
         lo, hi = 0, 0
         for it in node[1]:
-            a, b = node_len(it)
+            a, b = sub(it)
             lo += a
             hi = None if (hi is None or b is None) else hi + b
         return lo, hi
     if kind == "alt":
-        ls = [node_len(b) for b in node[1]]
+        ls = [sub(b) for b in node[1]]
         lo = min(a for a, _ in ls)
         highs = [b for _, b in ls]
         hi = None if any(b is None for b in highs) else max(b for b in highs if b is not None)
         return lo, hi
     if kind == "rep":
-        a, b = node_len(node[1])
+        a, b = sub(node[1])
         lo = a * node[2]
         if node[3] is None:
             hi = None if (b is None or b > 0) else 0

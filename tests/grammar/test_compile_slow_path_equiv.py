@@ -232,3 +232,86 @@ def test_parser_fast_paths_build_the_plain_parsers_nodes() -> None:
             assert got == _parse_or_error(_PlainParser, text, superset), text
             valid += got[0] == "ok"
     assert valid > 1_000  # not only errors compared
+
+
+# -- a lexeme against itself walks its derivatives alone ------------------------------------------
+
+
+def _pair_walk(lang: lc._Lang, t1: lc.Lexeme, t2: lc.Lexeme, follow: ecma.Ranges) -> bool:
+    """_conflict as it was: the walk over pairs, also for a lexeme against itself."""
+    if not follow:
+        return False
+    seen = {(t1, t2)}
+    todo = [(t1, t2)]
+    while todo:
+        a, b = todo.pop()
+        if lang.nullable(a) and lang.meets(lang.first_chars(b), follow):
+            return True
+        fa, fb = lang.front(a), lang.front(b)
+        if not fa or not fb:
+            continue
+        for c in lang.shared_cells(fa, fb):
+            lang.spend()
+            da, db = lang.deriv(a, c), lang.deriv(b, c)
+            if da is None or db is None:
+                continue
+            if (da, db) not in seen:
+                seen.add((da, db))
+                todo.append((da, db))
+    return False
+
+
+def _walk_outcome(walk, node: lc.Lexeme, follow: ecma.Ranges, budget: int) -> tuple:  # type: ignore[no-untyped-def]
+    lang = lc._Lang(budget)
+    try:
+        return walk(lang, node, node, follow), lang.budget
+    except lc._OverBudget:
+        return "over", lang.budget
+
+
+@pytest.mark.parametrize("budget", [5, 60, 20_000])
+def test_self_pair_walk_is_the_pair_walk(budget: int) -> None:
+    pieces = ["[0-9]+", "[a-z]{1,8}", "a1b", "a", "ab*", "(ab)+c?", "[a-c][0-9]{2,9}", "x|xy", "\"[^\"]*\"",
+              "(a|ab)(c|bcd)*", "\"k\":(true|false|[0-9]+)(,\"m\":\"[^\"]*\")?"]
+    follows = [(), ((0x30, 0x39),), ((0x61, 0x7A),), ((0x2C, 0x2C), (0x62, 0x63))]
+    seen = set()
+    for text in pieces:
+        node = lc.relaxed(lc.to_node(ecma.parse(text)))
+        for follow in follows:
+            new = _walk_outcome(lc._conflict, node, follow, budget)
+            assert new == _walk_outcome(_pair_walk, node, follow, budget), (text, follow)  # answer and steps
+            seen.add(new[0])
+    assert seen >= {True, False}
+    assert "over" in seen or budget == 20_000  # the budget spent at the same step too
+
+
+# -- the Lark literal of a terminal: one re.sub, the characters the loop wrote ---------------------
+
+
+def _old_lark_regex(text: str) -> str:
+    out = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            out.append(text[i : i + 2])
+            i += 2
+            continue
+        if c == "/":
+            out.append("\\/")
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append("\\x%02x" % ord(c))
+        else:
+            out.append(c)
+        i += 1
+    return "/" + "".join(out) + "/"
+
+
+def test_lark_regex_writes_what_the_character_loop_wrote() -> None:
+    from constrained_spec.grammar.json_schema.emit_lark import _lark_regex
+
+    alphabet = ["\\", "/", "a", "\x00", "\x1f", "\x7f", "\n", "\r", " ", "\u00e9", "\u2028", "[", "\x80", "x"]
+    rnd = random.Random(531)
+    texts = ["", "\\", "a\\", "\\/", "/", "\\\n"] + [
+        "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 12))) for _ in range(20_000)]
+    assert [_lark_regex(t) for t in texts] == [_old_lark_regex(t) for t in texts]

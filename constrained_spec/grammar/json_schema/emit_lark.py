@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 from typing import Callable, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
@@ -528,24 +529,21 @@ class _Flow:
 # -- text ---------------------------------------------------------------------------------------
 
 
+#: what :func:`_lark_regex` rewrites: an escape pair (kept), ``/`` and the control characters
+_LARK_ESCAPE = re.compile(r"\\[\s\S]|[/\x00-\x1f\x7f]")
+
+
+def _lark_escape(m: "re.Match[str]") -> str:
+    s = m.group()
+    if len(s) == 2:  # an escape pair: as it is
+        return s
+    return "\\/" if s == "/" else "\\x%02x" % ord(s)
+
+
 def _lark_regex(text: str) -> str:
-    """A regex as a Lark ``/.../`` literal: ``/`` and control characters escaped."""
-    out = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\" and i + 1 < len(text):
-            out.append(text[i : i + 2])
-            i += 2
-            continue
-        if c == "/":
-            out.append("\\/")
-        elif ord(c) < 0x20 or ord(c) == 0x7F:
-            out.append("\\x%02x" % ord(c))
-        else:
-            out.append(c)
-        i += 1
-    return "/" + "".join(out) + "/"
+    """A regex as a Lark ``/.../`` literal: ``/`` and control characters escaped (an escape pair
+    ``\\c`` is kept as it is, a lone ``\\`` at the end too)."""
+    return "/" + _LARK_ESCAPE.sub(_lark_escape, text) + "/"
 
 
 def _render(e: Expr) -> str:
