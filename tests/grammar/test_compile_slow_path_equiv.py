@@ -315,3 +315,71 @@ def test_lark_regex_writes_what_the_character_loop_wrote() -> None:
     texts = ["", "\\", "a\\", "\\/", "/", "\\\n"] + [
         "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 12))) for _ in range(20_000)]
     assert [_lark_regex(t) for t in texts] == [_old_lark_regex(t) for t in texts]
+
+
+# -- the follow walk skips a walk it has done with the same follow set ------------------------------
+
+
+class _Forgetful(dict):  # type: ignore[type-arg]
+    """A memo that never answers: every walk is done again (the walk as it was)."""
+
+    def get(self, key, default=None):  # type: ignore[no-untyped-def]
+        return None
+
+
+def _random_expr(rnd: random.Random, rules: int, depth: int) -> tuple:
+    roll = rnd.random()
+    if depth <= 0 or roll < 0.3:
+        return ("T", f"T{rnd.randint(0, 6)}") if rnd.random() < 0.75 else ("R", f"r{rnd.randrange(rules)}")
+    if roll < 0.6:
+        return ("seq", [_random_expr(rnd, rules, depth - 1) for _ in range(rnd.randint(0, 4))])
+    if roll < 0.85:
+        return ("alt", [_random_expr(rnd, rules, depth - 1) for _ in range(rnd.randint(1, 3))])
+    return ("rep", _random_expr(rnd, rules, depth - 1), rnd.randint(0, 2), rnd.choice([None, 1, 2, 3]))
+
+
+def _first_sets_by_rounds(root: tuple, rules: dict[str, tuple]) -> tuple[dict, dict]:
+    """The rules' FIRST sets and nullability as _Flow found them before: rounds over every rule
+    until none changes."""
+    from constrained_spec.grammar.json_schema import emit_lark as el
+
+    flow = el._Flow.__new__(el._Flow)
+    flow.rules = rules
+    flow.first_r = {r: frozenset() for r in rules}
+    flow.null_r = {r: False for r in rules}
+    flow._first_of = flow._null_of = None
+    changed = True
+    while changed:
+        changed = False
+        for r, body in rules.items():
+            f, n = flow.first(body), flow.nullable(body)
+            if f != flow.first_r[r] or n != flow.null_r[r]:
+                flow.first_r[r], flow.null_r[r] = f, n
+                changed = True
+    return flow.first_r, flow.null_r
+
+
+def test_follow_walk_memo_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from constrained_spec.grammar.json_schema import emit_lark as el
+
+    class _Plain(el._Flow):
+        calls = 0
+
+        def __setattr__(self, name: str, value: object) -> None:
+            object.__setattr__(self, name, _Forgetful() if name == "_walked" else value)
+
+        def walk(self, e: tuple, follow: frozenset[str]) -> None:
+            _Plain.calls += 1
+            super().walk(e, follow)
+
+    rnd = random.Random(4510)
+    done = 0
+    for _ in range(300):
+        n = rnd.randint(1, 4)
+        rules = {f"r{i}": _random_expr(rnd, n, 4) for i in range(n)}
+        root = _random_expr(rnd, n, 4)
+        fast, plain = el._Flow(root, rules), _Plain(root, rules)
+        assert (fast.first_r, fast.null_r) == _first_sets_by_rounds(root, rules)
+        assert (fast.follows, fast.colive, fast.follow_r) == (plain.follows, plain.colive, plain.follow_r)
+        done += len(fast._walked)  # the walks that did work
+    assert done < 0.8 * _Plain.calls  # the memo skipped walks (the check compared something)

@@ -20,6 +20,7 @@ was merged into a class (then :func:`build_lark` answers None).
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import re
@@ -440,18 +441,34 @@ class _Flow:
         #: its identity (the walks below ask again about every part of every sequence they enter)
         self._first_of: Optional[dict[int, tuple[Expr, frozenset[str]]]] = None
         self._null_of: Optional[dict[int, tuple[Expr, bool]]] = None
-        changed = True
-        while changed:
-            changed = False
-            for r, body in rules.items():
-                f, n = self.first(body), self.nullable(body)
-                if f != self.first_r[r] or n != self.null_r[r]:
-                    self.first_r[r], self.null_r[r] = f, n
-                    changed = True
+        # the least fixed point (unique: the equations are monotone, so any order of updates from
+        # the empty sets reaches it): a rule is computed again only when a rule it names changed
+        users: dict[str, list[str]] = {r: [] for r in rules}
+        for r, body in rules.items():
+            for used in sorted(_refs(body, set())):
+                users[used].append(r)
+        todo = collections.deque(rules)
+        queued = set(rules)
+        while todo:
+            r = todo.popleft()
+            queued.discard(r)
+            body = rules[r]
+            f, n = self.first(body), self.nullable(body)
+            if f != self.first_r[r] or n != self.null_r[r]:
+                self.first_r[r], self.null_r[r] = f, n
+                for u in users[r]:
+                    if u not in queued:
+                        queued.add(u)
+                        todo.append(u)
         self._first_of, self._null_of = {}, {}
         self.follow_r: dict[str, frozenset[str]] = {r: frozenset() for r in rules}
         self.follows: dict[str, set[str]] = {}  # terminal -> the terminals that may follow it
         self.colive: set[frozenset[str]] = set()  # sets of terminals that may start at one point
+        #: (id of an expression, its follow set) -> the expression, for each walk done: walking it
+        #: again with the same follow set adds nothing (what a walk adds depends on those two only,
+        #: the FIRST sets and nullability being final), so the rounds after the first walk only
+        #: the rules whose follow sets grew
+        self._walked: dict[tuple[int, frozenset[str]], Expr] = {}
         while True:
             before = dict(self.follow_r)
             self.walk(root, frozenset())
@@ -504,6 +521,10 @@ class _Flow:
         return self.first(e[1])
 
     def walk(self, e: Expr, follow: frozenset[str]) -> None:
+        key = (id(e), follow)
+        if self._walked.get(key) is e:
+            return
+        self._walked[key] = e
         start = self.first(e) | (follow if self.nullable(e) else frozenset())
         if len(start) > 0:
             self.colive.add(start)

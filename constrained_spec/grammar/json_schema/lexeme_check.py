@@ -271,8 +271,9 @@ class _Lang:
 
     def _deriv_value(self, n: Lexeme, c: int) -> Optional[Lexeme]:
         key = (n, c)
-        if key in self._deriv:
-            return self._deriv[key]
+        known = self._deriv.get(key, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known
         self.spend()
         kind = n[0]
         out: Optional[Lexeme]
@@ -305,6 +306,10 @@ class _Lang:
             out = self._canon.setdefault(out, out)
         self._deriv[key] = out
         return out
+
+
+#: ``_Lang._deriv`` holds no entry for the key (None is an entry: the empty language)
+_UNKNOWN: Lexeme = ("unknown",)
 
 
 class _OverBudget(Exception):
