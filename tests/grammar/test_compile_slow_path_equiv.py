@@ -383,3 +383,56 @@ def test_follow_walk_memo_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> No
         assert (fast.follows, fast.colive, fast.follow_r) == (plain.follows, plain.colive, plain.follow_r)
         done += len(fast._walked)  # the walks that did work
     assert done < 0.8 * _Plain.calls  # the memo skipped walks (the check compared something)
+
+
+# -- the text scanners read one token walk ---------------------------------------------------------
+
+
+def _old_scanners(p: str) -> tuple[bool, bool, bool]:
+    """(top_level_bar, is_closed, is_atom's class and group cases) as each scanned on its own."""
+    tokens = [(m.group(), m.start()) for m in ecma._SCAN_TOKENS.finditer(p)]
+    depth, in_cls, bar, closed = 0, False, False, True
+    for c, _ in tokens:
+        if in_cls:
+            in_cls = c != "]"
+        elif c == "[":
+            in_cls = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            closed = closed and depth >= 0
+        elif c == "|" and depth == 0:
+            bar = True
+    closed = closed and depth == 0 and not in_cls and (len(p) - len(p.rstrip("\\"))) % 2 == 0
+    last = len(p) - 1
+    atom = False
+    if p.startswith("[") and p.endswith("]"):
+        atom = all(c != "]" or i == last for c, i in tokens)
+    elif p.startswith("(") and p.endswith(")"):
+        atom, depth, in_cls = True, 0, False
+        for c, i in tokens:
+            if in_cls:
+                in_cls = c != "]"
+            elif c == "[":
+                in_cls = True
+            elif c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                atom = atom and not (depth == 0 and i != last)
+    return bar, closed, atom
+
+
+def test_text_scanners_over_one_token_walk() -> None:
+    pieces = ["(", ")", "[", "]", "|", "\\", "\\(", "\\]", "a", "[^]", "x|y", "()"]
+    rnd = random.Random(80)
+    answers = set()
+    for _ in range(20_000):
+        p = "".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 9)))
+        new = (ecma.top_level_bar.__wrapped__(p), ecma.is_closed.__wrapped__(p),  # type: ignore[attr-defined]
+               ecma.is_atom.__wrapped__(p) if len(p) > 2 and p[0] in "[(" else False)  # type: ignore[attr-defined]
+        old = _old_scanners(p)
+        assert new == (old[0], old[1], old[2] if len(p) > 2 and p[0] in "[(" else False), p
+        answers.add(new)
+    assert len(answers) >= 6  # each scanner answered both ways

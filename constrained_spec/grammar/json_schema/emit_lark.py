@@ -24,7 +24,7 @@ import collections
 import functools
 import itertools
 import re
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.ecma_regex import Node
@@ -195,10 +195,29 @@ def _without_empty(node: Node) -> Optional[Node]:
     return _UNKNOWN
 
 
+_T = TypeVar("_T")
+
+
+def _remembered(field: str, by: Callable[[Node, Callable[[Node], _T]], _T]) -> Callable[["_NodeMemo", Node], _T]:
+    """A :class:`_NodeMemo` method answering ``by(node, itself)``, remembered in the table
+    ``field`` by the node's identity (the node kept beside its answer, so its id is not reused)."""
+
+    def get(self: "_NodeMemo", node: Node) -> _T:
+        table: dict[int, tuple[Node, _T]] = getattr(self, field)
+        hit = table.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        out = by(node, functools.partial(get, self))  # a partial adds no frame to the recursion
+        table[id(node)] = (node, out)
+        return out
+
+    return get
+
+
 class _NodeMemo:
-    """Answers about parsed regex nodes, remembered by the node's identity (the node kept beside
-    the answer, so its id is not reused) for one :func:`build_lark` call: both of its passes, and
-    the rule bodies that share one parsed text, ask about the same (large) nodes again."""
+    """Answers about parsed regex nodes, remembered by the node's identity for one
+    :func:`build_lark` call: both of its passes, and the rule bodies that share one parsed text,
+    ask about the same (large) nodes again."""
 
     def __init__(self) -> None:
         self._nul: dict[int, tuple[Node, bool]] = {}
@@ -206,41 +225,14 @@ class _NodeMemo:
         self._text: dict[int, tuple[Node, Optional[str]]] = {}
         self._lexeme: dict[int, tuple[Node, Optional[Lexeme]]] = {}
 
-    def lexeme(self, node: Node) -> Optional[Lexeme]:
-        """:func:`~.lexeme_check.to_node`, remembered."""
-        hit = self._lexeme.get(id(node))
-        if hit is not None and hit[0] is node:
-            return hit[1]
-        out = to_node_by(node, self.lexeme)
-        self._lexeme[id(node)] = (node, out)
-        return out
-
-    def has_nul(self, node: Node) -> bool:
-        """:func:`_has_nul`, remembered."""
-        hit = self._nul.get(id(node))
-        if hit is not None and hit[0] is node:
-            return hit[1]
-        out = _has_nul_by(node, self.has_nul)
-        self._nul[id(node)] = (node, out)
-        return out
-
-    def nullable(self, node: Node) -> bool:
-        """:func:`~.lexeme_check.nullable`, remembered."""
-        hit = self._null.get(id(node))
-        if hit is not None and hit[0] is node:
-            return hit[1]
-        out = nullable_by(node, self.nullable)
-        self._null[id(node)] = (node, out)
-        return out
-
-    def text(self, node: Node) -> Optional[str]:
-        """:func:`_regex_text`, remembered."""
-        hit = self._text.get(id(node))
-        if hit is not None and hit[0] is node:
-            return hit[1]
-        out = _regex_text_by(node, self.text)
-        self._text[id(node)] = (node, out)
-        return out
+    #: :func:`~.lexeme_check.to_node`, remembered
+    lexeme = _remembered("_lexeme", to_node_by)
+    #: :func:`_has_nul`, remembered
+    has_nul = _remembered("_nul", _has_nul_by)
+    #: :func:`~.lexeme_check.nullable`, remembered
+    nullable = _remembered("_null", nullable_by)
+    #: :func:`_regex_text`, remembered
+    text = _remembered("_text", _regex_text_by)
 
 
 class _Mangled(Exception):
