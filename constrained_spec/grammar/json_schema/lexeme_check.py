@@ -344,6 +344,11 @@ def _conflict(lang: _Lang, t1: Lexeme, t2: Lexeme, follow: ecma.Ranges) -> bool:
         return False
     if t1 is t2:
         return _self_conflict(lang, t1, follow)
+    return _pair_conflict(lang, t1, t2, follow)
+
+
+def _pair_conflict(lang: _Lang, t1: Lexeme, t2: Lexeme, follow: ecma.Ranges) -> bool:
+    """:func:`_conflict` by a walk over pairs of derivatives (t1's, t2's)."""
     seen = {(t1, t2)}
     todo = [(t1, t2)]
     while todo:
