@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 MEMO_TEXT_CHARS = 1_000  # longer regex texts are scanned, not memoised: 8,192 of them could hold gigabytes
 
@@ -505,6 +505,11 @@ def parse_superset(pattern: str):
 
 def node_len(node) -> tuple[int, Optional[int]]:
     """(min, max) number of code points matched by a node (max None = unbounded)."""
+    return node_len_by(node, node_len)
+
+
+def node_len_by(node, sub: Callable[[Node], tuple[int, Optional[int]]]) -> tuple[int, Optional[int]]:
+    """:func:`node_len`, with ``sub`` the same for the node's parts (so a caller may memoise it)."""
     kind = node[0]
     if kind == "set":
         return (1, 1) if node[1] else (0, 0)
@@ -514,18 +519,18 @@ def node_len(node) -> tuple[int, Optional[int]]:
     if kind == "seq":
         lo, hi = 0, 0
         for it in node[1]:
-            a, b = node_len(it)
+            a, b = sub(it)
             lo += a
             hi = None if (hi is None or b is None) else hi + b
         return lo, hi
     if kind == "alt":
-        ls = [node_len(b) for b in node[1]]
+        ls = [sub(b) for b in node[1]]
         lo = min(a for a, _ in ls)
         highs = [b for _, b in ls]
         hi = None if any(b is None for b in highs) else max(b for b in highs if b is not None)
         return lo, hi
     if kind == "rep":
-        a, b = node_len(node[1])
+        a, b = sub(node[1])
         lo = a * node[2]
         if node[3] is None:
             hi = None if (b is None or b > 0) else 0
@@ -737,11 +742,10 @@ def _memo_short_texts(scan: Callable[[str], bool]) -> Callable[[str], bool]:
 _SCAN_TOKENS = re.compile(r"\\.|[\[\]()|]", re.S)
 
 
-@_memo_short_texts
-def top_level_bar(p: str) -> bool:
-    """True if p has a ``|`` outside every group and character class."""
-    if "|" not in p:
-        return False
+def _group_tokens(p: str) -> Iterator[tuple[str, int, int]]:
+    """The tokens of p the text scanners below act on, in order, each with the group depth after
+    it and its offset: outside character classes every ``(``, ``)``, ``|``, ``[`` (a class opens)
+    and escape; inside a class only the ``]`` that closes it."""
     depth = 0
     in_cls = False
     for m in _SCAN_TOKENS.finditer(p):
@@ -749,15 +753,23 @@ def top_level_bar(p: str) -> bool:
         if in_cls:
             if c == "]":
                 in_cls = False
-        elif c == "[":
+                yield c, depth, m.start()
+            continue
+        if c == "[":
             in_cls = True
         elif c == "(":
             depth += 1
         elif c == ")":
             depth -= 1
-        elif c == "|" and depth == 0:
-            return True
-    return False
+        yield c, depth, m.start()
+
+
+@_memo_short_texts
+def top_level_bar(p: str) -> bool:
+    """True if p has a ``|`` outside every group and character class."""
+    if "|" not in p:
+        return False
+    return any(c == "|" and depth == 0 for c, depth, _ in _group_tokens(p))
 
 
 @_memo_short_texts
@@ -771,19 +783,11 @@ def is_closed(p: str) -> bool:
         return False  # an escape that a following text would complete
     depth = 0
     in_cls = False
-    for m in _SCAN_TOKENS.finditer(p):
-        c = m.group()
-        if in_cls:
-            if c == "]":
-                in_cls = False
-        elif c == "[":
-            in_cls = True
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth < 0:
-                return False
+    for c, depth, _ in _group_tokens(p):
+        if depth < 0:
+            return False
+        if c == "[" or c == "]":
+            in_cls = c == "["
     return depth == 0 and not in_cls
 
 
@@ -803,32 +807,12 @@ def is_atom(p: str) -> bool:
         return True
     if p.startswith("\\U") and len(p) == 10:
         return True
-    # a single bracket class
+    # a single bracket class (the first "]" closes it) or a single parenthesised group
+    last = len(p) - 1
     if p.startswith("[") and p.endswith("]"):
-        last = len(p) - 1
-        for m in _SCAN_TOKENS.finditer(p):
-            if m.group() == "]" and m.start() != last:
-                return False
-        return True
-    # a single parenthesised group
+        return all(c != "]" or start == last for c, _, start in _group_tokens(p))
     if p.startswith("(") and p.endswith(")"):
-        depth = 0
-        in_cls = False
-        last = len(p) - 1
-        for m in _SCAN_TOKENS.finditer(p):
-            c = m.group()
-            if in_cls:
-                if c == "]":
-                    in_cls = False
-            elif c == "[":
-                in_cls = True
-            elif c == "(":
-                depth += 1
-            elif c == ")":
-                depth -= 1
-                if depth == 0 and m.start() != last:
-                    return False
-        return True
+        return all(c != ")" or depth != 0 or start == last for c, depth, start in _group_tokens(p))
     return False
 
 

@@ -232,3 +232,162 @@ def test_parser_fast_paths_build_the_plain_parsers_nodes() -> None:
             assert got == _parse_or_error(_PlainParser, text, superset), text
             valid += got[0] == "ok"
     assert valid > 1_000  # not only errors compared
+
+
+# -- a lexeme against itself walks its derivatives alone ------------------------------------------
+
+
+def _walk_outcome(walk, node: lc.Lexeme, follow: ecma.Ranges, budget: int) -> tuple:  # type: ignore[no-untyped-def]
+    lang = lc._Lang(budget)
+    try:
+        return walk(lang, node, node, follow), lang.budget
+    except lc._OverBudget:
+        return "over", lang.budget
+
+
+@pytest.mark.parametrize("budget", [5, 60, 20_000])
+def test_self_pair_walk_is_the_pair_walk(budget: int) -> None:
+    pieces = ["[0-9]+", "[a-z]{1,8}", "a1b", "a", "ab*", "(ab)+c?", "[a-c][0-9]{2,9}", "x|xy", "\"[^\"]*\"",
+              "(a|ab)(c|bcd)*", "\"k\":(true|false|[0-9]+)(,\"m\":\"[^\"]*\")?"]
+    follows = [((0x30, 0x39),), ((0x61, 0x7A),), ((0x2C, 0x2C), (0x62, 0x63))]
+    seen = set()
+    for text in pieces:
+        node = lc.relaxed(lc.to_node(ecma.parse(text)))
+        for follow in follows:
+            new = _walk_outcome(lc._conflict, node, follow, budget)
+            assert new == _walk_outcome(lc._pair_conflict, node, follow, budget), (text, follow)  # answer and steps
+            seen.add(new[0])
+    assert seen >= {True, False}
+    assert "over" in seen or budget == 20_000  # the budget spent at the same step too
+
+
+# -- the Lark literal of a terminal: one re.sub, the characters the loop wrote ---------------------
+
+
+def _old_lark_regex(text: str) -> str:
+    out = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            out.append(text[i : i + 2])
+            i += 2
+            continue
+        if c == "/":
+            out.append("\\/")
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append("\\x%02x" % ord(c))
+        else:
+            out.append(c)
+        i += 1
+    return "/" + "".join(out) + "/"
+
+
+def test_lark_regex_writes_what_the_character_loop_wrote() -> None:
+    from constrained_spec.grammar.json_schema.emit_lark import _lark_regex
+
+    alphabet = ["\\", "/", "a", "\x00", "\x1f", "\x7f", "\n", "\r", " ", "\u00e9", "\u2028", "[", "\x80", "x"]
+    rnd = random.Random(531)
+    texts = ["", "\\", "a\\", "\\/", "/", "\\\n"] + [
+        "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 12))) for _ in range(20_000)]
+    assert [_lark_regex(t) for t in texts] == [_old_lark_regex(t) for t in texts]
+
+
+# -- the follow walk skips a walk it has done with the same follow set ------------------------------
+
+
+class _Forgetful(dict):  # type: ignore[type-arg]
+    """A memo that never answers: every walk is done again (the walk as it was)."""
+
+    def get(self, key, default=None):  # type: ignore[no-untyped-def]
+        return None
+
+
+def _random_expr(rnd: random.Random, rules: int, depth: int) -> tuple:
+    roll = rnd.random()
+    if depth <= 0 or roll < 0.3:
+        return ("T", f"T{rnd.randint(0, 6)}") if rnd.random() < 0.75 else ("R", f"r{rnd.randrange(rules)}")
+    if roll < 0.6:
+        return ("seq", [_random_expr(rnd, rules, depth - 1) for _ in range(rnd.randint(0, 4))])
+    if roll < 0.85:
+        return ("alt", [_random_expr(rnd, rules, depth - 1) for _ in range(rnd.randint(1, 3))])
+    return ("rep", _random_expr(rnd, rules, depth - 1), rnd.randint(0, 2), rnd.choice([None, 1, 2, 3]))
+
+
+def _first_sets_by_rounds(root: tuple, rules: dict[str, tuple]) -> tuple[dict, dict]:
+    """The rules' FIRST sets and nullability as _Flow found them before: rounds over every rule
+    until none changes."""
+    from constrained_spec.grammar.json_schema import emit_lark as el
+
+    flow = el._Flow.__new__(el._Flow)
+    flow.rules = rules
+    flow.first_r = {r: frozenset() for r in rules}
+    flow.null_r = {r: False for r in rules}
+    flow._first_of = flow._null_of = None
+    changed = True
+    while changed:
+        changed = False
+        for r, body in rules.items():
+            f, n = flow.first(body), flow.nullable(body)
+            if f != flow.first_r[r] or n != flow.null_r[r]:
+                flow.first_r[r], flow.null_r[r] = f, n
+                changed = True
+    return flow.first_r, flow.null_r
+
+
+def test_follow_walk_memo_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from constrained_spec.grammar.json_schema import emit_lark as el
+
+    class _Plain(el._Flow):
+        calls = 0
+
+        def __setattr__(self, name: str, value: object) -> None:
+            object.__setattr__(self, name, _Forgetful() if name == "_walked" else value)
+
+        def walk(self, e: tuple, follow: frozenset[str]) -> None:
+            _Plain.calls += 1
+            super().walk(e, follow)
+
+    rnd = random.Random(4510)
+    done = 0
+    for _ in range(300):
+        n = rnd.randint(1, 4)
+        rules = {f"r{i}": _random_expr(rnd, n, 4) for i in range(n)}
+        root = _random_expr(rnd, n, 4)
+        fast, plain = el._Flow(root, rules), _Plain(root, rules)
+        assert (fast.first_r, fast.null_r) == _first_sets_by_rounds(root, rules)
+        assert (fast.follows, fast.colive, fast.follow_r) == (plain.follows, plain.colive, plain.follow_r)
+        done += len(fast._walked)  # the walks that did work
+    assert done < 0.8 * _Plain.calls  # the memo skipped walks (the check compared something)
+
+
+# -- the text scanners read one token walk (top_level_bar and is_atom: test_compile_speed_equiv) ----
+
+
+def _old_is_closed(p: str) -> bool:
+    """is_closed as its own loop read the tokens (before _group_tokens)."""
+    if (len(p) - len(p.rstrip("\\"))) % 2:
+        return False
+    depth, in_cls = 0, False
+    for m in ecma._SCAN_TOKENS.finditer(p):
+        c = m.group()
+        if in_cls:
+            in_cls = c != "]"
+        elif c in "()":
+            depth += 1 if c == "(" else -1
+            if depth < 0:
+                return False
+        else:
+            in_cls = c == "["
+    return depth == 0 and not in_cls
+
+
+def test_is_closed_over_the_token_walk() -> None:
+    pieces = ["(", ")", "[", "]", "|", "\\", "\\(", "\\]", "a", "[^]", "x|y", "()"]
+    rnd = random.Random(80)
+    answers = []
+    for _ in range(20_000):
+        p = "".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 9)))
+        answers.append(ecma.is_closed(p))
+        assert answers[-1] == _old_is_closed(p), p
+    assert 0.05 < sum(answers) / len(answers) < 0.95  # both answers compared

@@ -20,9 +20,11 @@ was merged into a class (then :func:`build_lark` answers None).
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
-from typing import Callable, Optional
+import re
+from typing import Callable, Optional, TypeVar
 
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.ecma_regex import Node
@@ -193,10 +195,29 @@ def _without_empty(node: Node) -> Optional[Node]:
     return _UNKNOWN
 
 
+_T = TypeVar("_T")
+
+
+def _remembered(field: str, by: Callable[[Node, Callable[[Node], _T]], _T]) -> Callable[["_NodeMemo", Node], _T]:
+    """A :class:`_NodeMemo` method answering ``by(node, itself)``, remembered in the table
+    ``field`` by the node's identity (the node kept beside its answer, so its id is not reused)."""
+
+    def get(self: "_NodeMemo", node: Node) -> _T:
+        table: dict[int, tuple[Node, _T]] = getattr(self, field)
+        hit = table.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        out = by(node, functools.partial(get, self))  # a partial adds no frame to the recursion
+        table[id(node)] = (node, out)
+        return out
+
+    return get
+
+
 class _NodeMemo:
-    """Answers about parsed regex nodes, remembered by the node's identity (the node kept beside
-    the answer, so its id is not reused) for one :func:`build_lark` call: both of its passes, and
-    the rule bodies that share one parsed text, ask about the same (large) nodes again."""
+    """Answers about parsed regex nodes, remembered by the node's identity for one
+    :func:`build_lark` call: both of its passes, and the rule bodies that share one parsed text,
+    ask about the same (large) nodes again."""
 
     def __init__(self) -> None:
         self._nul: dict[int, tuple[Node, bool]] = {}
@@ -204,41 +225,14 @@ class _NodeMemo:
         self._text: dict[int, tuple[Node, Optional[str]]] = {}
         self._lexeme: dict[int, tuple[Node, Optional[Lexeme]]] = {}
 
-    def lexeme(self, node: Node) -> Optional[Lexeme]:
-        """:func:`~.lexeme_check.to_node`, remembered."""
-        hit = self._lexeme.get(id(node))
-        if hit is not None and hit[0] is node:
-            return hit[1]
-        out = to_node_by(node, self.lexeme)
-        self._lexeme[id(node)] = (node, out)
-        return out
-
-    def has_nul(self, node: Node) -> bool:
-        """:func:`_has_nul`, remembered."""
-        hit = self._nul.get(id(node))
-        if hit is not None and hit[0] is node:
-            return hit[1]
-        out = _has_nul_by(node, self.has_nul)
-        self._nul[id(node)] = (node, out)
-        return out
-
-    def nullable(self, node: Node) -> bool:
-        """:func:`~.lexeme_check.nullable`, remembered."""
-        hit = self._null.get(id(node))
-        if hit is not None and hit[0] is node:
-            return hit[1]
-        out = nullable_by(node, self.nullable)
-        self._null[id(node)] = (node, out)
-        return out
-
-    def text(self, node: Node) -> Optional[str]:
-        """:func:`_regex_text`, remembered."""
-        hit = self._text.get(id(node))
-        if hit is not None and hit[0] is node:
-            return hit[1]
-        out = _regex_text_by(node, self.text)
-        self._text[id(node)] = (node, out)
-        return out
+    #: :func:`~.lexeme_check.to_node`, remembered
+    lexeme = _remembered("_lexeme", to_node_by)
+    #: :func:`_has_nul`, remembered
+    has_nul = _remembered("_nul", _has_nul_by)
+    #: :func:`~.lexeme_check.nullable`, remembered
+    nullable = _remembered("_null", nullable_by)
+    #: :func:`_regex_text`, remembered
+    text = _remembered("_text", _regex_text_by)
 
 
 class _Mangled(Exception):
@@ -439,18 +433,34 @@ class _Flow:
         #: its identity (the walks below ask again about every part of every sequence they enter)
         self._first_of: Optional[dict[int, tuple[Expr, frozenset[str]]]] = None
         self._null_of: Optional[dict[int, tuple[Expr, bool]]] = None
-        changed = True
-        while changed:
-            changed = False
-            for r, body in rules.items():
-                f, n = self.first(body), self.nullable(body)
-                if f != self.first_r[r] or n != self.null_r[r]:
-                    self.first_r[r], self.null_r[r] = f, n
-                    changed = True
+        # the least fixed point (unique: the equations are monotone, so any order of updates from
+        # the empty sets reaches it): a rule is computed again only when a rule it names changed
+        users: dict[str, list[str]] = {r: [] for r in rules}
+        for r, body in rules.items():
+            for used in sorted(_refs(body, set())):
+                users[used].append(r)
+        todo = collections.deque(rules)
+        queued = set(rules)
+        while todo:
+            r = todo.popleft()
+            queued.discard(r)
+            body = rules[r]
+            f, n = self.first(body), self.nullable(body)
+            if f != self.first_r[r] or n != self.null_r[r]:
+                self.first_r[r], self.null_r[r] = f, n
+                for u in users[r]:
+                    if u not in queued:
+                        queued.add(u)
+                        todo.append(u)
         self._first_of, self._null_of = {}, {}
         self.follow_r: dict[str, frozenset[str]] = {r: frozenset() for r in rules}
         self.follows: dict[str, set[str]] = {}  # terminal -> the terminals that may follow it
         self.colive: set[frozenset[str]] = set()  # sets of terminals that may start at one point
+        #: (id of an expression, its follow set) -> the expression, for each walk done: walking it
+        #: again with the same follow set adds nothing (what a walk adds depends on those two only,
+        #: the FIRST sets and nullability being final), so the rounds after the first walk only
+        #: the rules whose follow sets grew
+        self._walked: dict[tuple[int, frozenset[str]], Expr] = {}
         while True:
             before = dict(self.follow_r)
             self.walk(root, frozenset())
@@ -503,6 +513,10 @@ class _Flow:
         return self.first(e[1])
 
     def walk(self, e: Expr, follow: frozenset[str]) -> None:
+        key = (id(e), follow)
+        if self._walked.get(key) is e:
+            return
+        self._walked[key] = e
         start = self.first(e) | (follow if self.nullable(e) else frozenset())
         if len(start) > 0:
             self.colive.add(start)
@@ -528,24 +542,21 @@ class _Flow:
 # -- text ---------------------------------------------------------------------------------------
 
 
+#: what :func:`_lark_regex` rewrites: an escape pair (kept), ``/`` and the control characters
+_LARK_ESCAPE = re.compile(r"\\[\s\S]|[/\x00-\x1f\x7f]")
+
+
+def _lark_escape(m: "re.Match[str]") -> str:
+    s = m.group()
+    if len(s) == 2:  # an escape pair: as it is
+        return s
+    return "\\/" if s == "/" else "\\x%02x" % ord(s)
+
+
 def _lark_regex(text: str) -> str:
-    """A regex as a Lark ``/.../`` literal: ``/`` and control characters escaped."""
-    out = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\" and i + 1 < len(text):
-            out.append(text[i : i + 2])
-            i += 2
-            continue
-        if c == "/":
-            out.append("\\/")
-        elif ord(c) < 0x20 or ord(c) == 0x7F:
-            out.append("\\x%02x" % ord(c))
-        else:
-            out.append(c)
-        i += 1
-    return "/" + "".join(out) + "/"
+    """A regex as a Lark ``/.../`` literal: ``/`` and control characters escaped (an escape pair
+    ``\\c`` is kept as it is, a lone ``\\`` at the end too)."""
+    return "/" + _LARK_ESCAPE.sub(_lark_escape, text) + "/"
 
 
 def _render(e: Expr) -> str:

@@ -3,6 +3,7 @@ lengths folded in), intersections of patterns, and strings other than a finite s
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Literal, Optional, Union
 
@@ -23,6 +24,14 @@ LENGTH_CUT_CHARS = 8_000
 Trie = dict[str, "Trie"]
 #: a ``pattern`` or ``format`` of a string: (ECMA pattern, JSON pointer, keyword), as ``Flat.patterns``
 Pattern = tuple[str, str, str]
+
+
+@functools.lru_cache(maxsize=4096)
+def _other_chars_text(universe: ecma.Ranges, kids: str) -> Optional[str]:
+    """The regex of one character of ``universe`` other than the characters of ``kids``
+    (:func:`~constrained_spec.grammar.ecma_regex.emit_set`; None: none left). Remembered (the most
+    recent 4,096): the tries of many property names ask about the same few letters again and again."""
+    return ecma.emit_set(ecma.subtract(universe, ecma.norm([(ord(k), ord(k)) for k in kids])))
 
 
 class StringEmitter(CompilerBase):
@@ -259,8 +268,7 @@ class StringEmitter(CompilerBase):
             self.tick()
             alts = []
             kids = [k for k in node if k != ""]
-            other = ecma.subtract(universe, ecma.norm([(ord(k), ord(k)) for k in kids]))
-            o = ecma.emit_set(other)
+            o = _other_chars_text(universe, "".join(sorted(kids)))
             if o is not None:
                 alts.append(group(o) + group(c) + "*")
             for k in kids:

@@ -35,6 +35,18 @@ class _Cutter:
     def __init__(self, budget: int) -> None:
         self.left = budget
         self.memo: dict[tuple[int, int, Optional[int]], tuple[Node, Optional[Node]]] = {}
+        #: id of a node -> (the node, its ``node_len``): the sequences' rests are new objects whose
+        #: items are asked about again at every split (quadratic in a long sequence without it)
+        self.lens: dict[int, tuple[Node, tuple[int, Optional[int]]]] = {}
+
+    def node_len(self, node: Node) -> tuple[int, Optional[int]]:
+        """:func:`~constrained_spec.grammar.ecma_regex.node_len`, remembered by identity."""
+        hit = self.lens.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        out = ecma.node_len_by(node, self.node_len)
+        self.lens[id(node)] = (node, out)
+        return out
 
     def spend(self, n: int = 1) -> None:
         self.left -= n
@@ -45,7 +57,7 @@ class _Cutter:
         lo = max(lo, 0)
         if hi is not None and hi < lo:
             return None
-        mn, mx = ecma.node_len(node)
+        mn, mx = self.node_len(node)
         if mn >= lo and (hi is None or (mx is not None and mx <= hi)):
             return node
         if (hi is not None and mn > hi) or (mx is not None and mx < lo):
@@ -75,7 +87,7 @@ class _Cutter:
             return _EPS if lo == 0 else None
         if len(items) == 1:
             return self.cut(items[0], lo, hi)
-        lens = [ecma.node_len(x) for x in items]
+        lens = [self.node_len(x) for x in items]
         var = [i for i, (a, b) in enumerate(lens) if b is None or b > a]
         if len(var) == 1:  # one variable part: it takes the window the fixed parts leave
             i = var[0]
@@ -84,7 +96,7 @@ class _Cutter:
             return None if sub is None else ("seq", items[:i] + [sub] + items[i + 1 :])
         first, rest = items[0], ("seq", items[1:])
         amn, amx = lens[0]
-        rmn, rmx = ecma.node_len(rest)
+        rmn, rmx = self.node_len(rest)
         if amn == amx:
             sub = self.cut(rest, lo - amn, None if hi is None else hi - amn)
             return None if sub is None else ("seq", [first, sub])
@@ -120,7 +132,7 @@ class _Cutter:
         return None if not branches else branches[0] if len(branches) == 1 else ("alt", branches)
 
     def _rep(self, body: Node, a: int, b: Optional[int], lo: int, hi: Optional[int]) -> Optional[Node]:
-        bmn, bmx = ecma.node_len(body)
+        bmn, bmx = self.node_len(body)
         if bmn == bmx:  # fixed width w > 0 (width 0 never needs a cut)
             w = bmn
             c_lo = max(a, -(-lo // w))

@@ -271,8 +271,9 @@ class _Lang:
 
     def _deriv_value(self, n: Lexeme, c: int) -> Optional[Lexeme]:
         key = (n, c)
-        if key in self._deriv:
-            return self._deriv[key]
+        known = self._deriv.get(key, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known
         self.spend()
         kind = n[0]
         out: Optional[Lexeme]
@@ -285,7 +286,11 @@ class _Lang:
             else:
                 head = self.deriv(items[0], c)
                 rest = self._rest(n)
-                alts = [None if head is None else _seq([head, rest])]
+                alts: list[Optional[Lexeme]]
+                if head is not None and head[0] == "seq" and not head[1]:
+                    alts = [rest]  # what _seq([EPS, rest]) builds again, item by item (rest holds 2+ items or is one)
+                else:
+                    alts = [None if head is None else _seq([head, rest])]
                 if self.nullable(items[0]):
                     alts.append(self.deriv(rest, c) if rest is not None else None)
                 out = _alt(alts)
@@ -301,6 +306,10 @@ class _Lang:
             out = self._canon.setdefault(out, out)
         self._deriv[key] = out
         return out
+
+
+#: ``_Lang._deriv`` holds no entry for the key (None is an entry: the empty language)
+_UNKNOWN: Lexeme = ("unknown",)
 
 
 class _OverBudget(Exception):
@@ -333,6 +342,13 @@ def _conflict(lang: _Lang, t1: Lexeme, t2: Lexeme, follow: ecma.Ranges) -> bool:
     ``follow`` (the characters a lexeme after t1 may start with)."""
     if not follow:
         return False
+    if t1 is t2:
+        return _self_conflict(lang, t1, follow)
+    return _pair_conflict(lang, t1, t2, follow)
+
+
+def _pair_conflict(lang: _Lang, t1: Lexeme, t2: Lexeme, follow: ecma.Ranges) -> bool:
+    """:func:`_conflict` by a walk over pairs of derivatives (t1's, t2's)."""
     seen = {(t1, t2)}
     todo = [(t1, t2)]
     while todo:
@@ -350,6 +366,32 @@ def _conflict(lang: _Lang, t1: Lexeme, t2: Lexeme, follow: ecma.Ranges) -> bool:
             if (da, db) not in seen:
                 seen.add((da, db))
                 todo.append((da, db))
+    return False
+
+
+def _self_conflict(lang: _Lang, t: Lexeme, follow: ecma.Ranges) -> bool:
+    """:func:`_conflict` of a lexeme with itself, walking its derivatives alone: both sides of the
+    pair walk read the same characters from the same object, so they stay one object (``deriv``
+    answers the second side from its cache by identity). The same states in the same order, the
+    same steps spent; the pairs are not built, hashed and looked up (a large lexeme against itself
+    is most of the check's time)."""
+    seen = {t}
+    todo = [t]
+    while todo:
+        a = todo.pop()
+        if lang.nullable(a) and lang.meets(lang.first_chars(a), follow):
+            return True
+        fa = lang.front(a)
+        if not fa:
+            continue
+        for c in lang.shared_cells(fa, fa):
+            lang.spend()
+            da = lang.deriv(a, c)
+            if da is None:
+                continue
+            if da not in seen:
+                seen.add(da)
+                todo.append(da)
     return False
 
 
