@@ -203,6 +203,19 @@ class Gate:
             self.release.wait(20)
 
 
+async def cancel_once_started(coroutine, gate: Gate) -> None:
+    """Run ``coroutine`` as a task, cancel it once ``gate`` saw its first step (held at the second),
+    check the cancel reached the awaiting side, then let the decode go on to see it."""
+    task = asyncio.create_task(coroutine)
+    while not gate.first.is_set():
+        assert not task.done(), task.result()  # a decode that ended (or failed) before its first step
+        await asyncio.sleep(0.005)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    gate.release.set()
+
+
 def test_leaving_the_loop_frees_the_row_at_the_next_step(generator):
     gate = Gate()
     for _ in generator.stream("Go.", LONG, max_new_tokens=450, on_tokens=gate):
@@ -227,13 +240,7 @@ def test_cancelling_the_tasks_frees_their_rows(generator):
 
     async def main():
         for gate, coroutine in zip(gates, (consume(gates[0]), generator.arun("Go.", LONG, max_new_tokens=450, on_tokens=gates[1]))):
-            task = asyncio.create_task(coroutine)
-            while not gate.first.is_set():
-                await asyncio.sleep(0.005)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            gate.release.set()
+            await cancel_once_started(coroutine, gate)
 
     asyncio.run(main())
     wait_until(lambda: generator.batch.active_rows == 0)
@@ -246,18 +253,8 @@ def test_cancelling_an_smc_request_frees_its_rows_at_the_next_round(generator):
     it through ``on_step``, between its particles' rounds; the particles' rows are freed then."""
     gate = Gate()
 
-    async def main():
-        task = asyncio.create_task(generator.arun("Go.", LONG, max_new_tokens=450, alignment="smc", particles=2,
-                                                  temperature=1.0, seed=1, on_step=lambda: gate([])))
-        while not gate.first.is_set():
-            assert not task.done(), task.result()
-            await asyncio.sleep(0.005)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        gate.release.set()
-
-    asyncio.run(main())
+    asyncio.run(cancel_once_started(generator.arun("Go.", LONG, max_new_tokens=450, alignment="smc", particles=2,
+                                                   temperature=1.0, seed=1, on_step=lambda: gate([])), gate))
     wait_until(lambda: generator.batch.active_rows == 0)
     time.sleep(0.3)
     assert gate.calls <= 2  # the round after the cancel raised: far from the 400 letters

@@ -401,19 +401,24 @@ def test_request_timeout_is_a_504_and_the_waiting_job_is_dropped():
 
 
 class LoopingGenerator:
-    """Commits a token every 10 ms for up to 10 s through on_tokens; counts the steps and records
-    how it ended."""
+    """Commits a token every 10 ms for up to 10 s through on_tokens (or, ``via="step"``, reports
+    its steps through on_step only, as an SMC request does: its particles' tokens are not
+    streamed); counts the steps and records how it ended."""
 
-    def __init__(self):
+    def __init__(self, via: str = "tokens"):
         self.ended = threading.Event()
         self.how = None
         self.steps = 0
+        self.via = via
 
-    def run(self, prompt, output_type, *, on_tokens=None, **options):
+    def run(self, prompt, output_type, *, on_tokens=None, on_step=None, **options):
         try:
             for _ in range(1000):
                 self.steps += 1
-                on_tokens([1])
+                if self.via == "tokens":
+                    on_tokens([1])
+                else:
+                    on_step()
                 time.sleep(0.01)
             self.how = "finished"
         except server.Cancelled:
@@ -988,27 +993,9 @@ def test_tool_call_stream_reads_calls_in_any_layout(value, dump, piece):
             assert value["content"].startswith(partial_json_string(raw[:cut]))
 
 
-class SteppingGenerator(LoopingGenerator):
-    """Like LoopingGenerator, but reports its steps through ``on_step`` only (as an SMC request
-    does: its particles' tokens are not streamed)."""
-
-    def run(self, prompt, output_type, *, on_tokens=None, on_step=None, **options):
-        try:
-            for _ in range(1000):
-                self.steps += 1
-                on_step()
-                time.sleep(0.01)
-            self.how = "finished"
-        except server.Cancelled:
-            self.how = "cancelled"
-            raise
-        finally:
-            self.ended.set()
-        return SimpleNamespace(value={}, text="{}", token_ids=[1], stats=DecodeStats(generated_tokens=1, stop_reason="eos"))
-
 
 def test_a_timed_out_generation_that_streams_nothing_stops_at_its_next_step():
-    gen = SteppingGenerator()
+    gen = LoopingGenerator(via="step")
     app = create_app(gen, ServerConfig(request_timeout=0.3))
     with TestClient(app) as c:
         r = c.post("/v1/chat/completions", json={"messages": USER, "response_format": {"type": "json_object"}})
