@@ -258,20 +258,20 @@ class SMCDecoder:
     allowed mass: tests swap in wrong ones as negative controls); resampling when ESS <
     ``options.ess_threshold`` * N. The prompt is read with the built decoders' ``config.draft_window``.
     The particles run one after another on ``target`` and ``draft`` and forks of them, or as rows
-    of the continuous batch after :meth:`on_rows`. ``on_round``: called between rounds; an
-    exception it raises ends the request there (a cancel: the rows are freed by their owner)."""
+    of the continuous batch after :meth:`on_rows`; :meth:`between_rounds` sets a hook (cancellation)."""
 
     def __init__(self, build: Build, target: SequenceModel, draft: SequenceModel | None,
                  new_matcher: Callable[[], GrammarMatcher], policy: SamplingPolicy, verifier: Callable[..., VerifyResult], *,
                  options: SMCOptions = SMCOptions(), max_new_tokens: int = 256, generator: torch.Generator,
-                 weigh: Weigh = default_weigh, on_round: Callable[[], None] | None = None) -> None:
+                 weigh: Weigh = default_weigh) -> None:
         check_smc_options("smc", options.particles, options.ess_threshold, policy)
         if max_new_tokens < 1:
             raise ConfigError("max_new_tokens must be >= 1")
         self.build, self.target, self.draft = build, target, draft
         self.new_matcher, self.policy, self.verifier = new_matcher, policy, verifier
         self.n, self.threshold, self.max_new_tokens = options.particles, options.ess_threshold, max_new_tokens
-        self.gen, self.weigh, self.on_round = generator, weigh, on_round
+        self.gen, self.weigh = generator, weigh
+        self.on_round: Callable[[], None] | None = None
         self.rows: ParticleRows | None = None
         self._stats: list[DecodeStats] = []
         self.resamples = 0
@@ -280,6 +280,13 @@ class SMCDecoder:
         """Run the particles as the batch rows ``rows`` (the decoder's ``target`` and ``draft``
         must then be the first particle's row views, from ``rows.fresh()``); returns self."""
         self.rows = rows
+        return self
+
+    def between_rounds(self, hook: Callable[[], None] | None) -> SMCDecoder:
+        """Call ``hook`` after each round of the particles (no row is mid-forward then); an
+        exception it raises ends the request there (a cancel; the rows are freed by their owner).
+        Returns self."""
+        self.on_round = hook
         return self
 
     # -- particles -------------------------------------------------------------------------
@@ -495,8 +502,8 @@ def decode_smc(request: DecodeRequest, target: SequenceModel, draft: SequenceMod
                                   verifier=verify, generator=generator, hooks=request.hooks, drafting=own)
 
     smc = SMCDecoder(build, target, draft, request.new_matcher, request.policy, verifier, options=options,
-                     max_new_tokens=request.max_new_tokens, generator=generator,
-                     on_round=request.hooks.on_step if request.hooks is not None else None)
+                     max_new_tokens=request.max_new_tokens, generator=generator)
+    smc.between_rounds(request.hooks.on_step if request.hooks is not None else None)
     if rows is not None:
         smc.on_rows(rows)
     return smc.run(request.prompt_ids)
