@@ -24,6 +24,7 @@ Nodes of the parsed pattern (plain tuples):
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import unicodedata
 from typing import Callable, Iterator, Optional
@@ -781,14 +782,36 @@ def is_closed(p: str) -> bool:
     started at), so ``"(" + p + ")"`` is an atom without a top-level ``|``."""
     if (len(p) - len(p.rstrip("\\"))) % 2:
         return False  # an escape that a following text would complete
-    depth = 0
-    in_cls = False
-    for c, depth, _ in _group_tokens(p):
-        if depth < 0:
-            return False
-        if c == "[" or c == "]":
-            in_cls = c == "["
-    return depth == 0 and not in_cls
+    bare = _outside_classes(p)
+    if bare is None:
+        return False  # a class left open
+    low, end = _depths(bare)
+    return low >= 0 and end == 0
+
+
+#: an escape (a backslash and the character it escapes)
+_ESCAPE = re.compile(r"\\.", re.S)
+#: a character class once escapes are gone: it ends at the first ``]``
+_CLASS = re.compile(r"\[[^\]]*\]")
+_NOT_PAREN = re.compile(r"[^()]+")
+_PAREN_STEP = {"(": 1, ")": -1}
+
+
+def _outside_classes(p: str) -> Optional[str]:
+    """p without its escapes and its character classes (None where a class is left open): the
+    ``(`` and ``)`` left are the group tokens of :func:`_group_tokens`, in order. All in ``re``."""
+    bare = _CLASS.sub("", _ESCAPE.sub("", p))
+    return None if "[" in bare else bare
+
+
+def _depths(bare: str) -> tuple[int, int]:
+    """The lowest group depth after a ``(``/``)`` of ``bare`` and the depth at its end (0, 0
+    without any), by C-level iteration (no Python step per token)."""
+    parens = _NOT_PAREN.sub("", bare)
+    if not parens:
+        return 0, 0
+    depths = list(itertools.accumulate(map(_PAREN_STEP.__getitem__, parens)))
+    return min(depths), depths[-1]
 
 
 def _is_single(p: str) -> bool:
@@ -812,7 +835,12 @@ def is_atom(p: str) -> bool:
     if p.startswith("[") and p.endswith("]"):
         return all(c != "]" or start == last for c, _, start in _group_tokens(p))
     if p.startswith("(") and p.endswith(")"):
-        return all(c != ")" or depth != 0 or start == last for c, depth, start in _group_tokens(p))
+        # no ")" before the last character may close the first "(": the depths in p less its last
+        # character stay >= 1 (that character, a ")" or escaped or inside a class, closes nothing
+        # before it; a class left open in p[:-1] hides every token after its "[")
+        head = _CLASS.sub("", _ESCAPE.sub("", p[:-1]))
+        cut = head.find("[")
+        return _depths(head if cut < 0 else head[:cut])[0] >= 1
     return False
 
 

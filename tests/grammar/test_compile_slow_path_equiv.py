@@ -16,11 +16,13 @@ from __future__ import annotations
 import random
 from typing import Optional
 
+import lexeme_reference as ref
 import pytest
 
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema import lexeme_check as lc
 from constrained_spec.grammar.json_schema import regex_text as rt
+from constrained_spec.grammar.json_schema.lexeme_lang import Lang, OverBudget
 from constrained_spec.grammar.json_schema.regex_text import SeqItem, sequence
 
 _ATOMS = ['a', '"x":1', "(a|b)", "[a-z]+", "\\(", "(x)(y)", "a|b", "[|(]", "\\\\", '"k":(true|false)', "((a))?",
@@ -125,13 +127,13 @@ def test_maximal_groups() -> None:
 def _old_greedy_safe(terminals: dict[str, lc.Lexeme], colive: list[frozenset[str]],
                      follows: dict[str, frozenset[str]], budget: int) -> bool:
     """greedy_safe as it was: every group's pairs, in the groups' order."""
-    lang = lc._Lang(budget)
+    lang = ref.TupleLang(budget)
     try:
         if any(lang.nullable(n) for n in terminals.values()):
             return False
         follow_chars = {}
         for name in terminals:
-            sets = [lc.first_chars(lang, terminals[f]) for f in follows.get(name, ())]
+            sets = [lang.first_chars(terminals[f]) for f in follows.get(name, ())]
             follow_chars[name] = ecma.union(*sets) if sets else ()
         wide = {}
         for name, node in terminals.items():
@@ -146,9 +148,9 @@ def _old_greedy_safe(terminals: dict[str, lc.Lexeme], colive: list[frozenset[str
                     if (n1, n2) in checked:
                         continue
                     checked.add((n1, n2))
-                    if lc._conflict(lang, wide[n1], wide[n2], follow_chars[n1]):
+                    if ref.conflict(lang, wide[n1], wide[n2], follow_chars[n1]):
                         return False
-    except (lc._OverBudget, RecursionError):
+    except (ref.OverBudget, RecursionError):
         return False
     return True
 
@@ -238,10 +240,11 @@ def test_parser_fast_paths_build_the_plain_parsers_nodes() -> None:
 
 
 def _walk_outcome(walk, node: lc.Lexeme, follow: ecma.Ranges, budget: int) -> tuple:  # type: ignore[no-untyped-def]
-    lang = lc._Lang(budget)
+    lang = Lang(budget)
+    i = lang.node(node)
     try:
-        return walk(lang, node, node, follow), lang.budget
-    except lc._OverBudget:
+        return walk(lang, i, i, follow), lang.budget
+    except OverBudget:
         return "over", lang.budget
 
 
@@ -390,4 +393,34 @@ def test_is_closed_over_the_token_walk() -> None:
         p = "".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 9)))
         answers.append(ecma.is_closed(p))
         assert answers[-1] == _old_is_closed(p), p
+    assert 0.05 < sum(answers) / len(answers) < 0.95  # both answers compared
+
+
+def _old_is_atom_group(p: str) -> bool:
+    """``is_atom``'s answer for a ``(...)`` text by the token walk it used before (the
+    reference): no ``)`` outside classes and escapes returns to depth 0 before the last
+    character."""
+    depth, in_cls = 0, False
+    for m in ecma._SCAN_TOKENS.finditer(p):
+        c = m.group()
+        if in_cls:
+            in_cls = c != "]"
+            continue
+        if c == "[":
+            in_cls = True
+        elif c in "()":
+            depth += 1 if c == "(" else -1
+            if c == ")" and depth == 0 and m.start() != len(p) - 1:
+                return False
+    return True
+
+
+def test_is_atom_of_a_group_over_the_token_walk() -> None:
+    pieces = ["(", ")", "[", "]", "|", "\\", "\\(", "\\)", "\\]", "a", "[^]", "[)]", "x|y", "()"]
+    rnd = random.Random(81)
+    answers = []
+    for _ in range(20_000):
+        p = "(" + "".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 9))) + ")"
+        answers.append(ecma.is_atom.__wrapped__(p))  # type: ignore[attr-defined]
+        assert answers[-1] == _old_is_atom_group(p), p
     assert 0.05 < sum(answers) / len(answers) < 0.95  # both answers compared

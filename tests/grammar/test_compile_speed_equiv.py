@@ -5,12 +5,13 @@ compiler's whole output on a slice of the project's schemas against fingerprints
 from __future__ import annotations
 
 import random
-from typing import Optional
 
 import pytest
+from lexeme_reference import reference_checked
 
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema import lexeme_check as lc
+from constrained_spec.grammar.json_schema.lexeme_lang import EPS_ID, NONE, Lang
 
 # -- the character loops ecma_regex used before (the oracle) ------------------------------------
 
@@ -104,51 +105,51 @@ def test_scanners_agree_with_the_character_loops() -> None:
     assert _old_top_level_bar("\\|") != ("|" in "\\|")
 
 
-# -- the greedy-lexing check with and without its identity caches ----------------------------------
+# -- the greedy-lexing check over hash-consed nodes against the tuple walk ------------------------
+
+#: lexemes for random grammars: small ones, and JSON-like objects of optional members (long
+#: sequences whose derivatives share their rests, nested repetitions, alternations of sequences)
+_PIECES = ["[0-9]+", "[a-z]{1,8}", "a1b", "a", "[0-9]", "ab*", "(ab)+c?", "[a-c][0-9]{2,9}", "x|xy", "\"[^\"]*\"",
+           '\\{("k":[0-9]+)?(,"m":"[^"]*")?(,"n":(true|false|\\[([0-9]+(,[0-9]+)*)?\\]))?\\}',
+           '\\[("[a-z]*"(,"[a-z]*")*)?\\]', '(\\{"a":[0-9]{1,3}\\}|\\{"a":[0-9]+,"b":x?\\})']
 
 
-class _Uncached(lc._Lang):
-    """The check's language without the id-keyed caches (every answer from the value caches)."""
-
-    def nullable(self, n: lc.Lexeme) -> bool:
-        hit = self._null.get(n)
-        if hit is None:
-            hit = self._null[n] = lc.nullable_by(n, self.nullable)
-        return hit
-
-    def front(self, n: lc.Lexeme) -> tuple[ecma.Ranges, ...]:
-        return self._front_value(n)
-
-    def deriv(self, n: lc.Lexeme, c: int) -> Optional[lc.Lexeme]:
-        return self._deriv_value(n, c)
-
-    def first_chars(self, n: lc.Lexeme) -> ecma.Ranges:
-        fr = self.front(n)
-        return ecma.union(*fr) if fr else ()
-
-    def meets(self, a: ecma.Ranges, b: ecma.Ranges) -> bool:
-        return bool(ecma.intersect(a, b))
-
-    def shared_cells(self, fa: tuple[ecma.Ranges, ...], fb: tuple[ecma.Ranges, ...]) -> list[int]:
-        both = ecma.intersect(ecma.union(*fa), ecma.union(*fb))
-        return [c for c in lc._cells(list(fa) + list(fb)) if ecma.contains(both, c)] if both else []
+def _random_grammars(rnd: random.Random, count: int) -> list[tuple[dict, list, dict]]:
+    out = []
+    for _ in range(count):
+        names = rnd.sample(range(len(_PIECES)), rnd.randint(2, 5))
+        terms = {f"t{i}": lc.to_node(ecma.parse(_PIECES[i])) for i in names}
+        nodes = {k: v for k, v in terms.items() if v is not None}
+        colive = [frozenset(rnd.sample(sorted(nodes), rnd.randint(1, len(nodes)))) for _ in range(rnd.randint(1, 3))]
+        follows = {k: frozenset(rnd.sample(sorted(nodes), rnd.randint(0, len(nodes)))) for k in nodes}
+        out.append((nodes, colive, follows))
+    return out
 
 
 @pytest.mark.parametrize("budget", [40, 300, 20_000])
-def test_greedy_check_caches_change_no_answer(monkeypatch: pytest.MonkeyPatch, budget: int) -> None:
-    pieces = ["[0-9]+", "[a-z]{1,8}", "a1b", "a", "[0-9]", "ab*", "(ab)+c?", "[a-c][0-9]{2,9}", "x|xy", "\"[^\"]*\""]
-    rnd = random.Random(budget)
-    answers: list[tuple[bool, bool]] = []
-    for _ in range(60):
-        names = rnd.sample(range(len(pieces)), rnd.randint(2, 4))
-        terms = {f"t{i}": lc.to_node(ecma.parse(pieces[i])) for i in names}
-        nodes = {k: v for k, v in terms.items() if v is not None}
-        colive = [frozenset(rnd.sample(sorted(nodes), rnd.randint(1, len(nodes))))]
-        follows = {k: frozenset(rnd.sample(sorted(nodes), rnd.randint(0, len(nodes)))) for k in nodes}
-        fast = lc.greedy_safe(nodes, colive, follows, budget)
-        with monkeypatch.context() as m:
-            m.setattr(lc, "_Lang", _Uncached)
-            slow = lc.greedy_safe(nodes, colive, follows, budget)
-        answers.append((fast, slow))
-    assert all(a == b for a, b in answers)
-    assert {a for a, _ in answers} == {True, False} or budget == 40  # both answers occur (not vacuous)
+def test_interned_check_is_the_tuple_check(budget: int) -> None:
+    """Answer and steps left equal the plain tuple walk's (tests/lexeme_reference.py)."""
+    answers = []
+    for nodes, colive, follows in _random_grammars(random.Random(budget), 80):
+        got = lc._checked(nodes, colive, follows, budget)
+        assert got == reference_checked(nodes, colive, follows, budget), (nodes, colive, follows)
+        answers.append(got[0])
+    assert set(answers) == {True, False} or budget == 40  # both answers occur (not vacuous)
+
+
+def test_interned_check_comparison_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control: a Lang whose sequences are not rebuilt onto their rests (so equal values
+    get different ids) spends other step counts, and the comparison above sees it."""
+
+    def unflattened(self: Lang, first: int, rest: int) -> int:
+        if first == NONE or rest == NONE:
+            return NONE
+        if first == EPS_ID:
+            return rest
+        if rest == EPS_ID:
+            return first
+        return self._cons(first, rest)
+
+    monkeypatch.setattr(Lang, "seq", unflattened)
+    grammars = _random_grammars(random.Random(7), 80)
+    assert any(lc._checked(*g, 20_000) != reference_checked(*g, 20_000) for g in grammars)

@@ -11,16 +11,16 @@ complete text w of T1 leaves a lexeme T2 of the set (T1 itself included) able to
 character that could also start a lexeme following T1. Any doubt (a work budget spent, a
 nullable lexeme) answers False, and the caller keeps its bounded regex.
 
-Regexes are the node tuples of :mod:`constrained_spec.grammar.ecma_regex`; languages are
-explored with Brzozowski derivatives over normalised, hashable nodes.
+Terminals come as normalised, hashable node tuples (:func:`to_node`); the walks run over their
+hash-consed form (:mod:`.lexeme_lang`: Brzozowski derivatives whose sequences share their rests).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
+from constrained_spec.grammar.json_schema.lexeme_lang import NONE, Lang, OverBudget
 
 __all__ = ["Lexeme", "to_node", "to_node_by", "greedy_safe", "first_chars", "nullable"]
 
@@ -145,209 +145,22 @@ def nullable(n: tuple) -> bool:
     return nullable_by(n, nullable)
 
 
-class _Lang:
-    """Derivatives, nullability and front character sets, memoised, under a work budget."""
-
-    def __init__(self, budget: int = WORK_BUDGET, deadline: Optional[float] = None) -> None:
-        self.budget = budget
-        self.deadline = deadline  # time.monotonic() past which the work stops (checked every 1024 steps)
-        self._null: dict[Lexeme, bool] = {}
-        self._deriv: dict[tuple[Lexeme, int], Optional[Lexeme]] = {}
-        self._canon: dict[Lexeme, Lexeme] = {}  # a derivative value -> the one object that holds it
-        self._rest_id: dict[int, tuple[Lexeme, Lexeme]] = {}  # id of a sequence -> (it, its rest)
-        self._front: dict[Lexeme, tuple[ecma.Ranges, ...]] = {}
-        self._fronts: dict[tuple[ecma.Ranges, ...], tuple[ecma.Ranges, ...]] = {}
-        # the same answers by the node object's identity (the node kept beside them, so its id is
-        # not reused): a node is a nested tuple whose hash Python computes again at every lookup
-        self._null_id: dict[int, tuple[Lexeme, bool]] = {}
-        self._deriv_id: dict[tuple[int, int], tuple[Lexeme, Optional[Lexeme]]] = {}
-        self._front_id: dict[int, tuple[Lexeme, tuple[ecma.Ranges, ...]]] = {}
-        self._first_id: dict[int, tuple[tuple[ecma.Ranges, ...], ecma.Ranges]] = {}
-        #: (id of one front, id of another) -> (both fronts, the cells of both unions' intersection)
-        self._cells_id: dict[tuple[int, int], tuple[tuple[ecma.Ranges, ...], tuple[ecma.Ranges, ...], list[int]]] = {}
-        #: (id of ranges, id of ranges) -> (both, whether they share a character)
-        self._meet_id: dict[tuple[int, int], tuple[ecma.Ranges, ecma.Ranges, bool]] = {}
-
-    def spend(self) -> None:
-        """Count one step against the budget (:class:`_OverBudget` once it is spent)."""
-        self.budget -= 1
-        if self.budget < 0:
-            raise _OverBudget
-        if self.deadline is not None and self.budget % 1024 == 0 and time.monotonic() > self.deadline:
-            raise _OverBudget
-
-    def nullable(self, n: Lexeme) -> bool:
-        by_id = self._null_id.get(id(n))
-        if by_id is not None and by_id[0] is n:
-            return by_id[1]
-        hit = self._null.get(n)
-        if hit is None:
-            hit = self._null[n] = nullable_by(n, self.nullable)
-        self._null_id[id(n)] = (n, hit)
-        return hit
-
-    def front(self, n: Lexeme) -> tuple[ecma.Ranges, ...]:
-        """The character sets a first character of n is drawn from (a tuple of range tuples)."""
-        by_id = self._front_id.get(id(n))
-        if by_id is not None and by_id[0] is n:
-            return by_id[1]
-        hit = self._front_value(n)
-        self._front_id[id(n)] = (n, hit)
-        return hit
-
-    def first_chars(self, n: Lexeme) -> ecma.Ranges:
-        """The union of n's front sets, as one range tuple (remembered per front)."""
-        fr = self.front(n)
-        hit = self._first_id.get(id(fr))
-        if hit is not None and hit[0] is fr:
-            return hit[1]
-        out = ecma.union(*fr) if fr else ()
-        self._first_id[id(fr)] = (fr, out)
-        return out
-
-    def meets(self, a: ecma.Ranges, b: ecma.Ranges) -> bool:
-        """Whether ``ecma.intersect(a, b)`` is not empty (remembered per pair of range objects)."""
-        key = (id(a), id(b))
-        hit = self._meet_id.get(key)
-        if hit is not None and hit[0] is a and hit[1] is b:
-            return hit[2]
-        out = bool(ecma.intersect(a, b))
-        self._meet_id[key] = (a, b, out)
-        return out
-
-    def shared_cells(self, fa: tuple[ecma.Ranges, ...], fb: tuple[ecma.Ranges, ...]) -> list[int]:
-        """The cell representatives (:func:`_cells` of both fronts) inside the intersection of the
-        two fronts' unions, in order (remembered per pair of front objects)."""
-        key = (id(fa), id(fb))
-        hit = self._cells_id.get(key)
-        if hit is not None and hit[0] is fa and hit[1] is fb:
-            return hit[2]
-        both = ecma.intersect(ecma.union(*fa), ecma.union(*fb))
-        cells = [c for c in _cells(list(fa) + list(fb)) if ecma.contains(both, c)] if both else []
-        self._cells_id[key] = (fa, fb, cells)
-        return cells
-
-    def _front_value(self, n: Lexeme) -> tuple[ecma.Ranges, ...]:
-        hit = self._front.get(n)
-        if hit is None:
-            kind = n[0]
-            acc: list[ecma.Ranges] = []
-            if kind == "set":
-                acc.append(n[1])
-            elif kind == "seq":
-                for x in n[1]:
-                    acc.extend(self.front(x))
-                    if not self.nullable(x):
-                        break
-            elif kind == "alt":
-                for x in n[1]:
-                    acc.extend(self.front(x))
-            else:
-                acc.extend(self.front(n[1]))
-            hit = tuple(dict.fromkeys(acc))
-            hit = self._fronts.setdefault(hit, hit)  # one object per front: the id caches then meet
-            self._front[n] = hit
-        return hit
-
-    def deriv(self, n: Lexeme, c: int) -> Optional[Lexeme]:
-        by_id = self._deriv_id.get((id(n), c))
-        if by_id is not None and by_id[0] is n:
-            return by_id[1]
-        out = self._deriv_value(n, c)
-        self._deriv_id[(id(n), c)] = (n, out)
-        return out
-
-    def _rest(self, n: Lexeme) -> Lexeme:
-        """A sequence less its first item (what ``_seq(list(n[1][1:]))`` gives: a sequence's items are
-        never sequences themselves), one object per sequence object: the derivatives by every
-        character read the same rest, found by identity in the caches."""
-        hit = self._rest_id.get(id(n))
-        if hit is not None and hit[0] is n:
-            return hit[1]
-        items = n[1]
-        rest = items[1] if len(items) == 2 else ("seq", _Items(items[1:]))
-        self._rest_id[id(n)] = (n, rest)
-        return rest
-
-    def _deriv_value(self, n: Lexeme, c: int) -> Optional[Lexeme]:
-        key = (n, c)
-        known = self._deriv.get(key, _UNKNOWN)
-        if known is not _UNKNOWN:
-            return known
-        self.spend()
-        kind = n[0]
-        out: Optional[Lexeme]
-        if kind == "set":
-            out = EPS if ecma.contains(n[1], c) else None
-        elif kind == "seq":
-            items = n[1]
-            if not items:
-                out = None
-            else:
-                head = self.deriv(items[0], c)
-                rest = self._rest(n)
-                alts: list[Optional[Lexeme]]
-                if head is not None and head[0] == "seq" and not head[1]:
-                    alts = [rest]  # what _seq([EPS, rest]) builds again, item by item (rest holds 2+ items or is one)
-                else:
-                    alts = [None if head is None else _seq([head, rest])]
-                if self.nullable(items[0]):
-                    alts.append(self.deriv(rest, c) if rest is not None else None)
-                out = _alt(alts)
-        elif kind == "alt":
-            out = _alt([self.deriv(x, c) for x in n[1]])
-        else:
-            body, lo, hi = n[1], n[2], n[3]
-            head = self.deriv(body, c)
-            out = None if head is None else _seq([head, _rep(body, max(lo - 1, 0), None if hi is None else hi - 1)])
-        if out is not None:
-            # one object per derivative value: the caches and the pair walk then compare
-            # derivatives by identity, not item by item (equal values, so the same answers)
-            out = self._canon.setdefault(out, out)
-        self._deriv[key] = out
-        return out
-
-
-#: ``_Lang._deriv`` holds no entry for the key (None is an entry: the empty language)
-_UNKNOWN: Lexeme = ("unknown",)
-
-
-class _OverBudget(Exception):
-    pass
-
-
-def _cells(sets: list[ecma.Ranges]) -> list[int]:
-    """One representative code point per cell of the partition the range sets induce, for the
-    cells inside their union."""
-    bounds: set[int] = set()
-    for rs in sets:
-        for a, b in rs:
-            bounds.add(a)
-            bounds.add(b + 1)
-    edges = sorted(bounds)
-    reps = []
-    for a in edges[:-1]:
-        if any(ecma.contains(rs, a) for rs in sets):
-            reps.append(a)
-    return reps
-
-
-def first_chars(lang: _Lang, n: Lexeme) -> ecma.Ranges:
+def first_chars(lang: Lang, n: Lexeme) -> ecma.Ranges:
     """The union of n's front sets, as one range tuple."""
-    return ecma.union(*lang.front(n)) if lang.front(n) else ()
+    return lang.first_chars(lang.node(n))
 
 
-def _conflict(lang: _Lang, t1: Lexeme, t2: Lexeme, follow: ecma.Ranges) -> bool:
+def _conflict(lang: Lang, t1: int, t2: int, follow: ecma.Ranges) -> bool:
     """Whether some complete text w of t1 leaves t2 (after reading w) able to read a character of
-    ``follow`` (the characters a lexeme after t1 may start with)."""
+    ``follow`` (the characters a lexeme after t1 may start with). ``t1``, ``t2``: ``lang``'s ids."""
     if not follow:
         return False
-    if t1 is t2:
+    if t1 == t2:
         return _self_conflict(lang, t1, follow)
     return _pair_conflict(lang, t1, t2, follow)
 
 
-def _pair_conflict(lang: _Lang, t1: Lexeme, t2: Lexeme, follow: ecma.Ranges) -> bool:
+def _pair_conflict(lang: Lang, t1: int, t2: int, follow: ecma.Ranges) -> bool:
     """:func:`_conflict` by a walk over pairs of derivatives (t1's, t2's)."""
     seen = {(t1, t2)}
     todo = [(t1, t2)]
@@ -361,7 +174,7 @@ def _pair_conflict(lang: _Lang, t1: Lexeme, t2: Lexeme, follow: ecma.Ranges) -> 
         for c in lang.shared_cells(fa, fb):
             lang.spend()
             da, db = lang.deriv(a, c), lang.deriv(b, c)
-            if da is None or db is None:
+            if da == NONE or db == NONE:
                 continue
             if (da, db) not in seen:
                 seen.add((da, db))
@@ -369,12 +182,10 @@ def _pair_conflict(lang: _Lang, t1: Lexeme, t2: Lexeme, follow: ecma.Ranges) -> 
     return False
 
 
-def _self_conflict(lang: _Lang, t: Lexeme, follow: ecma.Ranges) -> bool:
+def _self_conflict(lang: Lang, t: int, follow: ecma.Ranges) -> bool:
     """:func:`_conflict` of a lexeme with itself, walking its derivatives alone: both sides of the
-    pair walk read the same characters from the same object, so they stay one object (``deriv``
-    answers the second side from its cache by identity). The same states in the same order, the
-    same steps spent; the pairs are not built, hashed and looked up (a large lexeme against itself
-    is most of the check's time)."""
+    pair walk read the same characters from the same node, so they stay one node. The same states
+    in the same order, the same steps spent, without building the pairs."""
     seen = {t}
     todo = [t]
     while todo:
@@ -387,28 +198,12 @@ def _self_conflict(lang: _Lang, t: Lexeme, follow: ecma.Ranges) -> bool:
         for c in lang.shared_cells(fa, fa):
             lang.spend()
             da = lang.deriv(a, c)
-            if da is None:
+            if da == NONE:
                 continue
             if da not in seen:
                 seen.add(da)
                 todo.append(da)
     return False
-
-
-def _size(n: Lexeme, memo: dict[int, int]) -> int:
-    """How many nodes n has (shared parts counted where they occur), remembered by identity."""
-    hit = memo.get(id(n))
-    if hit is not None:
-        return hit
-    kind = n[0]
-    if kind == "set":
-        out = 1
-    elif kind in ("seq", "alt"):
-        out = 1 + sum(_size(x, memo) for x in n[1])
-    else:
-        out = 1 + _size(n[1], memo)
-    memo[id(n)] = out
-    return out
 
 
 def _maximal(groups: list[frozenset[str]]) -> list[frozenset[str]]:
@@ -440,30 +235,33 @@ def greedy_safe(terminals: dict[str, Lexeme], colive: list[frozenset[str]], foll
     the most derivative steps (False once spent); ``deadline``: a ``time.monotonic()`` past which it
     answers False.
     """
-    lang = _Lang(budget, deadline)
+    return _checked(terminals, colive, follows, budget, deadline)[0]
+
+
+def _checked(terminals: dict[str, Lexeme], colive: list[frozenset[str]], follows: dict[str, frozenset[str]],
+             budget: int, deadline: Optional[float] = None) -> tuple[bool, int]:
+    """:func:`greedy_safe`'s answer and the steps it left of ``budget`` (negative: spent)."""
+    lang = Lang(budget, deadline)
     try:
-        if any(lang.nullable(n) for n in terminals.values()):
-            return False
+        ids = {name: lang.node(node) for name, node in terminals.items()}
+        if any(lang.nullable(i) for i in ids.values()):
+            return False, lang.budget
         follow_chars: dict[str, ecma.Ranges] = {}
         for name in terminals:
-            sets = [first_chars(lang, terminals[f]) for f in follows.get(name, ())]
+            sets = [lang.first_chars(ids[f]) for f in follows.get(name, ())]
             follow_chars[name] = ecma.union(*sets) if sets else ()
         # conflicts are looked for in larger languages (conservative; no counting to 500)
-        wide: dict[str, Lexeme] = {}
-        for name, node in terminals.items():
-            w = relaxed(node)
-            if w is None:  # a terminal's relaxed language is never empty; if it were, answer unsure
-                return False
-            wide[name] = w
+        wide = {name: lang.relaxed(i, RELAX_ABOVE) for name, i in ids.items()}
+        if NONE in wide.values():  # a terminal's relaxed language is never empty; if it were, answer unsure
+            return False, lang.budget
+        size = {name: lang.size(w) for name, w in wide.items()}
         pairs = {(n1, n2) for group in _maximal(colive) for n1 in group if follow_chars[n1] for n2 in group}
         # the pairs of small lexemes first: where a conflict is there, it is most often one of
         # them, found before the long walks of large lexemes (the answer does not depend on the
         # order, see _maximal; a pair whose lexeme has no follow character cannot conflict)
-        sizes: dict[int, int] = {}
-        size = {name: _size(node, sizes) for name, node in wide.items()}
         for n1, n2 in sorted(pairs, key=lambda p: (min(size[p[0]], size[p[1]]), max(size[p[0]], size[p[1]]), p)):
             if _conflict(lang, wide[n1], wide[n2], follow_chars[n1]):
-                return False
-    except (_OverBudget, RecursionError):
-        return False
-    return True
+                return False, lang.budget
+    except (OverBudget, RecursionError):
+        return False, lang.budget
+    return True, lang.budget
