@@ -61,7 +61,25 @@ class PrefixModel:
         self.tokens = []
 
 
-class ForkModel(PrefixModel):
+class MemoLogits:
+    """A mixin for :class:`PrefixModel` subclasses: ``logits(prefix)`` remembered in the class's
+    ``_memo`` under ``memo_key(prefix)`` (logits are a pure function of the model's settings and
+    the prefix; the statistical tests ask for the same prefixes thousands of times)."""
+
+    _memo: dict
+
+    def memo_key(self, prefix) -> tuple:
+        raise NotImplementedError
+
+    def logits(self, prefix):
+        key = self.memo_key(prefix)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = super().logits(prefix)
+        return hit
+
+
+class ForkModel(MemoLogits, PrefixModel):
     """:class:`PrefixModel` with memoised logits and a ``fork()`` (a copy of its token list, of the
     same class): a model SMC particles can fork, for the tests and ``benchmarks/smc_bench.py``."""
 
@@ -72,12 +90,8 @@ class ForkModel(PrefixModel):
         ForkModel.extends += 1
         return super().extend(tokens)
 
-    def logits(self, prefix):
-        key = (self.seed, self.scale, tuple(prefix))
-        hit = self._memo.get(key)
-        if hit is None:
-            hit = self._memo[key] = super().logits(prefix)
-        return hit
+    def memo_key(self, prefix) -> tuple:
+        return (self.seed, self.scale, tuple(prefix))
 
     def fork(self):
         clone = copy.copy(self)

@@ -26,7 +26,7 @@ from functools import lru_cache
 import pytest
 import torch
 from grammar_oracles import LarkOracle
-from synthetic import PrefixModel, make_decoder
+from synthetic import MemoLogits, PrefixModel, make_decoder
 from test_distribution import ALPHA, chi2_pvalue, verify_resample_from_p, verify_unmasked_acceptance
 
 from constrained_spec.engine.proposers import GrammarStrings
@@ -56,17 +56,13 @@ GRAMMARS = {
 }
 
 
-class CfgModel(PrefixModel):
+class CfgModel(MemoLogits, PrefixModel):
     """PrefixModel with memoised logits keyed by vocabulary size too (this file has two vocabularies)."""
 
     _memo: dict = {}
 
-    def logits(self, prefix):
-        key = (self.seed, self.vocab_size, tuple(prefix))
-        hit = self._memo.get(key)
-        if hit is None:
-            hit = self._memo[key] = super().logits(prefix)
-        return hit
+    def memo_key(self, prefix) -> tuple:
+        return (self.seed, self.vocab_size, tuple(prefix))
 
 
 @dataclass(frozen=True)

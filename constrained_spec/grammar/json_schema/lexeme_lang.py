@@ -89,6 +89,11 @@ class Lang:
             return rest
         if rest == EPS_ID:
             return first
+        return self._append(first, rest)
+
+    def _append(self, first: int, rest: int) -> int:
+        """``first`` then ``rest``, both real (neither NONE nor the empty string): a sequence
+        ``first`` rebuilt onto ``rest`` item by item, so that its items are never sequences."""
         kind, a, b = self._kind, self._a, self._b
         heads = []
         while kind[first] == _SEQ:  # first's items go before rest: rebuild its spine onto rest
