@@ -11,7 +11,7 @@ from lexeme_reference import reference_checked
 
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema import lexeme_check as lc
-from constrained_spec.grammar.json_schema.lexeme_lang import Lang
+from constrained_spec.grammar.json_schema.lexeme_lang import Nodes
 
 # -- the character loops ecma_regex used before (the oracle) ------------------------------------
 
@@ -126,20 +126,25 @@ def _random_grammars(rnd: random.Random, count: int) -> list[tuple[dict, list, d
     return out
 
 
+def _checked(nodes: dict, colive: list, follows: dict, budget: int) -> tuple[bool, int]:
+    table = Nodes()
+    return lc._checked({k: table.node(v) for k, v in nodes.items()}, table, colive, follows, budget)
+
+
 @pytest.mark.parametrize("budget", [40, 300, 20_000])
 def test_interned_check_is_the_tuple_check(budget: int) -> None:
     """Answer and steps left equal the plain tuple walk's (tests/lexeme_reference.py)."""
     answers = []
     for nodes, colive, follows in _random_grammars(random.Random(budget), 80):
-        got = lc._checked(nodes, colive, follows, budget)
+        got = _checked(nodes, colive, follows, budget)
         assert got == reference_checked(nodes, colive, follows, budget), (nodes, colive, follows)
         answers.append(got[0])
     assert set(answers) == {True, False} or budget == 40  # both answers occur (not vacuous)
 
 
 def test_interned_check_comparison_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Negative control: a Lang whose sequences are not rebuilt onto their rests (so equal values
+    """Negative control: a node table whose sequences are not rebuilt onto their rests (so equal values
     get different ids) spends other step counts, and the comparison above sees it."""
-    monkeypatch.setattr(Lang, "_append", lambda self, first, rest: self._cons(first, rest))
+    monkeypatch.setattr(Nodes, "_append", lambda self, first, rest: self._cons(first, rest))
     grammars = _random_grammars(random.Random(7), 80)
-    assert any(lc._checked(*g, 20_000) != reference_checked(*g, 20_000) for g in grammars)
+    assert any(_checked(*g, 20_000) != reference_checked(*g, 20_000) for g in grammars)

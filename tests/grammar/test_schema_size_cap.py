@@ -309,7 +309,7 @@ def test_where_no_exact_grammar_can_be_built_the_refusal_stays(monkeypatch):
     the schema is refused as before -- never a looser grammar."""
     import constrained_spec.grammar.json_schema.emit_lark as emit_lark
 
-    monkeypatch.setattr(emit_lark, "greedy_safe", lambda *args, **kwargs: False)
+    monkeypatch.setattr(emit_lark, "greedy_safe_ids", lambda *args, **kwargs: False)
     with pytest.raises(CompileLimitError) as info:
         schema_to_regex(SCHEMA, OPTS)
     assert getattr(info.value, "kind", "") == "size"

@@ -30,12 +30,11 @@ from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.ecma_regex import Node
 from constrained_spec.grammar.json_schema.lexeme_check import (
     WORK_BUDGET,
-    Lexeme,
-    greedy_safe,
+    greedy_safe_ids,
     nullable,
     nullable_by,
-    to_node_by,
 )
+from constrained_spec.grammar.json_schema.lexeme_lang import NONE, Nodes
 from constrained_spec.grammar.json_schema.regex_text import quantifier
 
 __all__ = ["placeholder", "build_lark"]
@@ -223,10 +222,19 @@ class _NodeMemo:
         self._nul: dict[int, tuple[Node, bool]] = {}
         self._null: dict[int, tuple[Node, bool]] = {}
         self._text: dict[int, tuple[Node, Optional[str]]] = {}
-        self._lexeme: dict[int, tuple[Node, Optional[Lexeme]]] = {}
+        self._lexeme: dict[int, tuple[Node, int]] = {}
+        #: the interned lexemes of both passes (the greedy-lexing checks read them by id)
+        self.lexemes = Nodes()
 
-    #: :func:`~.lexeme_check.to_node`, remembered
-    lexeme = _remembered("_lexeme", to_node_by)
+    def lexeme(self, node: Node) -> int:
+        """The node's id in :attr:`lexemes` (``NONE``: the empty language), remembered by the
+        node's identity: :func:`~.lexeme_check.to_node`'s value, without building the tuple."""
+        hit = self._lexeme.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        out = self.lexemes.from_regex_by(node, self.lexeme)
+        self._lexeme[id(node)] = (node, out)
+        return out
     #: :func:`_has_nul`, remembered
     has_nul = _remembered("_nul", _has_nul_by)
     #: :func:`~.lexeme_check.nullable`, remembered
@@ -245,7 +253,7 @@ class _Builder:
     def __init__(self, fine: bool = False, memo: Optional[_NodeMemo] = None) -> None:
         self.memo = memo if memo is not None else _NodeMemo()
         self.terminals: dict[str, str] = {}  # regex text -> terminal name
-        self.nodes: dict[str, Lexeme] = {}  # terminal name -> normalised node
+        self.nodes: dict[str, int] = {}  # terminal name -> its id in memo.lexemes
         #: cut a sequence's terminal before and after each part that may read nothing (an
         #: optional property, a starred group): ``A (B)? C`` instead of one lexeme ``AB?C``
         self.fine = fine
@@ -303,7 +311,7 @@ class _Builder:
         if name is None:
             name = self.terminals[text] = "T%d" % len(self.terminals)
             norm = self.memo.lexeme(node)
-            if norm is None:
+            if norm == NONE:
                 return None
             self.nodes[name] = norm
         return ("T", name)
@@ -638,7 +646,7 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
             if n in ands:
                 wide, leaf = ands[n]
                 node = b.memo.lexeme(parse(wide))
-                if node is None:
+                if node == NONE:
                     return None
                 name = "j%d" % n  # a rule: %json cannot define a terminal
                 b.nodes[name] = node
@@ -678,7 +686,7 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
     if scaled:
         pairs = sum(len(group) ** 2 for group in flow.colive)
         budget = min(WORK_BUDGET + PAIR_STEPS * pairs, MAX_CHECK_STEPS)
-    if not greedy_safe(terminals, list(flow.colive), follows, budget, deadline):
+    if not greedy_safe_ids(terminals, b.memo.lexemes, list(flow.colive), follows, budget, deadline):
         return None
     lines = ["start: " + _render(root_e)]
     lines += [f"{r}: {_render(kept[r])}" for r in sorted(kept, key=lambda s: int(s[1:]))]

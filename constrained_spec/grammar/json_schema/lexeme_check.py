@@ -20,9 +20,9 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
-from constrained_spec.grammar.json_schema.lexeme_lang import NONE, Lang, OverBudget
+from constrained_spec.grammar.json_schema.lexeme_lang import NONE, Lang, Nodes, OverBudget
 
-__all__ = ["Lexeme", "to_node", "to_node_by", "greedy_safe", "first_chars", "nullable"]
+__all__ = ["Lexeme", "to_node", "to_node_by", "greedy_safe", "greedy_safe_ids", "first_chars", "nullable"]
 
 
 class _Items(tuple):
@@ -235,26 +235,37 @@ def greedy_safe(terminals: dict[str, Lexeme], colive: list[frozenset[str]], foll
     the most derivative steps (False once spent); ``deadline``: a ``time.monotonic()`` past which it
     answers False.
     """
-    return _checked(terminals, colive, follows, budget, deadline)[0]
+    nodes = Nodes()
+    try:
+        ids = {name: nodes.node(node) for name, node in terminals.items()}
+    except RecursionError:
+        return False
+    return _checked(ids, nodes, colive, follows, budget, deadline)[0]
 
 
-def _checked(terminals: dict[str, Lexeme], colive: list[frozenset[str]], follows: dict[str, frozenset[str]],
+def greedy_safe_ids(terminals: dict[str, int], nodes: Nodes, colive: list[frozenset[str]],
+                    follows: dict[str, frozenset[str]], budget: int = WORK_BUDGET, deadline: Optional[float] = None) -> bool:
+    """:func:`greedy_safe` of terminals given as ids of ``nodes`` (a table the caller keeps across
+    checks; each check still has its own derivatives and budget)."""
+    return _checked(terminals, nodes, colive, follows, budget, deadline)[0]
+
+
+def _checked(ids: dict[str, int], nodes: Nodes, colive: list[frozenset[str]], follows: dict[str, frozenset[str]],
              budget: int, deadline: Optional[float] = None) -> tuple[bool, int]:
     """:func:`greedy_safe`'s answer and the steps it left of ``budget`` (negative: spent)."""
-    lang = Lang(budget, deadline)
+    lang = Lang(budget, deadline, nodes)
     try:
-        ids = {name: lang.node(node) for name, node in terminals.items()}
         if any(lang.nullable(i) for i in ids.values()):
             return False, lang.budget
         follow_chars: dict[str, ecma.Ranges] = {}
-        for name in terminals:
+        for name in ids:
             sets = [lang.first_chars(ids[f]) for f in follows.get(name, ())]
             follow_chars[name] = ecma.union(*sets) if sets else ()
         # conflicts are looked for in larger languages (conservative; no counting to 500)
-        wide = {name: lang.relaxed(i, RELAX_ABOVE) for name, i in ids.items()}
+        wide = {name: nodes.relaxed(i, RELAX_ABOVE) for name, i in ids.items()}
         if NONE in wide.values():  # a terminal's relaxed language is never empty; if it were, answer unsure
             return False, lang.budget
-        size = {name: lang.size(w) for name, w in wide.items()}
+        size = {name: nodes.size(w) for name, w in wide.items()}
         pairs = {(n1, n2) for group in _maximal(colive) for n1 in group if follow_chars[n1] for n2 in group}
         # the pairs of small lexemes first: where a conflict is there, it is most often one of
         # them, found before the long walks of large lexemes (the answer does not depend on the

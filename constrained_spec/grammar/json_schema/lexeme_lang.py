@@ -17,11 +17,11 @@ are the same id exactly where their tuples are equal, and a walk spends one step
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
 
-__all__ = ["Lang", "OverBudget", "NONE", "EPS_ID"]
+__all__ = ["Nodes", "Lang", "OverBudget", "NONE", "EPS_ID"]
 
 #: the empty language
 NONE = -1
@@ -36,12 +36,12 @@ class OverBudget(Exception):
     """The walk spent its step budget (or passed its deadline)."""
 
 
-class Lang:
-    """Interned nodes with their nullability, front character sets and derivatives, memoised."""
+class Nodes:
+    """Interned nodes with the facts that depend on the node alone (nullability, size, relaxed
+    form, front character sets), remembered. One table may serve several checks (the passes of
+    one grammar build); each check's derivatives and step budget are its own (:class:`Lang`)."""
 
-    def __init__(self, budget: int, deadline: Optional[float] = None) -> None:
-        self.budget = budget
-        self.deadline = deadline  # time.monotonic() past which the work stops (checked every 1024 steps)
+    def __init__(self) -> None:
         self._ids: dict[tuple, int] = {}  # a node's shape -> its id
         self._kind: list[int] = [_SEQ]  # id -> kind (id 0: the empty sequence)
         self._a: list = [None]  # id -> ranges | first item | members | body
@@ -54,10 +54,7 @@ class Lang:
         self._front: dict[int, tuple[ecma.Ranges, ...]] = {}
         self._fronts: dict[tuple[ecma.Ranges, ...], tuple[ecma.Ranges, ...]] = {}
         self._first: dict[int, ecma.Ranges] = {}  # id of a front -> its union (the front kept in _fronts)
-        self._deriv: dict[int, int] = {}  # (character << 32 | id) -> derivative id (NONE: empty)
         self._from_tuple: dict[int, tuple[tuple, int]] = {}  # id of a tuple node -> (it, its id)
-        self._cells: dict[tuple[int, int], list[int]] = {}
-        self._meet: dict[tuple[int, int], tuple[ecma.Ranges, ecma.Ranges, bool]] = {}
 
     # -- building ---------------------------------------------------------------------------
 
@@ -172,6 +169,27 @@ class Lang:
         self._from_tuple[id(n)] = (n, out)
         return out
 
+    def from_regex_by(self, node: ecma.Node, sub: Callable[[ecma.Node], int]) -> int:
+        """The id of an ``ecma_regex`` node (what :meth:`node` gives for its
+        :func:`~.lexeme_check.to_node` tuple, without building the tuple), with ``sub`` the same
+        for its parts (so a caller may memoise it)."""
+        kind = node[0]
+        if kind == "set":
+            return self.char_set(tuple(node[1]))
+        if kind == "seq":
+            items = node[1]
+            if not items:
+                return EPS_ID
+            out = sub(items[-1])
+            for x in reversed(items[:-1]):
+                out = self.seq(sub(x), out)
+            return out
+        if kind == "alt":
+            return self.alt([sub(x) for x in node[1]])
+        if kind == "rep":
+            return self.rep(sub(node[1]), node[2], node[3])
+        raise ecma.PatternError(f"unsupported regex node {kind!r}")
+
     def relaxed(self, i: int, above: int) -> int:
         """Node ``i`` with every repetition bounded above ``above`` made unbounded (its lower bound
         capped at 1): what :func:`~.lexeme_check.relaxed` gives, remembered per node."""
@@ -206,14 +224,6 @@ class Lang:
         return self._size[i]
 
     # -- questions --------------------------------------------------------------------------
-
-    def spend(self) -> None:
-        """Count one step against the budget (:class:`OverBudget` once it is spent)."""
-        self.budget -= 1
-        if self.budget < 0:
-            raise OverBudget
-        if self.deadline is not None and self.budget % 1024 == 0 and time.monotonic() > self.deadline:
-            raise OverBudget
 
     def nullable(self, i: int) -> bool:
         """Whether node ``i`` matches the empty string."""
@@ -258,6 +268,27 @@ class Lang:
             hit = self._first[id(fr)] = ecma.union(*fr) if fr else ()
         return hit
 
+class Lang:
+    """One check's walk over a :class:`Nodes` table: derivatives by character, remembered, each new
+    one a step against the budget, and the character cells two fronts share."""
+
+    def __init__(self, budget: int, deadline: Optional[float] = None, nodes: Optional[Nodes] = None) -> None:
+        self.budget = budget
+        self.deadline = deadline  # time.monotonic() past which the work stops (checked every 1024 steps)
+        self.nodes = nodes = nodes if nodes is not None else Nodes()
+        self.node, self.nullable, self.front, self.first_chars = nodes.node, nodes.nullable, nodes.front, nodes.first_chars
+        self._deriv: dict[int, int] = {}  # (character << 32 | id) -> derivative id (NONE: empty)
+        self._cells: dict[tuple[int, int], list[int]] = {}
+        self._meet: dict[tuple[int, int], tuple[ecma.Ranges, ecma.Ranges, bool]] = {}
+
+    def spend(self) -> None:
+        """Count one step against the budget (:class:`OverBudget` once it is spent)."""
+        self.budget -= 1
+        if self.budget < 0:
+            raise OverBudget
+        if self.deadline is not None and self.budget % 1024 == 0 and time.monotonic() > self.deadline:
+            raise OverBudget
+
     def meets(self, a: ecma.Ranges, b: ecma.Ranges) -> bool:
         """Whether two range tuples share a character (remembered per pair of objects, kept beside
         the answer so that their ids are not reused)."""
@@ -287,23 +318,24 @@ class Lang:
         if hit != _UNKNOWN:
             return hit
         self.spend()
-        kind, a = self._kind, self._a
-        k = kind[i]
+        nodes = self.nodes
+        a = nodes._a
+        k = nodes._kind[i]
         if k == _SET:
             out = EPS_ID if ecma.contains(a[i], c) else NONE
         elif k == _SEQ:
             if i == EPS_ID:
                 out = NONE
             else:
-                head, rest = a[i], self._b[i]
-                out = self.seq(self.deriv(head, c), rest)
-                if self._null[head]:
-                    out = self.alt([out, self.deriv(rest, c)])
+                head, rest = a[i], nodes._b[i]
+                out = nodes.seq(self.deriv(head, c), rest)
+                if nodes._null[head]:
+                    out = nodes.alt([out, self.deriv(rest, c)])
         elif k == _ALT:
-            out = self.alt([self.deriv(m, c) for m in a[i]])
+            out = nodes.alt([self.deriv(m, c) for m in a[i]])
         else:
-            body, lo, hi = a[i], self._b[i], self._c[i]
-            out = self.seq(self.deriv(body, c), self.rep(body, max(lo - 1, 0), None if hi is None else hi - 1))
+            body, lo, hi = a[i], nodes._b[i], nodes._c[i]
+            out = nodes.seq(self.deriv(body, c), nodes.rep(body, max(lo - 1, 0), None if hi is None else hi - 1))
         self._deriv[key] = out
         return out
 
