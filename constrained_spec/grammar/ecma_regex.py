@@ -35,6 +35,7 @@ __all__ = [
     "PatternError",
     "parse",
     "parse_superset",
+    "parse_shared",
     "Ranges",
     "Node",
     "emit",
@@ -170,11 +171,14 @@ _PLAIN_RUN = re.compile(r"[^\\()\[.^$|*+?{\ud800-\udfff]+")
 
 
 class _Parser:
-    def __init__(self, src: str, superset: bool = False) -> None:
+    def __init__(self, src: str, superset: bool = False, share_groups: bool = False) -> None:
         self.s = src
         self.i = 0
         self.ngroups = 0
         self.superset = superset  # see parse_superset
+        #: group text -> its node, where groups of the same text are to be one object (see
+        #: :func:`parse_shared`); None: every group its own node
+        self.groups: Optional[dict[str, tuple]] = {} if share_groups else None
         #: class text -> its ranges, for the classes parsed so far (a long regex repeats a few classes
         #: many times; the parse of a class reads nothing past its closing ``]``)
         self.classes: dict[str, Ranges] = {}
@@ -263,6 +267,7 @@ class _Parser:
     def atom(self):
         c = self.peek()
         if c == "(":
+            start = self.i
             self.i += 1
             if self.s.startswith("?:", self.i):
                 self.i += 2
@@ -284,7 +289,10 @@ class _Parser:
             if self.peek() != ")":
                 raise PatternError("missing )")
             self.i += 1
-            return ("seq", [node])
+            group = ("seq", [node])
+            if self.groups is not None:  # a group's node depends on its text alone (no numbering)
+                group = self.groups.setdefault(self.s[start : self.i], group)
+            return group
         if c == "[":
             extent = _CLASS_EXTENT.match(self.s, self.i)
             text = extent.group() if extent is not None else ""
@@ -484,6 +492,17 @@ def _parse(pattern: str):
 
 
 _parse_memo = functools.lru_cache(maxsize=4096)(_parse)
+
+
+def parse_shared(pattern: str):
+    """:func:`parse`, with the groups of one text written alike one node object (a DAG, not a
+    tree): the same values, so that answers remembered by a node's identity are found again for
+    every copy of a group (a large schema's regex repeats a few member and string groups many
+    times). Not memoised."""
+    try:
+        return _Parser(pattern, share_groups=True).parse()
+    except RecursionError as e:  # pragma: no cover - absurd nesting
+        raise PatternError("pattern nested too deeply") from e
 
 
 def parse_superset(pattern: str):

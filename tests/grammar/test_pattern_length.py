@@ -1,11 +1,11 @@
 """``pattern`` together with ``minLength``/``maxLength``: the compiled language is exactly the schema's.
 
-Oracle: Python ``re`` on the pattern (generated in the common subset where ECMA and Python read
+Oracle: ``regex.fullmatch`` (Python ``re``'s reading, with a time limit) on the pattern (generated in the common subset where ECMA and Python read
 alike, ASCII only) and ``len`` of the decoded string. Strings are drawn from both sides: from the
 pattern (hypothesis ``from_regex``), near misses of those (one character changed, added or removed,
 padded past the bounds), and arbitrary short strings.
 
-The compiled language is the regex (``re.fullmatch`` on the JSON text, as in
+The compiled language is the regex (``fullmatch`` on the JSON text, as in
 ``test_json_schema_compiler.py``) where the compiler says it is exact (``narrowed`` empty). Where
 the regex cannot hold the length window (``narrowed`` names the string), the regex must still be
 sound (a sub-language) and the Lark grammar (one lexeme ``pattern & length``) must be exact; it is
@@ -18,7 +18,8 @@ import json
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+import regex
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from constrained_spec.errors import EmptyLanguageError
@@ -84,6 +85,16 @@ def _in_grammar(grammar, text: str) -> bool:
     return m.is_accepting()
 
 
+def _fullmatch(pattern: str, s: str) -> bool:
+    """``regex.fullmatch`` (a backtracking matcher, like ``re``), given 2 s: a pattern and text it
+    would take longer on are left out of the example (``reject``) rather than hang the run."""
+    try:
+        return regex.fullmatch(pattern, s, timeout=2.0) is not None
+    except TimeoutError:
+        reject()
+        raise  # unreachable: reject() raises
+
+
 def _check(pattern: str, lo: int, hi, texts) -> None:
     schema = {"type": "string", "pattern": pattern, "minLength": lo}
     if hi is not None:
@@ -91,15 +102,15 @@ def _check(pattern: str, lo: int, hi, texts) -> None:
     try:
         res = schema_to_regex(schema)
     except EmptyLanguageError:  # then no string may satisfy the oracle
-        assert not any(re.fullmatch(pattern, s) and lo <= len(s) and (hi is None or len(s) <= hi) for s in texts)
+        assert not any(_fullmatch(pattern, s) and lo <= len(s) and (hi is None or len(s) <= hi) for s in texts)
         return
-    rx = re.compile(res.regex)
+    rx = res.regex
     grammar = compile_grammar("lark", res.lark, _BYTES) if res.narrowed else None
     assert not res.narrowed or res.lark, f"narrowed without an exact grammar: {schema}"
     for s in dict.fromkeys(texts):
-        want = re.fullmatch(pattern, s) is not None and lo <= len(s) and (hi is None or len(s) <= hi)
+        want = _fullmatch(pattern, s) and lo <= len(s) and (hi is None or len(s) <= hi)
         text = json.dumps(s, ensure_ascii=False, separators=(",", ":"))
-        in_regex = rx.fullmatch(text) is not None
+        in_regex = _fullmatch(rx, text)
         if grammar is None:
             assert in_regex == want, (schema, s, res.regex[:400])
         else:
@@ -107,7 +118,11 @@ def _check(pattern: str, lo: int, hi, texts) -> None:
             assert _in_grammar(grammar, text) == want, (schema, s, res.lark[:400])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+# derandomized: the same 60 cases on every run (a random case can be a pattern that Python's
+# backtracking ``re``, the oracle, takes minutes on: seen once, a hung CI worker); the slow twin
+# below draws new cases each run
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(case=_case(), data=st.data())
 def test_pattern_and_length_language_is_exact(case, data):
     pattern, lo, hi = case

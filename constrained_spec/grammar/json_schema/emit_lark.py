@@ -619,7 +619,7 @@ def build_lark(root: str, rules: dict[int, Optional[str]],
     def parse(text: str) -> ecma.Node:
         node = parsed.get(text)
         if node is None:
-            node = parsed[text] = ecma.parse(text)
+            node = parsed[text] = ecma.parse_shared(text)
         return node
 
     memo = _NodeMemo()  # both passes ask about the same parsed nodes
