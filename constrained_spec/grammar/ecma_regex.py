@@ -36,6 +36,7 @@ __all__ = [
     "parse",
     "parse_superset",
     "parse_shared",
+    "GroupTable",
     "Ranges",
     "Node",
     "emit",
@@ -171,14 +172,14 @@ _PLAIN_RUN = re.compile(r"[^\\()\[.^$|*+?{\ud800-\udfff]+")
 
 
 class _Parser:
-    def __init__(self, src: str, superset: bool = False, share_groups: bool = False) -> None:
+    def __init__(self, src: str, superset: bool = False, groups: Optional["GroupTable"] = None) -> None:
         self.s = src
         self.i = 0
         self.ngroups = 0
         self.superset = superset  # see parse_superset
-        #: group text -> its node, where groups of the same text are to be one object (see
+        #: the groups parsed so far, where groups of the same text are to be one object (see
         #: :func:`parse_shared`); None: every group its own node
-        self.groups: Optional[dict[str, tuple]] = {} if share_groups else None
+        self.groups = groups
         #: class text -> its ranges, for the classes parsed so far (a long regex repeats a few classes
         #: many times; the parse of a class reads nothing past its closing ``]``)
         self.classes: dict[str, Ranges] = {}
@@ -268,6 +269,11 @@ class _Parser:
         c = self.peek()
         if c == "(":
             start = self.i
+            if self.groups is not None:
+                known = self.groups.at(self.s, start)
+                if known is not None:
+                    self.i = start + len(known[0])
+                    return known[1]
             self.i += 1
             if self.s.startswith("?:", self.i):
                 self.i += 2
@@ -291,7 +297,7 @@ class _Parser:
             self.i += 1
             group = ("seq", [node])
             if self.groups is not None:  # a group's node depends on its text alone (no numbering)
-                group = self.groups.setdefault(self.s[start : self.i], group)
+                self.groups.add(self.s[start : self.i], group)
             return group
         if c == "[":
             extent = _CLASS_EXTENT.match(self.s, self.i)
@@ -494,13 +500,41 @@ def _parse(pattern: str):
 _parse_memo = functools.lru_cache(maxsize=4096)(_parse)
 
 
-def parse_shared(pattern: str):
-    """:func:`parse`, with the groups of one text written alike one node object (a DAG, not a
-    tree): the same values, so that answers remembered by a node's identity are found again for
-    every copy of a group (a large schema's regex repeats a few member and string groups many
-    times). Not memoised."""
+class GroupTable:
+    """The groups :func:`parse_shared` has parsed: text -> node, and the texts by their first
+    :data:`KEY_CHARS` characters. A group's node depends on its text alone (the parser reads
+    nothing past a group's closing ``)`` and numbers nothing), and a group text that the text at
+    a ``(`` starts with *is* the group there (its parse ends where that text's parse ended), so a
+    known group is not parsed again."""
+
+    KEY_CHARS = 24
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, tuple] = {}
+        self.by_start: dict[str, list[str]] = {}
+
+    def at(self, s: str, i: int) -> Optional[tuple[str, tuple]]:
+        """The known group (text, node) that ``s`` has at ``i`` (a ``(``), or None."""
+        for text in self.by_start.get(s[i : i + self.KEY_CHARS], ()):
+            if s.startswith(text, i):
+                return text, self.nodes[text]
+        return None
+
+    def add(self, text: str, node: tuple) -> None:
+        """Remember a group's node (a text met before keeps its node)."""
+        if text not in self.nodes:
+            self.nodes[text] = node
+            self.by_start.setdefault(text[: self.KEY_CHARS], []).append(text)
+
+
+def parse_shared(pattern: str, groups: GroupTable):
+    """:func:`parse`, with the groups written alike one node object (a DAG, not a tree), here and
+    in the other texts parsed with the same ``groups`` (filled as it goes), each parsed once: the
+    same values, so that answers remembered by a node's identity are found again for every copy
+    of a group (a large schema's regexes repeat a few member and string groups many times). Not
+    memoised."""
     try:
-        return _Parser(pattern, share_groups=True).parse()
+        return _Parser(pattern, groups=groups).parse()
     except RecursionError as e:  # pragma: no cover - absurd nesting
         raise PatternError("pattern nested too deeply") from e
 

@@ -615,11 +615,12 @@ def build_lark(root: str, rules: dict[int, Optional[str]],
     ``deadline`` (``time.monotonic()``): past it the check answers False (None: no grammar)."""
     ands = and_lexemes or {}
     parsed: dict[str, ecma.Node] = {}  # both passes read the same texts: each is parsed once
+    groups = ecma.GroupTable()  # the groups of every text of this grammar, each parsed once
 
     def parse(text: str) -> ecma.Node:
         node = parsed.get(text)
         if node is None:
-            node = parsed[text] = ecma.parse_shared(text)
+            node = parsed[text] = ecma.parse_shared(text, groups)
         return node
 
     memo = _NodeMemo()  # both passes ask about the same parsed nodes
