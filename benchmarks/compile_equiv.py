@@ -110,6 +110,17 @@ def _dist(xs: list[float]) -> str:
             f"max {max(xs) * 1e3:.0f} ms (n={len(xs)})")
 
 
+def _dev_split_line(rows: list[dict[str, Any]]) -> str:
+    """Front end + lazy engine (0 where it did not run) over the dev split's schemas: the
+    distribution, how many pass 250 ms / 500 ms / 1 s, and the sum (the figures
+    docs/compile-slow-path.md reports)."""
+    xs = [r["front_s"] + (r.get("lazy_s") or 0.0) for r in rows if r["name"].startswith("dev:")]
+    if not xs:
+        return "dev split: no rows"
+    over = " / ".join(str(sum(x > t for x in xs)) for t in (0.25, 0.5, 1.0))
+    return f"dev split, front end + lazy: {_dist(xs)}; over 250 ms / 500 ms / 1 s: {over}; sum {sum(xs):.0f} s"
+
+
 def _names(path: Path, slowest: Optional[int]) -> set[str]:
     """The schema names a ``--only`` file lists: one a line, or (an ``--out`` file of an earlier run)
     its ``slowest`` slowest rows by front-end time (all rows without ``slowest``)."""
@@ -148,6 +159,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 tot = [r["front_s"] + r["lazy_s"] for r in rows if r.get("lazy_s") is not None]
                 print(f"{label}: lazy       {_dist(lz)}")
                 print(f"{label}: total      {_dist(tot)}")
+        for label, rows in (("before", a), ("after", b)):
+            print(f"{label}: {_dev_split_line(rows)}")
         print(f"{len(rows_a)} / {len(rows_b)} schemas; {len(diff)} differ; {len(missing)} in one file only")
         return 1 if diff or missing else 0
     cases = _iter_cases([s.strip() for s in args.sets.split(",") if s.strip()])
