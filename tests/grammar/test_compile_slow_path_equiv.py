@@ -424,3 +424,48 @@ def test_is_atom_of_a_group_over_the_token_walk() -> None:
         answers.append(ecma.is_atom.__wrapped__(p))  # type: ignore[attr-defined]
         assert answers[-1] == _old_is_atom_group(p), p
     assert 0.05 < sum(answers) / len(answers) < 0.95  # both answers compared
+
+
+def _parse_outcome(parse, text: str):  # type: ignore[no-untyped-def]
+    try:
+        return parse(text)
+    except ecma.PatternError as e:
+        return ("error", str(e))
+
+
+def test_parse_shared_builds_the_plain_parsers_nodes() -> None:
+    """``parse_shared`` (one node per group text, known groups not parsed again, one table across
+    texts) gives values equal to ``parse``'s, the same errors, and really shares repeated groups."""
+    pieces = ["(a|b)", "(a|b)", "(?:x[)(]y)", "\\(", "\\)", "[^)]", "(c{2})", "(c{2)", "((a|b)+)?", "z", "|",
+              "(", ")", "(?<n>q)", "\\\\", "([ab]|\\))*", "{1,2}", "*"]
+    rnd = random.Random(82)
+    table = ecma.GroupTable()
+    outcomes = []
+    for _ in range(4_000):
+        text = "".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 10)))
+        want = _parse_outcome(ecma._parse, text)
+        got = _parse_outcome(lambda t: ecma.parse_shared(t, table), text)
+        assert got == want, text
+        outcomes.append(want[0] == "error")
+    assert 0.05 < sum(outcomes) / len(outcomes) < 0.95  # texts that parse and texts that do not
+    node = ecma.parse_shared("(a|b)x(a|b)", ecma.GroupTable())
+    first, _, last = node[1]
+    assert first is last and first == ecma.parse("(a|b)")[1][0]  # the group inside the top sequence
+
+
+def test_parse_shared_comparison_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control: a table that takes a known group by its first two characters alone (no
+    ``startswith`` on the whole text) gives other nodes, and the comparison above sees it."""
+
+    def careless(self: ecma.GroupTable, s: str, i: int):  # type: ignore[no-untyped-def]
+        for text, node in self.nodes.items():
+            if s.startswith(text[:2], i):
+                return text, node
+        return None
+
+    monkeypatch.setattr(ecma.GroupTable, "at", careless)
+    table = ecma.GroupTable()
+    rnd = random.Random(83)
+    pieces = ["(a|b)", "(ab)", "(a)", "x", "(a|b)+"]
+    texts = ["".join(rnd.choice(pieces) for _ in range(rnd.randint(2, 6))) for _ in range(200)]
+    assert any(_parse_outcome(lambda t: ecma.parse_shared(t, table), t) != _parse_outcome(ecma._parse, t) for t in texts)
