@@ -835,9 +835,9 @@ def is_closed(p: str) -> bool:
     started at), so ``"(" + p + ")"`` is an atom without a top-level ``|``."""
     if (len(p) - len(p.rstrip("\\"))) % 2:
         return False  # an escape that a following text would complete
-    bare = _outside_classes(p)
-    if bare is None:
-        return False  # a class left open
+    bare, left_open = _outside_classes(p)
+    if left_open:
+        return False
     low, end = _depths(bare)
     return low >= 0 and end == 0
 
@@ -850,11 +850,13 @@ _NOT_PAREN = re.compile(r"[^()]+")
 _PAREN_STEP = {"(": 1, ")": -1}
 
 
-def _outside_classes(p: str) -> Optional[str]:
-    """p without its escapes and its character classes (None where a class is left open): the
-    ``(`` and ``)`` left are the group tokens of :func:`_group_tokens`, in order. All in ``re``."""
+def _outside_classes(p: str) -> tuple[str, bool]:
+    """p without its escapes and its character classes, cut at a class left open (everything after
+    its ``[`` is inside it), and whether one was: the ``(`` and ``)`` left are the group tokens of
+    :func:`_group_tokens`, in order. All in ``re``."""
     bare = _CLASS.sub("", _ESCAPE.sub("", p))
-    return None if "[" in bare else bare
+    cut = bare.find("[")
+    return (bare, False) if cut < 0 else (bare[:cut], True)
 
 
 def _depths(bare: str) -> tuple[int, int]:
@@ -891,9 +893,7 @@ def is_atom(p: str) -> bool:
         # no ")" before the last character may close the first "(": the depths in p less its last
         # character stay >= 1 (that character, a ")" or escaped or inside a class, closes nothing
         # before it; a class left open in p[:-1] hides every token after its "[")
-        head = _CLASS.sub("", _ESCAPE.sub("", p[:-1]))
-        cut = head.find("[")
-        return _depths(head if cut < 0 else head[:cut])[0] >= 1
+        return _depths(_outside_classes(p[:-1])[0])[0] >= 1
     return False
 
 

@@ -22,7 +22,7 @@ from typing import Callable, Optional
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.lexeme_lang import NONE, Lang, Nodes, OverBudget
 
-__all__ = ["Lexeme", "to_node", "to_node_by", "greedy_safe", "greedy_safe_ids", "first_chars", "nullable"]
+__all__ = ["Lexeme", "to_node", "to_node_by", "greedy_safe", "greedy_safe_ids", "nullable"]
 
 
 class _Items(tuple):
@@ -143,11 +143,6 @@ def nullable_by(n: tuple, sub: Callable[[tuple], bool]) -> bool:
 def nullable(n: tuple) -> bool:
     """Whether node ``n`` matches the empty string (not memoised)."""
     return nullable_by(n, nullable)
-
-
-def first_chars(lang: Lang, n: Lexeme) -> ecma.Ranges:
-    """The union of n's front sets, as one range tuple."""
-    return lang.first_chars(lang.node(n))
 
 
 def _conflict(lang: Lang, t1: int, t2: int, follow: ecma.Ranges) -> bool:

@@ -151,21 +151,7 @@ class Nodes:
         hit = self._from_tuple.get(id(n))
         if hit is not None and hit[0] is n:
             return hit[1]
-        kind = n[0]
-        if kind == "set":
-            out = self.char_set(n[1])
-        elif kind == "seq":
-            items = n[1]
-            if not items:
-                out = EPS_ID
-            else:
-                out = self.node(items[-1])
-                for x in reversed(items[:-1]):
-                    out = self.seq(self.node(x), out)
-        elif kind == "alt":
-            out = self.alt([self.node(x) for x in n[1]])
-        else:
-            out = self.rep(self.node(n[1]), n[2], n[3])
+        out = self.from_regex_by(n, self.node)  # a normalised tuple has a regex node's shape
         self._from_tuple[id(n)] = (n, out)
         return out
 
@@ -189,6 +175,24 @@ class Nodes:
         if kind == "rep":
             return self.rep(sub(node[1]), node[2], node[3])
         raise ecma.PatternError(f"unsupported regex node {kind!r}")
+
+    def derivative_by(self, i: int, c: int, sub: Callable[[int, int], int]) -> int:
+        """The derivative of node ``i`` by character ``c``, with ``sub`` the same for its parts (the
+        caller remembers them and counts its steps)."""
+        a = self._a
+        k = self._kind[i]
+        if k == _SET:
+            return EPS_ID if ecma.contains(a[i], c) else NONE
+        if k == _SEQ:
+            if i == EPS_ID:
+                return NONE
+            head, rest = a[i], self._b[i]
+            out = self.seq(sub(head, c), rest)
+            return self.alt([out, sub(rest, c)]) if self._null[head] else out
+        if k == _ALT:
+            return self.alt([sub(m, c) for m in a[i]])
+        body, lo, hi = a[i], self._b[i], self._c[i]
+        return self.seq(sub(body, c), self.rep(body, max(lo - 1, 0), None if hi is None else hi - 1))
 
     def relaxed(self, i: int, above: int) -> int:
         """Node ``i`` with every repetition bounded above ``above`` made unbounded (its lower bound
@@ -268,6 +272,7 @@ class Nodes:
             hit = self._first[id(fr)] = ecma.union(*fr) if fr else ()
         return hit
 
+
 class Lang:
     """One check's walk over a :class:`Nodes` table: derivatives by character, remembered, each new
     one a step against the budget, and the character cells two fronts share."""
@@ -318,24 +323,7 @@ class Lang:
         if hit != _UNKNOWN:
             return hit
         self.spend()
-        nodes = self.nodes
-        a = nodes._a
-        k = nodes._kind[i]
-        if k == _SET:
-            out = EPS_ID if ecma.contains(a[i], c) else NONE
-        elif k == _SEQ:
-            if i == EPS_ID:
-                out = NONE
-            else:
-                head, rest = a[i], nodes._b[i]
-                out = nodes.seq(self.deriv(head, c), rest)
-                if nodes._null[head]:
-                    out = nodes.alt([out, self.deriv(rest, c)])
-        elif k == _ALT:
-            out = nodes.alt([self.deriv(m, c) for m in a[i]])
-        else:
-            body, lo, hi = a[i], nodes._b[i], nodes._c[i]
-            out = nodes.seq(self.deriv(body, c), nodes.rep(body, max(lo - 1, 0), None if hi is None else hi - 1))
+        out = self.nodes.derivative_by(i, c, self.deriv)
         self._deriv[key] = out
         return out
 
