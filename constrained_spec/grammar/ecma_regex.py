@@ -296,7 +296,7 @@ class _Parser:
                 raise PatternError("missing )")
             self.i += 1
             group = ("seq", [node])
-            if self.groups is not None:  # a group's node depends on its text alone (no numbering)
+            if self.groups is not None and self.i - start <= self.groups.room:  # its node depends on its text alone
                 self.groups.add(self.s[start : self.i], group)
             return group
         if c == "[":
@@ -508,10 +508,15 @@ class GroupTable:
     known group is not parsed again."""
 
     KEY_CHARS = 24
+    #: the most characters of group text a table keeps, all groups together (nested groups each
+    #: keep their own text, so a deeply nested pattern would otherwise cost its length times its
+    #: depth); past it, new groups are parsed as usual and not remembered
+    MAX_CHARS = 4_000_000
 
     def __init__(self) -> None:
         self.nodes: dict[str, tuple] = {}
         self.by_start: dict[str, list[str]] = {}
+        self.room = self.MAX_CHARS
 
     def at(self, s: str, i: int) -> Optional[tuple[str, tuple]]:
         """The known group (text, node) that ``s`` has at ``i`` (a ``(``), or None."""
@@ -523,6 +528,7 @@ class GroupTable:
     def add(self, text: str, node: tuple) -> None:
         """Remember a group's node (a text met before keeps its node)."""
         if text not in self.nodes:
+            self.room -= len(text)
             self.nodes[text] = node
             self.by_start.setdefault(text[: self.KEY_CHARS], []).append(text)
 

@@ -469,3 +469,13 @@ def test_parse_shared_comparison_can_fail(monkeypatch: pytest.MonkeyPatch) -> No
     pieces = ["(a|b)", "(ab)", "(a)", "x", "(a|b)+"]
     texts = ["".join(rnd.choice(pieces) for _ in range(rnd.randint(2, 6))) for _ in range(200)]
     assert any(_parse_outcome(lambda t: ecma.parse_shared(t, table), t) != _parse_outcome(ecma._parse, t) for t in texts)
+
+
+def test_group_table_keeps_a_bounded_amount_of_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deeply nested pattern would make every level keep its own text (length x depth): the table
+    stops remembering at MAX_CHARS, and the nodes stay parse's."""
+    monkeypatch.setattr(ecma.GroupTable, "MAX_CHARS", 5_000)
+    text = "(" * 200 + "a" * 1_000 + ")" * 200  # ~240,000 characters of group text over all levels
+    table = ecma.GroupTable()
+    assert ecma.parse_shared(text, table) == ecma._parse(text)
+    assert sum(len(t) for t in table.nodes) <= 5_000 and table.nodes  # remembered some, within the cap
