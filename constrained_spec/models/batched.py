@@ -20,7 +20,7 @@ import torch
 
 from constrained_spec.errors import ConfigError
 from constrained_spec.models import ragged_attention
-from constrained_spec.models.hf import HFModel
+from constrained_spec.models.hf import HFModel, cache_kwarg
 from constrained_spec.models.ragged_cache import RaggedKVCache
 
 __all__ = ["BatchedHFModel", "HeadKind", "RowBackend", "RowCall"]
@@ -150,7 +150,7 @@ class BatchedHFModel:
         self.cache.prepare(rows, positions, span)
         dtype = self.cache.keys[0].dtype
         hidden = base(input_ids=ids.to(device), attention_mask=self._mask(starts, width, span, dtype),
-                      position_ids=positions, cache=self.cache, use_cache=True).last_hidden_state  # [B, W, H]
+                      position_ids=positions, use_cache=True, **cache_kwarg(base, self.cache)).last_hidden_state  # [B, W, H]
         return self._heads(calls, [hidden[b, : len(c.tokens)] for b, c in enumerate(calls)])
 
     def _forward_packed(self, calls: list[RowCall], base: Any) -> list[torch.Tensor | None]:
@@ -164,8 +164,8 @@ class BatchedHFModel:
                                                  [c.start for c in calls], [len(c.tokens) for c in calls])
         placeholder = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device)  # a 4D mask transformers passes through unread
         with ragged_attention.packed_rows(rows):
-            hidden = base(input_ids=ids, attention_mask=placeholder, position_ids=positions[None], cache=self.cache,
-                          use_cache=True).last_hidden_state[0]  # [N, H]
+            hidden = base(input_ids=ids, attention_mask=placeholder, position_ids=positions[None],
+                          use_cache=True, **cache_kwarg(base, self.cache)).last_hidden_state[0]  # [N, H]
         return self._heads(calls, [hidden[o : o + w] for o, w in zip(rows.offsets, rows.widths)])
 
     def _heads(self, calls: list[RowCall], hidden: list[torch.Tensor]) -> list[torch.Tensor | None]:

@@ -7,12 +7,27 @@ distributions. Loading by name/folder/GGUF lives in ``models.store``; this modul
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
 
 from constrained_spec.errors import ModelLoadError
 from constrained_spec.models.protocol import SequenceModel
+
+
+_CACHE_KWARG: dict[type, str] = {}
+
+
+def cache_kwarg(module: Any, cache: Any) -> dict[str, Any]:
+    """The keyword argument that hands ``cache`` to ``module``'s forward: ``cache`` in transformers 5.2x,
+    ``past_key_values`` before (an older release swallows an unknown ``cache=`` into its ``**kwargs`` and
+    runs without a cache, silently: seen with transformers 5.17)."""
+    kind = type(module)
+    if kind not in _CACHE_KWARG:
+        params = inspect.signature(kind.forward).parameters
+        _CACHE_KWARG[kind] = "cache" if "cache" in params else "past_key_values"
+    return {_CACHE_KWARG[kind]: cache}
 
 
 class HFModel:
@@ -48,7 +63,7 @@ class HFModel:
             self._cache = DynamicCache(config=self.config)
         # built on the host, copied without waiting for the device (a blocking copy would be a host sync per forward)
         ids = torch.tensor([tokens], dtype=torch.long).to(self.device, non_blocking=True)
-        out = module(input_ids=ids, cache=self._cache, use_cache=True, **kwargs)
+        out = module(input_ids=ids, use_cache=True, **cache_kwarg(module, self._cache), **kwargs)
         self._length += len(tokens)
         return out
 
