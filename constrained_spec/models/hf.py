@@ -15,7 +15,6 @@ import torch
 from constrained_spec.errors import ModelLoadError
 from constrained_spec.models.protocol import SequenceModel
 
-
 _CACHE_KWARG: dict[type, str] = {}
 
 
