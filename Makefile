@@ -58,13 +58,14 @@ $(INSTALLED_TEST): $(INSTALLED) pyproject.toml
 	$(PIP) install --quiet -e ".[test]" "torch==$$($(PYTHON) -c 'import importlib.metadata as m; print(m.version("torch"))')"
 	@mkdir -p $(STAMP_DIR) && touch $@
 
-# llama-cpp-python (the llamacpp runtime) built from source with portable flags: GGML_NATIVE=OFF, the AVX2-level
+# llama-cpp-python (the llamacpp runtime) built from source, patched (scripts/llamacpp-batch-invariant.patch: batch-invariant
+# verify), with portable flags: GGML_NATIVE=OFF, the AVX2-level
 # extensions named, AMX off (see scripts/install_llamacpp.sh for the CMAKE_ARGS; 13 min of CPU time, measured 2026-12-02).
 # Skipped when llama_cpp $(LLAMACPP_VERSION) already imports.
 LLAMACPP_VERSION ?= 0.3.36
 install-llamacpp: install
-	@if $(PYTHON) -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$(LLAMACPP_VERSION)')" >/dev/null 2>&1; then \
-	  echo "llama-cpp-python $(LLAMACPP_VERSION) is installed"; \
+	@if $(PYTHON) -c "import llama_cpp, sys; from constrained_spec.models.llamacpp import batch_invariant_build; sys.exit(llama_cpp.__version__ != '$(LLAMACPP_VERSION)' or not batch_invariant_build())" >/dev/null 2>&1; then \
+	  echo "llama-cpp-python $(LLAMACPP_VERSION) is installed (with scripts/llamacpp-batch-invariant.patch)"; \
 	else \
 	  LLAMACPP_VERSION=$(LLAMACPP_VERSION) scripts/install_llamacpp.sh $(PYTHON); \
 	fi

@@ -14,15 +14,16 @@ token ids into logits. Logits are copied out of llama.cpp's output buffer (it is
 next decode, and the loop keeps a block's logits across the next forwards): 0.6 MB per position for
 a 151,936-token vocabulary.
 
-Numerics: the same tokens give the same logits run after run (CPU, fixed thread count), but a
-token's logits depend a little on how many tokens its ``llama_decode`` carried (kernels pick another
-path for a block than for one token). Measured on the tiny float32 test model, logits of size ~20:
-flash attention off (the default here) 3e-6 / 3e-5 / 1.5e-4 at 8 / 40 / 100 tokens of context;
-on, 4e-6 / 1.4e-3 / 8.5e-3. So greedy speculative output equals greedy target-only output on this
-runtime except at near-ties of the two best logits (within that margin), the same caveat as bf16
-on the torch runtime; the tests hold blocks to 1e-3 of the largest logit. On the real Q4_K_M files
-the gap is far larger (0.35 on logits up to 15 for a block of 8 on the 0.5B draft, docs/llamacpp.md):
-there greedy identity holds only where the top two logits are more than a few tenths apart.
+Numerics (docs/llamacpp.md): with the project's build of llama-cpp-python (``make install-llamacpp``, which
+applies ``scripts/llamacpp-batch-invariant.patch``) the weights are *batch-invariant*: decode and verify
+contexts run over weights that are not repacked, with flash attention and ggml's reference paths
+(``use_ref``: no tiled or llamafile matmul, no split-KV or tiled attention), so every position of a block
+gets bitwise the logits a one-token decode computes there, alone or as a batch row. A fresh sequence's
+prompt is prefilled in a separate context over repacked weights (the fast path) and its cache copied
+across: target-only and speculative decoding share that very prefill, so the distribution both sample
+is the same. Without the patch (a binding built elsewhere) the old path runs and a block's logits
+differ from one-token decodes by up to ~0.6 on the real Q4_K_M files; :attr:`LlamaCppWeights.batch_invariant`
+says which one is in use.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ import torch
 
 from constrained_spec.errors import ConfigError, ModelLoadError
 
-__all__ = ["DEFAULT_N_CTX", "LlamaCppModel", "LlamaCppRows", "LlamaCppWeights", "available", "gguf_tokenizer",
-           "install_hint", "load_llamacpp"]
+__all__ = ["DEFAULT_N_CTX", "LlamaCppModel", "LlamaCppRows", "LlamaCppWeights", "available", "batch_invariant_build",
+           "gguf_tokenizer", "install_hint", "load_llamacpp"]
 
 logger = logging.getLogger("constrained_spec")
 
@@ -95,6 +96,49 @@ def _lib() -> Any:
         return lib
 
 
+#: the symbol scripts/llamacpp-batch-invariant.patch adds to ggml's CPU backend
+PATCH_SYMBOL = "ggml_backend_cpu_set_default_use_ref"
+
+
+def _set_default_use_ref() -> Any:
+    """The patched build's ``ggml_backend_cpu_set_default_use_ref`` (None in a build without the patch)."""
+    if "use_ref" in _STATE:
+        return _STATE["use_ref"]
+    lib = _lib()
+    func = None
+    for candidate in _loaded_cpu_backends() or _packaged_cpu_backends(Path(getattr(lib, "__file__", "")).parent / "lib"):
+        try:
+            handle = ctypes.CDLL(str(candidate))  # the file already loaded: the same handle, the same globals
+            func = getattr(handle, PATCH_SYMBOL)
+        except (OSError, AttributeError):
+            continue
+        func.argtypes, func.restype = [ctypes.c_bool], None
+        break
+    _STATE["use_ref"] = func
+    return func
+
+
+def _loaded_cpu_backends() -> list[str]:
+    """The ggml CPU backend files this process has mapped (Linux). The binding's wheel holds
+    ``libggml-cpu.so``, ``.so.0`` and ``.so.0.x.y`` as separate copies; only the one the loader took (by its
+    soname) holds the globals llama.cpp reads, so the patch's switch must be looked up in that very file."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    return sorted({line.split()[-1] for line in maps.splitlines() if "ggml-cpu" in line and line.split()[-1].startswith("/")})
+
+
+def _packaged_cpu_backends(folder: Path) -> list[Path]:
+    names = ("libggml-cpu.so.0", "libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll")
+    return [folder / n for n in names if (folder / n).exists()]
+
+
+def batch_invariant_build() -> bool:
+    """Whether the installed llama-cpp-python carries the batch-invariance patch (``make install-llamacpp``)."""
+    return _set_default_use_ref() is not None
+
+
 def default_threads() -> int:
     """Threads per decode: torch's intra-op thread count (``torch.set_num_threads``), so one setting
     governs both runtimes (ggml's threads spin while they wait: more threads than free cores is slow)."""
@@ -105,51 +149,109 @@ class LlamaCppWeights:
     """A GGUF file loaded by llama.cpp (memory-mapped, CPU), shared by every context made from it."""
 
     def __init__(self, path: str | os.PathLike[str], threads: int | None = None, n_ctx: int = DEFAULT_N_CTX,
-                 flash_attn: bool = False) -> None:
+                 flash_attn: bool | None = None, batch_invariant: bool | None = None) -> None:
         lib = _lib()
         self.path = str(Path(path).expanduser().resolve())
         if not os.path.isfile(self.path):
             raise ModelLoadError(f"GGUF file {self.path} does not exist")
+        patched = batch_invariant_build()
+        if batch_invariant and not patched:
+            raise ConfigError("batch-invariant llama.cpp decoding needs the patched build: " + install_hint())
+        #: every position of a block gets bitwise the logits of a one-token decode (the patched build's reference
+        #: paths over weights that are not repacked, flash attention on); False: the binding's default paths
+        self.batch_invariant = patched if batch_invariant is None else bool(batch_invariant)
+        self._lib = lib
+        self.handle = self._load(repack=not self.batch_invariant)
+        #: the repacked weights a fresh prompt is prefilled with (batch-invariant mode only; loaded on first use)
+        self._prefill_handle: Any = None
+        self._prefill_ctx: _Context | None = None
+        self._prefill_lock = threading.Lock()
+        self.vocab_size = int(lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.handle)))
+        self.n_ctx_train = int(lib.llama_model_n_ctx_train(self.handle))
+        self.threads = threads or default_threads()
+        self.n_ctx = n_ctx
+        #: llama.cpp's flash attention: on where batch-invariant (its per-query kernel is the invariant one); off
+        #: otherwise by default (there a block's logits stay closer to one-token decodes without it)
+        self.flash_attn = self.batch_invariant if flash_attn is None else bool(flash_attn)
+        if self.batch_invariant and not self.flash_attn:
+            raise ConfigError("batch-invariant llama.cpp decoding needs flash attention (flash_attn=True)")
+
+    def _load(self, repack: bool) -> Any:
+        lib = self._lib
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
         params.use_mmap = True
+        params.use_extra_bufts = repack
         model = lib.llama_model_load_from_file(self.path.encode(), params)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model it supports?)")
-        self._lib, self.handle = lib, model
-        self.vocab_size = int(lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model)))
-        self.n_ctx_train = int(lib.llama_model_n_ctx_train(model))
-        self.threads = threads or default_threads()
-        self.n_ctx = n_ctx
-        #: llama.cpp's flash attention: off by default, where a block's logits stay within ~1e-5 relative of
-        #: one-token decodes (on: ~4e-4 at 100 tokens of context, the CPU kernel differs by batch width)
-        self.flash_attn = flash_attn
+        return model
+
+    def prefill_model(self) -> Any:
+        """The repacked copy of the weights prompts are prefilled with (loaded on first use)."""
+        with _INIT_LOCK:
+            if self._prefill_handle is None:
+                self._prefill_handle = self._load(repack=True)
+            return self._prefill_handle
+
+    def prefilled_state(self, tokens: list[int]) -> bytes:
+        """The cache of ``tokens`` as a fresh sequence, computed in the prefill context (repacked weights, the
+        fast default paths) and returned as ``llama_state_seq`` bytes for a decode context to take."""
+        with self._prefill_lock:
+            if self._prefill_ctx is None:
+                self._prefill_ctx = _Context(self, self.n_ctx, 1, model=self.prefill_model(), reference=False)
+            fast = self._prefill_ctx
+            if len(tokens) > fast.n_ctx:
+                raise ValueError(f"{len(tokens)} tokens exceed the prefill context's {fast.n_ctx}")
+            fast.clear()
+            try:
+                fast.decode([(0, i, t, i == len(tokens) - 1) for i, t in enumerate(tokens)])
+                return fast.seq_state(0)
+            finally:
+                fast.clear()
 
     def sequence_model(self) -> "LlamaCppModel":
         """A fresh single-sequence model (its own context and KV cache) over these weights."""
         return LlamaCppModel(self)
 
     def __del__(self) -> None:
-        handle, self.handle = getattr(self, "handle", None), None
-        if handle:
-            self._lib.llama_model_free(handle)
+        self._prefill_ctx = None
+        for name in ("handle", "_prefill_handle"):
+            handle = getattr(self, name, None)
+            setattr(self, name, None)
+            if handle:
+                self._lib.llama_model_free(handle)
 
 
 class _Context:
     """One llama.cpp context (KV cache) over ``weights`` holding ``n_seq`` sequences of ``n_ctx`` tokens in all."""
 
-    def __init__(self, weights: LlamaCppWeights, n_ctx: int, n_seq: int = 1) -> None:
+    def __init__(self, weights: LlamaCppWeights, n_ctx: int, n_seq: int = 1, model: Any = None, reference: bool | None = None,
+                 unified: bool | None = None) -> None:
         lib = weights._lib
         self.weights, self._lib = weights, lib
+        reference = weights.batch_invariant if reference is None else reference
         params = lib.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = params.n_ubatch = N_BATCH
         params.n_seq_max = n_seq
         params.n_threads = params.n_threads_batch = weights.threads
-        params.kv_unified = True  # one cell pool: a batch of rows is one ubatch, whatever each row's length
+        # one cell pool: a batch of rows is one ubatch, whatever each row's length. Batch-invariant rows get a
+        # stream of cells each instead: attention sums a row's cells in cell order, and in a shared pool a row
+        # that grows after rollbacks can take a hole before its own earlier cells (another order than alone)
+        params.kv_unified = not (reference and n_seq > 1) if unified is None else unified
+        self.unified = bool(params.kv_unified)
         params.no_perf = True
         params.flash_attn_type = 1 if weights.flash_attn else 0
-        ctx = lib.llama_init_from_model(weights.handle, params)
+        set_use_ref = _set_default_use_ref() if reference else None
+        with _INIT_LOCK:  # the default use_ref is process-wide while the context's backends are made
+            if set_use_ref is not None:
+                set_use_ref(True)
+            try:
+                ctx = lib.llama_init_from_model(model or weights.handle, params)
+            finally:
+                if set_use_ref is not None:
+                    set_use_ref(False)
         if not ctx:
             raise ModelLoadError(f"llama.cpp could not make a context of {n_ctx} tokens for {weights.path}")
         self.handle = ctx
@@ -204,6 +306,19 @@ class _Context:
     def clear(self) -> None:
         self._lib.llama_memory_clear(self.memory, True)
 
+    def seq_state(self, seq: int) -> bytes:
+        """Sequence ``seq``'s cells as bytes (``llama_state_seq_get_data``)."""
+        size = int(self._lib.llama_state_seq_get_size(self.handle, seq))
+        buf = (ctypes.c_uint8 * size)()
+        written = int(self._lib.llama_state_seq_get_data(self.handle, buf, size, seq))
+        return bytes(buf)[:written]
+
+    def set_seq_state(self, seq: int, data: bytes) -> None:
+        """Sequence ``seq`` becomes what :meth:`seq_state` saved (from this context or one of the same model)."""
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if int(self._lib.llama_state_seq_set_data(self.handle, buf, len(data), seq)) == 0:
+            raise RuntimeError(f"llama.cpp could not restore sequence {seq}")
+
     def __del__(self) -> None:
         handle, self.handle = getattr(self, "handle", None), None
         if handle:
@@ -255,8 +370,20 @@ class LlamaCppModel:
         return out
 
     def prefill(self, tokens: list[int]) -> None:
-        """Append ``tokens`` (a prompt); only the last position's output is computed."""
-        self._feed(tokens, "last")
+        """Append ``tokens`` (a prompt); only the last position's output is computed. On batch-invariant weights a
+        fresh sequence is prefilled in the weights' prefill context (repacked, fast) and its cache copied here."""
+        if self.weights.batch_invariant and self._length == 0 and len(tokens) > 1:
+            self._prefill_fast(tokens)
+        else:
+            self._feed(tokens, "last")
+
+    def _prefill_fast(self, tokens: list[int]) -> None:
+        if len(tokens) > self._ctx.n_ctx:
+            raise ValueError(f"{len(tokens)} tokens exceed this context's {self._ctx.n_ctx}")
+        state = self.weights.prefilled_state(tokens)
+        self._ctx.clear()
+        self._ctx.set_seq_state(0, state)
+        self._length = len(tokens)
 
     def crop(self, length: int) -> None:
         if length > self._length or length < 0:
@@ -291,13 +418,18 @@ class LlamaCppRows:
         self.device = torch.device("cpu")
         self.slots, self.max_length = slots, max_length
         self._ctx = _Context(weights, slots * max_length, slots)
+        self._fast: _Context | None = None  # see _prefill_row
         self.lengths = [0] * slots
 
     def forward(self, calls: list[Any]) -> list[torch.Tensor | None]:
         if len({c.slot for c in calls}) != len(calls):
             raise ValueError("a batched forward runs each slot at most once")
         entries: list[tuple[int, int, int, bool]] = []
-        for c in calls:
+        fast = [c for c in calls if self._prefills_fast(c)]
+        for c in fast:  # a fresh row's prompt: prefilled as a single sequence's is, in the weights' prefill context
+            self._prefill_row(c.slot, list(c.tokens))
+        calls_left = [c for c in calls if not self._prefills_fast(c)] if fast else calls
+        for c in calls_left:
             if c.head not in ("all", "none"):
                 raise ValueError(f"llama.cpp rows compute full heads only, not {c.head!r}")
             if not c.tokens:
@@ -308,7 +440,7 @@ class LlamaCppRows:
             if c.start < self.lengths[c.slot]:
                 self._ctx.seq_rm(c.slot, c.start)
             entries += [(c.slot, c.start + i, t, c.head == "all") for i, t in enumerate(c.tokens)]
-        logits = self._ctx.decode(entries)
+        logits = self._ctx.decode(entries) if entries else None
         out: list[torch.Tensor | None] = []
         offset = 0
         for c in calls:
@@ -320,6 +452,26 @@ class LlamaCppRows:
             else:
                 out.append(None)
         return out
+
+    def _prefills_fast(self, call: Any) -> bool:
+        return bool(self.weights.batch_invariant and call.head == "none" and call.start == 0 and len(call.tokens) > 1)
+
+    def _prefill_row(self, slot: int, tokens: list[int]) -> None:
+        """Prefill a fresh row in a twin context over the repacked weights with the same layout (a stream of cells
+        per row: llama.cpp restores a row's state only into a cache of as many streams), then copy it across."""
+        if len(tokens) > self.max_length:
+            raise ValueError(f"slot {slot}: {len(tokens)} tokens exceed the slot's {self.max_length}")
+        if self._fast is None:
+            self._fast = _Context(self.weights, self.slots * self.max_length, self.slots, model=self.weights.prefill_model(),
+                                  reference=False, unified=False)
+        self._fast.seq_rm(slot, 0)
+        try:
+            self._fast.decode([(slot, i, t, i == len(tokens) - 1) for i, t in enumerate(tokens)])
+            state = self._fast.seq_state(slot)
+        finally:
+            self._fast.seq_rm(slot, 0)
+        self._ctx.seq_rm(slot, 0)
+        self._ctx.set_seq_state(slot, state)
 
     def read_prefix(self, slot: int, length: int) -> Any:
         """The state of ``slot`` (``llama_state_seq_get_data``), cut to ``length`` positions on restore."""
@@ -342,10 +494,20 @@ class LlamaCppRows:
         self.lengths[slot] = length
 
     def copy_rows(self, source: int, dest: int, length: int) -> None:
-        """Fork a row: ``dest`` shares ``source``'s first ``length`` cells (``llama_memory_seq_cp``)."""
+        """Fork a row: ``dest`` becomes ``source``'s first ``length`` positions. In one cell pool it shares the
+        cells (``llama_memory_seq_cp``); with a stream per row (batch-invariant) the cells are copied, through
+        the sequence state (llama.cpp copies between streams only whole)."""
         if length > self.lengths[source]:
             raise ValueError(f"slot {source} holds {self.lengths[source]} positions, not {length}")
-        self._ctx.seq_copy(source, dest, length)
+        if source == dest:
+            self._ctx.seq_rm(dest, length)
+        elif self._ctx.unified:
+            self._ctx.seq_copy(source, dest, length)
+        else:
+            self._ctx.seq_rm(dest, 0)
+            if length > 0:
+                self._ctx.set_seq_state(dest, self._ctx.seq_state(source))
+                self._ctx.seq_rm(dest, length)
         self.lengths[dest] = length
 
 

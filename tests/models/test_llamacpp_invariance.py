@@ -1,0 +1,177 @@
+"""Batch invariance on the llama.cpp runtime, on *quantized* GGUF files (Q4_K_M and Q8_0, made by llama.cpp's
+own quantizer from a tiny random-weight float32 file whose matrices are wide enough for K-quants).
+
+Every position of a verify block (2, 6 and 16 tokens; after a short prompt and after one past the 512 cells
+where flash attention's single-query split-KV path starts; after random rollbacks; as a batch row beside
+other rows of other lengths) must get *bitwise* the logits that one-token decoding computes there. The
+reference is plain one-token decoding through the same runtime: no tolerance. The negative control runs
+the same comparison on the binding's default paths (repacked weights, tiled and llamafile matmuls, no
+flash attention): there blocks differ from one-token decodes, so the comparison can fail.
+
+Needs the patched binding (``make install-llamacpp``); skipped with the reason elsewhere, a failure under
+``CONSTRAINED_SPEC_REQUIRE_ASSETS=1`` (CI)."""
+
+from __future__ import annotations
+
+import os
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.xdist_group("llamacpp-invariance")
+
+BLOCKS = (2, 6, 16)
+SPAN = 16
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make install-llamacpp)")
+    from constrained_spec.models.llamacpp import batch_invariant_build
+
+    if not batch_invariant_build():
+        if os.environ.get("CONSTRAINED_SPEC_REQUIRE_ASSETS") == "1":
+            pytest.fail("llama-cpp-python is installed without scripts/llamacpp-batch-invariant.patch (make install-llamacpp)")
+        pytest.skip("llama-cpp-python without the batch-invariance patch (make install-llamacpp builds it)")
+    from tiny_gguf import quantize_gguf, write_tiny_gguf
+
+    base = tmp_path_factory.mktemp("gguf-q")
+    f32 = write_tiny_gguf(base / "wide-f32.gguf", seed=3, logit_scale=1.0, n_embd=256, n_ff=512)
+    return {ftype: quantize_gguf(f32, base / f"wide-{ftype}.gguf", ftype) for ftype in ("Q4_K_M", "Q8_0")}
+
+
+def _weights(path, invariant: bool):
+    from constrained_spec.models.llamacpp import LlamaCppWeights
+
+    return LlamaCppWeights(path, threads=2, n_ctx=1024, batch_invariant=invariant)
+
+
+@pytest.fixture(scope="module")
+def invariant_weights(quantized):
+    return {ftype: _weights(path, True) for ftype, path in quantized.items()}
+
+
+def _tokens(seed: int, n: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(50000) for _ in range(n)]
+
+
+def one_token_logits(weights, prompt: list[int], cont: list[int]) -> torch.Tensor:
+    """The reference: ``prompt`` prefilled, then ``cont`` decoded one token at a time on a fresh sequence."""
+    m = weights.sequence_model()
+    m.prefill(prompt)
+    return torch.cat([m.extend([t]) for t in cont])
+
+
+def block_logits(model, prompt_len: int, cont: list[int], n: int) -> torch.Tensor:
+    model.crop(prompt_len)
+    return torch.cat([model.extend(cont[i : i + n]) for i in range(0, len(cont), n)])
+
+
+def _mismatch(a: torch.Tensor, b: torch.Tensor) -> str:
+    return f"max |Δ| {float((a - b).abs().max()):.3g} over {int((a != b).any(-1).sum())} of {a.shape[0]} positions"
+
+
+@pytest.mark.parametrize("ftype", ["Q4_K_M", "Q8_0"])
+@pytest.mark.parametrize("prompt_len", [5, 600])
+def test_blocks_are_bitwise_one_token_decoding(invariant_weights, ftype, prompt_len):
+    weights = invariant_weights[ftype]
+    assert weights.batch_invariant and weights.flash_attn
+    prompt, cont = _tokens(prompt_len, prompt_len), _tokens(prompt_len + 1, SPAN)
+    ref = one_token_logits(weights, prompt, cont)
+    assert float(ref.std()) > 0.1  # real spread, not a constant
+    m = weights.sequence_model()
+    m.prefill(prompt)
+    for n in BLOCKS:
+        got = block_logits(m, prompt_len, cont, n)
+        assert torch.equal(got, ref), f"{ftype}, block of {n} after {prompt_len}: {_mismatch(got, ref)}"
+
+
+def test_blocks_after_random_rollbacks_are_bitwise_a_fresh_one_token_run(invariant_weights):
+    weights = invariant_weights["Q4_K_M"]
+    rng = random.Random(7)
+    prompt = _tokens(11, 40)
+    m = weights.sequence_model()
+    m.prefill(prompt)
+    committed = list(prompt)
+    for _ in range(12):
+        if len(committed) > len(prompt) and rng.random() < 0.5:
+            keep = rng.randrange(len(prompt), len(committed))
+            m.crop(keep)
+            del committed[keep:]
+        block = [rng.randrange(50000) for _ in range(rng.choice(BLOCKS))]
+        got = m.extend(block)
+        ref = one_token_logits(weights, prompt, committed[len(prompt):] + block)[-len(block):]
+        assert torch.equal(got, ref), _mismatch(got, ref)
+        committed += block
+
+
+def test_a_batch_row_beside_other_rows_is_bitwise_one_token_decoding(invariant_weights):
+    """Row 0 verifies blocks while rows 1 and 2 prefill, grow and roll back in the same forwards."""
+    from constrained_spec.models.llamacpp import LlamaCppRows
+
+    weights = invariant_weights["Q4_K_M"]
+    rows = LlamaCppRows(weights, slots=3, max_length=320)
+    rng = random.Random(3)
+    prompts = [_tokens(20 + s, 30 + 17 * s) for s in range(3)]
+    call = SimpleNamespace
+    rows.forward([call(slot=s, start=0, tokens=p, head="none") for s, p in enumerate(prompts)])
+    committed = [list(p) for p in prompts]
+    for step in range(10):
+        calls = []
+        for s in range(3):
+            start = len(committed[s])
+            if start > len(prompts[s]) and rng.random() < 0.4:  # a rollback first
+                start = rng.randrange(len(prompts[s]), start)
+                del committed[s][start:]
+            block = [rng.randrange(50000) for _ in range(rng.choice(BLOCKS))]
+            calls.append(call(slot=s, start=start, tokens=block, head="all"))
+        rng.shuffle(calls)
+        out = rows.forward(calls)
+        for c, got in zip(calls, out):
+            ref = one_token_logits(weights, prompts[c.slot], committed[c.slot][len(prompts[c.slot]):] + c.tokens)[-len(c.tokens):]
+            assert torch.equal(got, ref), f"step {step}, row {c.slot}: {_mismatch(got, ref)}"
+            committed[c.slot] += c.tokens
+
+
+def test_negative_control_the_default_paths_are_not_batch_invariant(quantized):
+    """The same comparison on the binding's default paths (repacked weights, no flash attention): blocks part
+    from one-token decodes, so the tests above can fail."""
+    weights = _weights(quantized["Q4_K_M"], False)
+    assert not weights.batch_invariant
+    prompt, cont = _tokens(5, 5), _tokens(6, SPAN)
+    ref = one_token_logits(weights, prompt, cont)
+    m = weights.sequence_model()
+    m.prefill(prompt)
+    got = block_logits(m, len(prompt), cont, 16)
+    assert not torch.equal(got, ref)
+
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999},
+                                           "b": {"type": "string", "maxLength": 8}}, "required": ["a", "b"]}
+
+
+def test_greedy_speculative_and_batch_rows_equal_target_only_on_the_quantized_pair(quantized, gpt2_tokenizer, tmp_path):
+    """The public door on quantized files: greedy speculative output (k = 1, 4) and batched rows give the
+    target-only tokens exactly (every verified position's logits are those one-token decoding gives)."""
+    from constrained_spec.api import Generator
+
+    target, draft = str(quantized["Q4_K_M"]), str(quantized["Q8_0"])
+    options = dict(runtime="llamacpp", tokenizer=gpt2_tokenizer, progress=False, cache_dir=tmp_path, draft_plan="always")
+    spec, alone = Generator(target, draft, **options), Generator(target, None, **options)
+    batched = Generator(target, draft, max_batch_size=3, batch_max_tokens=256, **options)
+    assert spec.target.weights.batch_invariant and spec.draft.weights.batch_invariant
+    prompts = ["Alpha", "Give me the item: " + "word " * 6, "Order 17"]
+    drafted = 0
+    for prompt in prompts:
+        base = alone.run(prompt, SCHEMA, max_new_tokens=40, num_draft_tokens=0)
+        for k in (1, 4):
+            got = spec.run(prompt, SCHEMA, max_new_tokens=40, num_draft_tokens=k)
+            assert got.token_ids == base.token_ids, (prompt, k)
+            drafted += got.stats.drafted_tokens
+    assert drafted > 20  # the draft really proposed
+    requests = [dict(prompt=p, output_type=SCHEMA, max_new_tokens=40, num_draft_tokens=1 + i) for i, p in enumerate(prompts)]
+    expected = [alone.run(p, SCHEMA, max_new_tokens=40, num_draft_tokens=0).token_ids for p in prompts]
+    assert [g.token_ids for g in batched.run_batch(requests)] == expected
