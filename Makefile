@@ -64,7 +64,8 @@ $(INSTALLED_TEST): $(INSTALLED) pyproject.toml
 # Skipped when llama_cpp $(LLAMACPP_VERSION) already imports.
 LLAMACPP_VERSION ?= 0.3.36
 install-llamacpp: install
-	@if $(PYTHON) -c "import llama_cpp, sys; from constrained_spec.models.llamacpp import batch_invariant_build; sys.exit(llama_cpp.__version__ != '$(LLAMACPP_VERSION)' or not batch_invariant_build())" >/dev/null 2>&1; then \
+	@if $(PYTHON) -c "import llama_cpp, sys; import hashlib, os; stamp = os.path.join(os.path.dirname(llama_cpp.__file__), 'lib', 'constrained-spec-patch.sha256'); \
+	  sys.exit(llama_cpp.__version__ != '$(LLAMACPP_VERSION)' or not os.path.exists(stamp) or open(stamp).read().strip() != hashlib.sha256(open('scripts/llamacpp-batch-invariant.patch', 'rb').read()).hexdigest())" >/dev/null 2>&1; then \
 	  echo "llama-cpp-python $(LLAMACPP_VERSION) is installed (with scripts/llamacpp-batch-invariant.patch)"; \
 	else \
 	  LLAMACPP_VERSION=$(LLAMACPP_VERSION) scripts/install_llamacpp.sh $(PYTHON); \

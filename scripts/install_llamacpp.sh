@@ -33,4 +33,12 @@ tar xzf "$WORK"/llama_cpp_python-*.tar.gz -C "$WORK"
 SRC="$(find "$WORK" -maxdepth 1 -type d -name 'llama_cpp_python-*' | head -n 1)"
 patch -p1 --forward -d "$SRC/vendor/llama.cpp/ggml" < "$PATCH"
 "$PYTHON" -m pip install ${LLAMACPP_PIP_ARGS:-} "$SRC"
+# the patch's digest beside the binding's libraries: `make install-llamacpp` rebuilds when the patch changes
+"$PYTHON" - "$PATCH" <<'PY'
+import hashlib, os, sys
+import llama_cpp
+folder = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+with open(sys.argv[1], "rb") as patch, open(os.path.join(folder, "constrained-spec-patch.sha256"), "w") as out:
+    out.write(hashlib.sha256(patch.read()).hexdigest() + "\n")
+PY
 echo "llama-cpp-python built and installed in $(( $(date +%s) - start )) s" >&2

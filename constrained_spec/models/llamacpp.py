@@ -15,14 +15,14 @@ next decode, and the loop keeps a block's logits across the next forwards): 0.6 
 a 151,936-token vocabulary.
 
 Numerics (docs/llamacpp.md): with the project's build of llama-cpp-python (``make install-llamacpp``, which
-applies ``scripts/llamacpp-batch-invariant.patch``) the weights are *batch-invariant*: decode and verify
-contexts run over weights that are not repacked, with flash attention and ggml's reference paths
-(``use_ref``: no tiled or llamafile matmul, no split-KV or tiled attention), so every position of a block
-gets bitwise the logits a one-token decode computes there, alone or as a batch row. A fresh sequence's
-prompt is prefilled in a separate context over repacked weights (the fast path) and its cache copied
-across: target-only and speculative decoding share that very prefill, so the distribution both sample
-is the same. Without the patch (a binding built elsewhere) the old path runs and a block's logits
-differ from one-token decodes by up to ~0.6 on the real Q4_K_M files; :attr:`LlamaCppWeights.batch_invariant`
+applies ``scripts/llamacpp-batch-invariant.patch``) the runtime is *batch-invariant*: decode and verify
+contexts run with flash attention and ggml's reference paths (``use_ref``: every row of a matmul through
+the one-row kernel, no tiled or llamafile matmul, no split-KV or tiled attention), so every position of a
+block gets bitwise the logits a one-token decode computes there, alone or as a batch row. A fresh
+sequence's prompt is prefilled in a context on the fast default paths and its cache copied across:
+target-only and speculative decoding share that very prefill, so the distribution both sample is the
+same. Without the patch (a binding built elsewhere) the default paths run and a block's logits differ
+from one-token decodes by up to ~0.8 on the real Q4_K_M target; :attr:`LlamaCppWeights.batch_invariant`
 says which one is in use.
 """
 
@@ -158,12 +158,10 @@ class LlamaCppWeights:
         if batch_invariant and not patched:
             raise ConfigError("batch-invariant llama.cpp decoding needs the patched build: " + install_hint())
         #: every position of a block gets bitwise the logits of a one-token decode (the patched build's reference
-        #: paths over weights that are not repacked, flash attention on); False: the binding's default paths
+        #: paths, flash attention on); False: the binding's default paths
         self.batch_invariant = patched if batch_invariant is None else bool(batch_invariant)
         self._lib = lib
-        self.handle = self._load(repack=not self.batch_invariant)
-        #: the repacked weights a fresh prompt is prefilled with (batch-invariant mode only; loaded on first use)
-        self._prefill_handle: Any = None
+        self.handle = self._load()
         self._prefill_ctx: _Context | None = None
         self._prefill_lock = threading.Lock()
         self.vocab_size = int(lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.handle)))
@@ -176,30 +174,22 @@ class LlamaCppWeights:
         if self.batch_invariant and not self.flash_attn:
             raise ConfigError("batch-invariant llama.cpp decoding needs flash attention (flash_attn=True)")
 
-    def _load(self, repack: bool) -> Any:
+    def _load(self) -> Any:
         lib = self._lib
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
-        params.use_mmap = True
-        params.use_extra_bufts = repack
+        params.use_mmap = True  # the weights ggml repacks for its AVX2 kernels are copied out, the rest stays mapped
         model = lib.llama_model_load_from_file(self.path.encode(), params)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model it supports?)")
         return model
 
-    def prefill_model(self) -> Any:
-        """The repacked copy of the weights prompts are prefilled with (loaded on first use)."""
-        with _INIT_LOCK:
-            if self._prefill_handle is None:
-                self._prefill_handle = self._load(repack=True)
-            return self._prefill_handle
-
     def prefilled_state(self, tokens: list[int]) -> bytes:
-        """The cache of ``tokens`` as a fresh sequence, computed in the prefill context (repacked weights, the
-        fast default paths) and returned as ``llama_state_seq`` bytes for a decode context to take."""
+        """The cache of ``tokens`` as a fresh sequence, computed in the prefill context (the fast default paths)
+        and returned as ``llama_state_seq`` bytes for a decode context to take."""
         with self._prefill_lock:
             if self._prefill_ctx is None:
-                self._prefill_ctx = _Context(self, self.n_ctx, 1, model=self.prefill_model(), reference=False)
+                self._prefill_ctx = _Context(self, self.n_ctx, 1, reference=False)
             fast = self._prefill_ctx
             if len(tokens) > fast.n_ctx:
                 raise ValueError(f"{len(tokens)} tokens exceed the prefill context's {fast.n_ctx}")
@@ -216,11 +206,9 @@ class LlamaCppWeights:
 
     def __del__(self) -> None:
         self._prefill_ctx = None
-        for name in ("handle", "_prefill_handle"):
-            handle = getattr(self, name, None)
-            setattr(self, name, None)
-            if handle:
-                self._lib.llama_model_free(handle)
+        handle, self.handle = getattr(self, "handle", None), None
+        if handle:
+            self._lib.llama_model_free(handle)
 
 
 class _Context:
@@ -371,7 +359,7 @@ class LlamaCppModel:
 
     def prefill(self, tokens: list[int]) -> None:
         """Append ``tokens`` (a prompt); only the last position's output is computed. On batch-invariant weights a
-        fresh sequence is prefilled in the weights' prefill context (repacked, fast) and its cache copied here."""
+        fresh sequence is prefilled in the weights' prefill context (the fast default paths) and its cache copied here."""
         if self.weights.batch_invariant and self._length == 0 and len(tokens) > 1:
             self._prefill_fast(tokens)
         else:
@@ -457,13 +445,12 @@ class LlamaCppRows:
         return bool(self.weights.batch_invariant and call.head == "none" and call.start == 0 and len(call.tokens) > 1)
 
     def _prefill_row(self, slot: int, tokens: list[int]) -> None:
-        """Prefill a fresh row in a twin context over the repacked weights with the same layout (a stream of cells
+        """Prefill a fresh row in a twin context on the fast default paths with the same layout (a stream of cells
         per row: llama.cpp restores a row's state only into a cache of as many streams), then copy it across."""
         if len(tokens) > self.max_length:
             raise ValueError(f"slot {slot}: {len(tokens)} tokens exceed the slot's {self.max_length}")
         if self._fast is None:
-            self._fast = _Context(self.weights, self.slots * self.max_length, self.slots, model=self.weights.prefill_model(),
-                                  reference=False, unified=False)
+            self._fast = _Context(self.weights, self.slots * self.max_length, self.slots, reference=False, unified=False)
         self._fast.seq_rm(slot, 0)
         try:
             self._fast.decode([(slot, i, t, i == len(tokens) - 1) for i, t in enumerate(tokens)])
