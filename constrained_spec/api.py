@@ -51,6 +51,7 @@ class GenerationResult:
     prompt_tokens: int = 0  # the prompt's length in tokens, chat template and schema hint included
     tree: Any = None  # for a Lark grammar (CFG): lark's parse tree of ``text`` (None past lark's parse budget)
     smc: SMCReport | None = None  # alignment="smc": every particle's text and weight, and log Z
+    eos_token_id: int | None = None  # the EOS id the output ended with (the sampled one, where there are several); None: none taken
 
 
 class Generator:
@@ -212,9 +213,9 @@ class Generator:
                                 output_bound=compiled.output_bound, hooks=hooks)
         if call.alignment == "smc":  # particles as batch rows where the batch has the slots, else one after another
             smc = self.builder.decode_smc(request, call.particles, call.ess_threshold)
-            return self._result(compiled, smc.token_ids, smc.stats, len(ids), SMCReport.of(smc, self.vocab.decode))
+            return self._result(compiled, smc.token_ids, smc.stats, len(ids), SMCReport.of(smc, self.vocab.decode), smc.eos_token_id)
         result = self.builder.decode(request)
-        return self._result(compiled, result.token_ids, result.stats, len(ids))
+        return self._result(compiled, result.token_ids, result.stats, len(ids), eos_token_id=result.eos_token_id)
 
     def _budget(self, prompt_tokens: int, max_new_tokens: int | None) -> int:
         """A call's token budget: ``max_new_tokens``, else the default shrunk to the room the context
@@ -233,11 +234,11 @@ class Generator:
         return budget
 
     def _result(self, compiled: CompiledConstraint, token_ids: list[int], stats: DecodeStats, prompt_tokens: int,
-                smc: SMCReport | None = None) -> GenerationResult:
+                smc: SMCReport | None = None, eos_token_id: int | None = None) -> GenerationResult:
         """The decoded tokens as a checked value (a Lark grammar's text with lark's parse tree)."""
         text = self.vocab.decode(token_ids)
         value, tree = compiled.read(text)
-        return GenerationResult(value, text, token_ids, stats, prompt_tokens=prompt_tokens, tree=tree, smc=smc)
+        return GenerationResult(value, text, token_ids, stats, prompt_tokens=prompt_tokens, tree=tree, smc=smc, eos_token_id=eos_token_id)
 
     def run_batch(self, requests: Sequence[dict[str, Any]], return_exceptions: bool = False) -> list[Any]:
         """Run many requests, decoded together (continuous batching): each dict holds ``prompt``,

@@ -214,7 +214,12 @@ class SpeculativeDecoder:
         self.stats.stop_reason = "eos" if terminated else "max_new_tokens"
         if not (terminated or self.matcher.is_accepting()):
             raise TokenBudgetExceeded(self.max_new_tokens, self.matcher.vocab.decode(tokens), token_ids=tokens, prompt_tokens=self.prompt_len)
-        return DecodeResult(token_ids=tokens, complete=True, stats=self.stats)
+        return DecodeResult(token_ids=tokens, complete=True, stats=self.stats, eos_token_id=self._ended_with())
+
+    def _ended_with(self) -> int | None:
+        """The EOS id the generated tokens end with, None where they end otherwise."""
+        last = self.generated[-1:]
+        return last[0] if last and self.matcher.is_eos(last[0]) else None
 
     def step(self, remaining: int) -> int:
         """One forced token, or one draft-verify-accept-rollback round; returns how many tokens it

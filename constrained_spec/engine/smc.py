@@ -223,7 +223,8 @@ class SMCParticle:
 class SMCResult:
     """The returned sample (``token_ids``, EOS excluded; ``chosen``: its particle), every final
     particle, the estimate of log Z = log P_T(y in L | prompt), how many times the particles were
-    resampled, the effective sample size after each round, and the stats summed over particles."""
+    resampled, the effective sample size after each round, the stats summed over particles, and the
+    EOS id the returned sample ended with (None: it ended without one)."""
 
     token_ids: list[int]
     chosen: int
@@ -233,6 +234,7 @@ class SMCResult:
     ess_history: list[float]
     stats: DecodeStats
     complete: bool = True
+    eos_token_id: int | None = None
 
 
 def _sum_stats(all_stats: Sequence[DecodeStats]) -> DecodeStats:
@@ -433,7 +435,9 @@ class SMCDecoder:
         stats = _sum_stats(self._stats)
         stats.wall_seconds = time.perf_counter() - start
         stats.stop_reason = "eos"
-        return SMCResult(report[chosen].token_ids, chosen, report, log_z, self.resamples, history, stats)
+        ending = particles[chosen].tokens[-1:]
+        eos_id = ending[0] if ending and eos(ending[0]) else None
+        return SMCResult(report[chosen].token_ids, chosen, report, log_z, self.resamples, history, stats, eos_token_id=eos_id)
 
     def _round(self, running: list[_Particle]) -> None:
         """Every running particle's one engine step: in turn, or as batch rows at once (each

@@ -67,11 +67,13 @@ class DecodeStats:
 
 @dataclass
 class DecodeResult:
-    """Generated token ids (EOS excluded), whether the grammar completed, and the stats."""
+    """Generated token ids (EOS excluded), whether the grammar completed, the stats, and the EOS id the
+    generation ended with (the one sampled, where the vocabulary has several; None: no EOS was taken)."""
 
     token_ids: list[int]
     complete: bool
     stats: DecodeStats = field(default_factory=DecodeStats)
+    eos_token_id: int | None = None
 
 
 @dataclass(frozen=True)

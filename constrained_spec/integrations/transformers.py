@@ -361,25 +361,17 @@ def generate(model: Any, tokenizer: Any, input_ids: Any, output_type: Any, **key
 
 def _decode_row(gen: Generator, model: Any, prompt: list[int], output: Any, policy: SamplingPolicy, budget: int,
                 output_scores: bool, decode_options: dict[str, Any]) -> tuple[list[int], list[torch.Tensor]]:
-    """One row: its new tokens (the EOS it ended with included) and, where asked or needed to pick
-    among several EOS ids, the masked target scores at each of them."""
-    compiled = gen.compile(output)
-    eos_ids = gen.vocab.eos_token_ids
+    """One row: its new tokens (the EOS it ended with included: the one the engine sampled, where
+    there are several) and, where asked, the masked target scores at each of them."""
     try:
         result = gen.run(prompt, output, max_new_tokens=budget, temperature=policy.temperature, top_k=policy.top_k,
                          top_p=policy.top_p, seed=policy.seed, **decode_options)
-        new, ended = list(result.token_ids), result.stats.stop_reason == "eos"
+        new = list(result.token_ids)
+        if result.eos_token_id is not None:
+            new.append(result.eos_token_id)
     except TokenBudgetExceeded as exc:  # as model.generate: the row as far as it got
-        new, ended = list(exc.token_ids or []), False
-    scores: list[torch.Tensor] = []
-    if ended:
-        new.append(eos_ids[0])
-        if len(eos_ids) > 1 or output_scores:  # which EOS: the target's likeliest (greedy's choice)
-            scores = _masked_scores(model, compiled, prompt, new, policy.temperature)
-            last = scores[-1]
-            new[-1] = max(eos_ids, key=lambda e: float(last[e]) if e < last.shape[0] else float("-inf"))
-    elif output_scores:
-        scores = _masked_scores(model, compiled, prompt, new, policy.temperature)
+        new = list(exc.token_ids or [])
+    scores = _masked_scores(model, gen.compile(output), prompt, new, policy.temperature) if output_scores else []
     return new, scores
 
 

@@ -2,8 +2,10 @@
 
 A small vocabulary, prefix-dependent synthetic models, a small grammar; every allowed token sequence
 is enumerated with its exact probability under the target's constrained policy (mask, temperature,
-top-k, top-p, renormalise). Speculative samples must match it (chi-square, p > 0.001), and a
-deliberately wrong verifier must be rejected by the same test (negative controls).
+top-k, top-p, renormalise: ``tests/reference_probs.py``, written apart from the project's
+``effective_probs``). Speculative samples must match it (chi-square, p > 0.001), and a deliberately
+wrong verifier, or a wrong effective distribution in the product, must be rejected by the same test
+(negative controls).
 
 ``CONSTRAINED_SPEC_TEST_DEVICE=cuda`` (benchmarks/gpu_check.sh) runs the same tests with both models'
 logits on that GPU and the verifier ``auto`` picks there (the fused Triton kernel); without CUDA that
@@ -16,11 +18,14 @@ import functools
 import math
 import os
 import re
+import sys
 from collections import Counter
 
+import numpy as np
 import pytest
 import regex as regex_pkg
 import torch
+from reference_probs import reference_probs
 from synthetic import PrefixModel, chi2_pvalue, letters_vocab, make_decoder
 
 from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
@@ -119,9 +124,9 @@ def automaton():
 def exact_distribution(pattern: str, policy: SamplingPolicy, prompt: list[int] = PROMPT) -> dict[tuple[int, ...], float]:
     """P(token sequence incl. EOS) under the target alone, by enumeration, without the project's
     automaton: a token is allowed where the text so far plus its bytes can still be completed to a
-    full match (``regex`` partial matching), EOS where the text is a full match (``re.fullmatch``)."""
+    full match (``regex`` partial matching), EOS where the text is a full match (``re.fullmatch``);
+    each position's probabilities from :func:`reference_probs`, not the project's ``effective_probs``."""
     target = MemoModel(10, seed=11)
-    params = policy.as_tensors(1)
     tokens = letters_vocab().tokens
     partial = regex_pkg.compile(pattern)
     out: dict[tuple[int, ...], float] = {}
@@ -131,8 +136,8 @@ def exact_distribution(pattern: str, policy: SamplingPolicy, prompt: list[int] =
         for tok, raw in tokens.items():
             allowed[0, tok] = partial.fullmatch(text + raw.decode(), partial=True) is not None
         allowed[0, 9] = re.fullmatch(pattern, text) is not None
-        p = effective_probs(target.logits(prompt + list(seq)).unsqueeze(0), allowed, params.temperature, params.top_k, params.top_p)[0]
-        for tok in torch.nonzero(p > 0).flatten().tolist():
+        p = reference_probs(target.logits(prompt + list(seq)), allowed[0], policy.temperature, policy.top_k, policy.top_p)
+        for tok in np.flatnonzero(p).tolist():
             pt = prob * float(p[tok])
             if tok == 9:
                 out[seq + (9,)] = out.get(seq + (9,), 0.0) + pt
@@ -285,6 +290,56 @@ def test_negative_controls_are_rejected(automaton, wrong):
     counts = sample(automaton, policy, 3, WRONG_SAMPLES, verifier=wrong)
     pvalue = chi2_pvalue(counts, exact)
     print(f"negative control {wrong.__name__}: p-value {pvalue:.3g}")
+    assert pvalue < ALPHA
+
+
+# -- deliberately wrong effective distributions in the product (negative controls of the oracle) -----
+_EFFECTIVE = effective_probs  # the product's own, under a name replace_everywhere leaves alone
+
+
+def _no_cut(top_k: torch.Tensor, top_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.zeros_like(top_k), torch.ones_like(top_p)
+
+
+def probs_temperature_after_top_p(logits, allowed, temperature, top_k, top_p, **hints):
+    """Wrong: the top-k / top-p cut taken at T = 1, the temperature applied to what it keeps."""
+    keep = _EFFECTIVE(logits, allowed, torch.ones_like(temperature), top_k, top_p) > 0
+    return _EFFECTIVE(logits, keep, temperature, *_no_cut(top_k, top_p))
+
+
+def probs_cut_before_mask(logits, allowed, temperature, top_k, top_p, **hints):
+    """Wrong: the top-k / top-p cut taken over the unmasked distribution, then the mask (where the
+    cut keeps nothing allowed, the mask alone)."""
+    keep = (_EFFECTIVE(logits, torch.ones_like(allowed), temperature, top_k, top_p) > 0) & allowed
+    keep = torch.where(keep.any(-1, keepdim=True), keep, allowed)
+    return _EFFECTIVE(logits, keep, temperature, *_no_cut(top_k, top_p))
+
+
+def replace_everywhere(monkeypatch, original, replacement) -> int:
+    """``replacement`` for ``original`` in every loaded module that holds it under its name (the
+    product's modules, and any test module that imported it); returns how many modules."""
+    name = original.__name__
+    held = [m for m in list(sys.modules.values()) if getattr(m, "__dict__", {}).get(name) is original]
+    for module in held:
+        monkeypatch.setattr(module, name, replacement)
+    return len(held)
+
+
+@pytest.mark.parametrize("wrong,policy", [
+    pytest.param(probs_temperature_after_top_p, SamplingPolicy(temperature=1.5, top_p=0.8), id="temperature-after-top-p"),
+    pytest.param(probs_cut_before_mask, SamplingPolicy(temperature=1.0, top_p=0.9), id="top-p-before-mask"),
+    pytest.param(probs_cut_before_mask, SamplingPolicy(temperature=1.0, top_k=3), id="top-k-before-mask"),
+])
+def test_a_wrong_effective_distribution_in_the_product_is_rejected(automaton, monkeypatch, wrong, policy):
+    """The product's ``effective_probs`` replaced, wherever a module holds it, by one that takes its
+    steps in a wrong order (the target's p and the draft's q both follow it): the enumeration, made
+    after the swap, must reject the samples. It does because the oracle never calls the product's
+    function; one that did would share the bug and pass."""
+    assert replace_everywhere(monkeypatch, effective_probs, wrong) >= 3  # distribution, acceptance, proposers at least
+    exact = exact_distribution(automaton.regex, policy)
+    counts = sample(automaton, policy, 3, WRONG_SAMPLES, verifier=verify)
+    pvalue = chi2_pvalue(counts, exact)
+    print(f"wrong effective distribution {wrong.__name__}: p-value {pvalue:.3g}")
     assert pvalue < ALPHA
 
 

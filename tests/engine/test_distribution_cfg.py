@@ -23,9 +23,11 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 import pytest
 import torch
 from grammar_oracles import LarkOracle
+from reference_probs import reference_probs
 from synthetic import MemoLogits, PrefixModel, make_decoder
 from test_distribution import ALPHA, chi2_pvalue, verify_resample_from_p, verify_unmasked_acceptance
 
@@ -34,7 +36,7 @@ from constrained_spec.errors import TokenBudgetExceeded
 from constrained_spec.grammar.backends.llguidance import compile_grammar
 from constrained_spec.grammar.vocab import TokenVocabulary
 from constrained_spec.sampling import verify
-from constrained_spec.sampling.distribution import SamplingPolicy, effective_probs
+from constrained_spec.sampling.distribution import SamplingPolicy
 
 MAX_TOKENS = 6  # k = 5 drafts five tokens only where six remain
 #: runs per correct-verifier distribution in the default run, and per wrong-verifier run (negative
@@ -98,10 +100,10 @@ def case(name: str) -> Case:
 
 @lru_cache(maxsize=None)
 def exact_distribution(name: str, policy: SamplingPolicy) -> dict[tuple[int, ...], float]:
-    """P(outcome) under the target alone, by enumeration with the lark reference (not our matcher)."""
+    """P(outcome) under the target alone, by enumeration with the lark reference (not our matcher) and
+    :func:`reference_probs` (not the project's ``effective_probs``)."""
     c = case(name)
     target = CfgModel(c.size, seed=31)
-    params = policy.as_tensors(1)
     eos = c.vocab.eos_token_id
     out: dict[tuple[int, ...], float] = {}
 
@@ -114,8 +116,8 @@ def exact_distribution(name: str, policy: SamplingPolicy) -> dict[tuple[int, ...
             allowed[0, tok] = c.oracle.viable_bytes(text + raw)
         allowed[0, eos] = c.oracle.complete_bytes(text)
         assert allowed.any(), f"dead end at {text!r}"
-        p = effective_probs(target.logits(list(c.prompt) + list(seq)).unsqueeze(0), allowed, params.temperature, params.top_k, params.top_p)[0]
-        for tok in torch.nonzero(p > 0).flatten().tolist():
+        p = reference_probs(target.logits(list(c.prompt) + list(seq)), allowed[0], policy.temperature, policy.top_k, policy.top_p)
+        for tok in np.flatnonzero(p).tolist():
             if tok == eos:
                 out[seq + (eos,)] = out.get(seq + (eos,), 0.0) + prob * float(p[tok])
             else:

@@ -16,16 +16,18 @@ import math
 import re
 from collections import Counter
 
+import numpy as np
 import pytest
 import regex as regex_pkg
 import torch
 from engine.test_distribution import ALPHA, chi2_pvalue, verify_resample_from_p
+from reference_probs import reference_probs
 from synthetic import make_decoder
 
 from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.grammar.vocab import build_vocabulary
 from constrained_spec.sampling import verify
-from constrained_spec.sampling.distribution import SamplingPolicy, effective_probs
+from constrained_spec.sampling.distribution import SamplingPolicy
 
 REGEX = r"(a|b)c?[abc]{0,2}"
 EOS = 50256
@@ -50,7 +52,6 @@ def setup(tiny_ggufs, gpt2_tokenizer):
 def exact_distribution(setup, policy: SamplingPolicy) -> dict[tuple[int, ...], float]:
     oracle, letters, prompt = setup["oracle"], setup["letters"], setup["prompt"]
     partial = regex_pkg.compile(REGEX)
-    params = policy.as_tensors(1)
     out: dict[tuple[int, ...], float] = {}
 
     def walk(text: str, seq: tuple[int, ...], prob: float) -> None:
@@ -59,9 +60,9 @@ def exact_distribution(setup, policy: SamplingPolicy) -> dict[tuple[int, ...], f
             allowed[0, tok] = partial.fullmatch(text + raw, partial=True) is not None
         allowed[0, EOS] = re.fullmatch(REGEX, text) is not None
         oracle.reset()
-        logits = oracle.extend(prompt + list(seq))[-1:]
-        p = effective_probs(logits, allowed, params.temperature, params.top_k, params.top_p)[0]
-        for tok in torch.nonzero(p > 0).flatten().tolist():
+        logits = oracle.extend(prompt + list(seq))[-1]
+        p = reference_probs(logits, allowed[0], policy.temperature, policy.top_k, policy.top_p)  # not the project's effective_probs
+        for tok in np.flatnonzero(p).tolist():
             pt = prob * float(p[tok])
             if tok == EOS:
                 out[seq + (EOS,)] = out.get(seq + (EOS,), 0.0) + pt

@@ -10,8 +10,8 @@ Q(y) the engine samples today.
 The case is chosen so that local masking is far from P(y | L) (total variation >= 0.3, asserted).
 SMC with one particle is local masking; its distance to P(y | L) falls with the particles (N = 32:
 under a quarter of local's); a chi-square at a large N passes; the same test rejects SMC with its
-weights ignored and with weights from the unmasked mass (negative controls); log Z's estimate averages to the exact Z within its standard error; every particle of
-every run is a string of L.
+weights ignored and with weights from the unmasked mass (negative controls); log Z's estimate averages to the exact Z within its standard error, and
+the same check rejects Z estimated with wrong weights (unmasked, untempered); every particle of every run is a string of L.
 """
 
 from __future__ import annotations
@@ -167,6 +167,7 @@ def smc_runs(new_matcher, particles: int, runs: int, *, k: int = 0, temperature:
             smc = SMCDecoder(build, target, draft, new_matcher, policy, verify, options=SMCOptions(particles, ess_threshold),
                              max_new_tokens=max_new_tokens, generator=gen, weigh=weigh)
             result = smc.run(PROMPT)
+        assert result.eos_token_id == EOS  # the returned sample ended with the vocabulary's EOS
         counts[tuple(result.token_ids)] += 1
         for p in result.particles:
             blended[tuple(p.token_ids)] += p.weight / runs
@@ -284,21 +285,51 @@ def test_chi_square_at_many_particles_and_controls_rejected(case):
     _valid(good.texts)
 
 
-@pytest.mark.parametrize("k,particles,runs,batched", [(0, 4, 150, False), (3, 4, 100, False), (3, 4, 100, True)],
-                         ids=["target-only", "speculative-k3", "batch-rows-k3"])
-def test_log_z_estimate_is_unbiased(case, k, particles, runs, batched):
-    """The mean of Z's estimates matches the exact Z within 4 standard errors (its distribution is skewed) (resampling on: the
-    threshold is 1, so every round with a spread of weights resamples); with draft blocks of up to 3
-    tokens (particles advance by different numbers of tokens per round) too, alone and as batch rows
-    (every resampling forks rows)."""
-    cond, _, z, new_matcher = case
-    got = smc_runs(new_matcher, particles, runs, k=k, seed=30 + k + batched, ess_threshold=1.0, batched=batched)
-    zs = [math.exp(v) for v in got.log_zs]
+def z_matches(log_zs: list[float], z: float, label: str) -> bool:
+    """The log Z check: the mean of the estimates of Z within 4 standard errors of the exact ``z``
+    (4, not 2: the estimates' distribution is skewed)."""
+    zs = [math.exp(v) for v in log_zs]
     mean = sum(zs) / len(zs)
     se = math.sqrt(sum((v - mean) ** 2 for v in zs) / (len(zs) - 1) / len(zs))
-    print(f"k={k}: exact Z {z:.5f}, mean estimate {mean:.5f} +- {se:.5f} (standard error)")
-    assert abs(mean - z) < 4 * se
+    print(f"{label}: exact Z {z:.5f}, mean estimate {mean:.5g} +- {se:.3g} (standard error)")
+    return abs(mean - z) < 4 * se
+
+
+#: the log Z check's settings: (k, particles, runs, batched, temperature)
+LOG_Z_TARGET_ONLY = (0, 4, 150, False, 1.0)
+LOG_Z_TEMPERED = (0, 4, 600, False, 0.7)
+
+
+@pytest.mark.parametrize("k,particles,runs,batched,temperature", [LOG_Z_TARGET_ONLY, (3, 4, 100, False, 1.0), (3, 4, 100, True, 1.0), LOG_Z_TEMPERED],
+                         ids=["target-only", "speculative-k3", "batch-rows-k3", "target-only-T0.7"])
+def test_log_z_estimate_is_unbiased(case, k, particles, runs, batched, temperature):
+    """The mean of Z's estimates matches the exact Z (:func:`z_matches`) (resampling on: the
+    threshold is 1, so every round with a spread of weights resamples); with draft blocks of up to 3
+    tokens (particles advance by different numbers of tokens per round) too, alone and as batch rows
+    (every resampling forks rows); and at T = 0.7 (the weights' temperature)."""
+    new_matcher = case[3]
+    z = case[2] if temperature == 1.0 else enumerate_language(STRINGS, temperature=temperature)[2]
+    got = smc_runs(new_matcher, particles, runs, k=k, seed=30 + k + batched, ess_threshold=1.0, batched=batched, temperature=temperature)
+    assert z_matches(got.log_zs, z, f"k={k} T={temperature}")
     _valid(got.texts)
+
+
+def untempered_weights(logits, allowed, tokens, policy):
+    """Wrong: the allowed mass of softmax(logits) at T = 1, whatever the policy's temperature."""
+    return allowed_log_mass(logits, allowed, 1.0, policy.top_k, policy.top_p)
+
+
+@pytest.mark.parametrize("weigh,setting", [(unmasked_mass_weights, LOG_Z_TARGET_ONLY), (untempered_weights, LOG_Z_TEMPERED)],
+                         ids=["unmasked-mass", "untempered-T0.7"])
+def test_log_z_check_rejects_wrong_weights(case, weigh, setting):
+    """Negative controls of the log Z test: weights from the unmasked mass, and weights without the
+    temperature, in the settings of its target-only cases (the same seeds, runs and exact Z): the
+    same check must reject their estimates of Z."""
+    k, particles, runs, batched, temperature = setting
+    z = case[2] if temperature == 1.0 else enumerate_language(STRINGS, temperature=temperature)[2]
+    got = smc_runs(case[3], particles, runs, k=k, seed=30 + k + batched, ess_threshold=1.0, batched=batched, temperature=temperature,
+                   weigh=weigh)
+    assert not z_matches(got.log_zs, z, f"{weigh.__name__} T={temperature}")
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["alone", "batch-rows"])

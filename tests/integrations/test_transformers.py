@@ -130,6 +130,48 @@ def test_drop_in_greedy_equals_model_generate_with_the_processor(models, gpt2_to
     assert steps.argmax(-1).tolist() == rich.sequences[0, ids.shape[1]:].tolist()
 
 
+def _two_eos_generator(model, tokenizer, prefix: list[int]):
+    """A Generator whose EOS ids are the tokenizer's and the id whose logit after ``prefix`` is
+    nearest half a unit under it (a share of about 0.38 at T = 1: often sampled, never the likelier);
+    with the model's probability of that second one among the two at T = 1, by a plain forward."""
+    from constrained_spec.api import Generator
+
+    eos = tokenizer.eos_token_id
+    with torch.no_grad():
+        last = model(input_ids=torch.tensor([prefix])).logits[0, -1].double()
+    gap = (last - (last[eos] - 0.5)).abs()
+    gap[[eos, *prefix[-1:]]] = float("inf")
+    other = int(gap.argmin())
+    share = float(torch.softmax(last[[eos, other]], -1)[1])
+    return Generator(model, None, tokenizer=tokenizer, progress=False, disk_cache=False, eos_token_ids=(eos, other)), other, share
+
+
+def test_drop_in_ends_a_sampled_row_with_the_eos_it_sampled(models, gpt2_tokenizer):
+    """With two EOS ids, a sampled row ends with the EOS the engine drew, not the likelier one each
+    time: over seeded rows of ``Regex("a")`` (one path: "a", then EOS) the second id comes up as
+    often as the target's own probabilities say (binomial test against a plain forward). Greedy
+    ends with the likelier, the tokenizer's."""
+    from scipy.stats import binomtest
+
+    from constrained_spec.integrations.transformers import generate
+
+    target, _ = models
+    ids, a, eos = prompt(gpt2_tokenizer), gpt2_tokenizer.encode("a"), gpt2_tokenizer.eos_token_id
+    gen, other, share = _two_eos_generator(target, gpt2_tokenizer, ids[0].tolist() + a)
+    assert 0.2 < share < 0.45, share
+    rows = 60
+    out = generate(target, gpt2_tokenizer, ids.repeat(rows, 1), Regex("a"), generator=gen, do_sample=True, temperature=1.0,
+                   top_k=0, top_p=1.0, seed=0, max_new_tokens=4)
+    assert out[:, ids.shape[1]:].shape[1] == 2 and out[:, ids.shape[1]].tolist() == a * rows
+    ends = out[:, -1].tolist()
+    assert set(ends) <= {eos, other}
+    pvalue = binomtest(ends.count(other), rows, share).pvalue
+    print(f"second EOS {other}: {ends.count(other)} of {rows} rows, expected share {share:.3f}, p = {pvalue:.3g}")
+    assert pvalue > 1e-3
+    greedy = generate(target, gpt2_tokenizer, ids, Regex("a"), generator=gen, do_sample=False, max_new_tokens=4)
+    assert greedy[0, -1].item() == eos
+
+
 def test_drop_in_returns_a_row_cut_by_the_budget(models, gpt2_tokenizer):
     from constrained_spec.integrations.transformers import generate
 
