@@ -14,7 +14,7 @@ The model is the real target's shape (Qwen2.5-Coder-1.5B: 28 layers, hidden 1,53
 kernels the shapes select, not on trained values, so no download is needed (a device machine with no
 network runs it).
 
-    python benchmarks/block_invariance.py --device cpu --shape small --dtypes fp32 bf16
+    python benchmarks/block_invariance.py --device cpu --shape small --dtypes fp32 bf16 fp16w int8w
     python benchmarks/block_invariance.py --device cuda --dtypes bf16 fp32 --contexts 64 600 --blocks 2 6 16
 """
 
@@ -41,7 +41,9 @@ SHAPES: dict[str, dict[str, Any]] = {
                   tie_word_embeddings=True),
 }
 LOGIT_TARGET = 16.0
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp16w": torch.float32, "int8w": torch.float32}
+#: the CPU runtime's packed weights (fbgemm): fp32 activations over fp16 or int8 weights
+PACKED = {"fp16w": "fp16", "int8w": "int8"}
 
 
 def build_model(shape: str, dtype: str, device: str, attn: str, seed: int) -> Any:
@@ -53,6 +55,10 @@ def build_model(shape: str, dtype: str, device: str, attn: str, seed: int) -> An
     with torch.device(device):
         model = Qwen2ForCausalLM(config)
     model = model.to(DTYPES[dtype]).eval()
+    if dtype in PACKED:
+        from constrained_spec.models.packed_linear import pack_linears
+
+        pack_linears(model, weights=PACKED[dtype])
     # random weights give logits near 1; real ones reach 15-30 (where a bf16 logit's last bit is 0.06-0.12):
     # the final norm is scaled so that the largest logit on random tokens is about LOGIT_TARGET
     with torch.inference_mode():
