@@ -58,7 +58,7 @@ _STATE: dict[str, Any] = {}
 def install_hint() -> str:
     """The one line that says how to get the binding."""
     return ("llama-cpp-python is not installed: `make install-llamacpp` (or scripts/install_llamacpp.sh) builds it "
-            "from source (13 min of CPU time); or pip install 'constrained-spec[llamacpp]'")
+            "from source (about 3.5 min on 2 cores); or pip install 'constrained-spec[llamacpp]'")
 
 
 def available() -> bool:
