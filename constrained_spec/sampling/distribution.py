@@ -128,9 +128,13 @@ def effective_probs(
         mass_before = torch.cumsum(kept, dim=-1) - kept
         keep_sorted = keep_sorted & ((mass_before < p_cut) | (ranks == 0))
         keep = torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)
-        probs = probs * keep
-        total = probs.sum(-1, keepdim=True)
-        probs = torch.where(total > 0, probs / total.clamp_min(1e-30), probs)
+        cut = probs * keep
+        total = cut.sum(-1, keepdim=True)
+        cut = torch.where(total > 0, cut / total.clamp_min(1e-30), cut)
+        # only the rows that filter are renormalised: a row without top-k or top-p keeps its softmax bit for bit,
+        # whatever its neighbours in the batch ask for (dividing by a total of 1 - 1e-7 would move it)
+        row_filters = _bcast((top_k > 0) | (top_p < 1.0), logits)
+        probs = torch.where(row_filters, cut, probs)
 
     if any_greedy:  # point mass on the first masked argmax
         point = torch.zeros_like(scaled).scatter_(-1, scaled.argmax(-1, keepdim=True), 1.0)
