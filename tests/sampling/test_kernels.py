@@ -392,9 +392,9 @@ def test_triton_verify_falls_back_to_torch_for_top_k_top_p(monkeypatch: pytest.M
     pytest.importorskip("triton", reason="triton is not installed")
     from constrained_spec.sampling.kernels import triton_verify
 
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the filtered path launches no kernel
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # a batch whose every row filters launches no kernel
     case = make_cases()[0]
-    case["top_k"] = torch.tensor([0, 5, 0])
+    case["top_k"] = torch.tensor([2, 5, 0])  # every row filters (a mixed batch: tests/sampling/test_batch_row_independence.py)
     case["top_p"] = torch.tensor([1.0, 1.0, 0.9])
     args = [case[a] for a in ARG_NAMES]
     assert triton_verify.uses_filters(case["top_k"], case["top_p"])

@@ -6,9 +6,10 @@
 Backends:
 
 * ``"torch"``  — :mod:`.torch_verify` (the reference math itself), any device;
-* ``"triton"`` — :mod:`.triton_verify` (two launches per verify step; batches that use top-k /
-  top-p go to the torch path). Needs triton and CUDA, or ``TRITON_INTERPRET=1`` (CPU interpreter,
-  slow, for tests); otherwise asking for it raises :class:`~constrained_spec.errors.ConstrainedSpecError`;
+* ``"triton"`` — :mod:`.triton_verify` (two launches per verify step; the rows that use top-k /
+  top-p go to the torch path, decided row by row, so no row's results depend on its neighbours).
+  Needs triton and CUDA, or ``TRITON_INTERPRET=1`` (CPU interpreter, slow, for tests); otherwise
+  asking for it raises :class:`~constrained_spec.errors.ConstrainedSpecError`;
 * ``"auto"``   — Triton when ``torch.cuda.is_available()`` and triton imports, else torch
   (on a CUDA machine it still sends non-CUDA tensors to torch; ``auto`` never picks the
   interpreter).

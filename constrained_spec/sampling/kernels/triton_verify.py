@@ -25,12 +25,12 @@ Only allowed tokens carry mass in ``p``, and a token with zero mass is never ret
 requires ``dist[v] > 0`` at the hit, so float64 rounding inside a block's prefix scan cannot land
 on a zero-mass token, e.g. a grammar-forbidden one).
 
-**Top-k / top-p are not in the kernel.** A batch in which any row has ``top_k > 0`` or
-``top_p < 1`` is verified entirely by the torch reference (decided per batch, not per row: the
-reference's filter pass runs batch-wide and can drop far-tail tokens of rows that do not filter,
-through float rounding of ``mass_before < 1``, so splitting a batch would not reproduce it).
-Deciding reads ``top_k`` / ``top_p``; pass ``filters=False`` (or keep those tensors on the CPU) to
-avoid a device sync.
+**Top-k / top-p are not in the kernel.** The rows that have ``top_k > 0`` or ``top_p < 1`` are
+verified by the torch reference, the others by the kernels (decided per row, so a row's results
+never depend on its neighbours: a row that does not filter gets, bit for bit, what it gets alone,
+whatever the other rows of its batch ask for; the reference's filter pass leaves such rows
+untouched, so the split changes none of its own rows either). Deciding reads ``top_k`` /
+``top_p``; pass ``filters=False`` (or keep those tensors on the CPU) to avoid a device sync.
 
 Exactness: the probabilities are float32 as in the reference, but computed differently (a
 chunked online softmax whose normaliser is accumulated in float64, vs ``torch.softmax``, whose own
@@ -415,12 +415,17 @@ def _check_device(t: torch.Tensor) -> None:
         )
 
 
+def filtering_rows(top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """bool [B]: the rows that ask for top-k or top-p (those rows take the torch path)."""
+    return (top_k > 0) | (top_p < 1.0)
+
+
 def uses_filters(top_k: torch.Tensor, top_p: torch.Tensor) -> bool:
-    """True when some row asks for top-k or top-p (then the batch takes the torch path).
+    """True when some row asks for top-k or top-p (then those rows take the torch path).
 
     Reads the values: a device sync when the tensors live on the GPU.
     """
-    return bool(((top_k > 0) | (top_p < 1.0)).any())
+    return bool(filtering_rows(top_k, top_p).any())
 
 
 def verify(
@@ -442,16 +447,68 @@ def verify(
     """Same contract as :func:`constrained_spec.sampling.acceptance.verify`, fused in two Triton launches.
 
     ``filters``: whether any row uses top-k / top-p. ``None`` inspects ``top_k`` / ``top_p``
-    (a sync if they are on the GPU); ``True`` sends the batch to the torch reference; ``False``
-    asserts that no row filters (the caller's promise; the values are then not read).
+    (a sync if they are on the GPU); ``True`` sends the rows that filter to the torch reference
+    and the others to the kernels (reading which rows filter: a sync); ``False`` asserts that no
+    row filters (the caller's promise; the values are then not read).
     """
     _require_triton()
-    if filters is None:
-        filters = uses_filters(top_k, top_p)
-    if filters:
-        return torch_verify(
-            target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms, point_mass
-        )
+    args = (target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms)
+    if filters is None or filters:
+        rows = filtering_rows(top_k, top_p).cpu()
+        if bool(rows.all()):
+            return torch_verify(*args, point_mass=point_mass)
+        if bool(rows.any()):
+            return _split_verify(args, point_mass, rows, block=block, chunk=chunk, draw_block=draw_block)
+    return _fused_verify(*args, point_mass=point_mass, block=block, chunk=chunk, draw_block=draw_block)
+
+
+def _take_rows(t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``t``'s rows ``rows`` (long [n], on the CPU), on ``t``'s device."""
+    return t[rows.to(t.device)]
+
+
+#: verify's eight tensor arguments, in its order
+_Args = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _split_verify(args: _Args, point_mass: torch.Tensor | None, rows: torch.Tensor, *, block: int, chunk: int,
+                  draw_block: int) -> VerifyResult:
+    """A batch whose ``rows`` (bool [B], on the CPU) filter: those rows by the torch reference, the
+    others by the kernels; each row's results are those of its own path alone.
+
+    The kernels run over the whole batch (their programs are per row; the outputs of the rows
+    that filter are replaced), so only the filtering rows are gathered."""
+    fused = _fused_verify(*args, point_mass=point_mass, block=block, chunk=chunk, draw_block=draw_block)
+    picked = rows.nonzero().flatten()
+    logits, q, tokens, mask, temp, top_k, top_p, unif = (_take_rows(t, picked) for t in args)
+    flags = None if point_mass is None else _take_rows(point_mass, picked)
+    ref = torch_verify(logits, q, tokens, mask, temp, top_k, top_p, unif, point_mass=flags)
+    return VerifyResult(accepted=_put_rows(fused.accepted, picked, ref.accepted), next_token=_put_rows(fused.next_token, picked, ref.next_token),
+                        accept_prob=_put_rows(fused.accept_prob, picked, ref.accept_prob))
+
+
+def _put_rows(out: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``out`` with its rows ``rows`` (long [n], on the CPU) set to ``values`` (in place)."""
+    out[rows.to(out.device)] = values.to(device=out.device, dtype=out.dtype)
+    return out
+
+
+def _fused_verify(
+    target_logits: torch.Tensor,
+    draft_probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    bitmask: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    uniforms: torch.Tensor,
+    point_mass: torch.Tensor | None = None,
+    *,
+    block: int = DEFAULT_BLOCK,
+    chunk: int = DEFAULT_CHUNK,
+    draw_block: int = DEFAULT_DRAW_BLOCK,
+) -> VerifyResult:
+    """The two kernel launches over every row, top-k / top-p not applied (see :func:`verify`)."""
     draft_probs = dense_draft_probs(draft_probs, draft_tokens, point_mass)  # the kernel reads dense q
 
     batch, positions, vocab = target_logits.shape
