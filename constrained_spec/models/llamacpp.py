@@ -462,21 +462,13 @@ class LlamaCppRows:
 
     def read_prefix(self, slot: int, length: int) -> Any:
         """The state of ``slot`` (``llama_state_seq_get_data``), cut to ``length`` positions on restore."""
-        lib, ctx = self._ctx._lib, self._ctx.handle
         self._ctx.seq_rm(slot, length)
         self.lengths[slot] = min(self.lengths[slot], length)
-        size = int(lib.llama_state_seq_get_size(ctx, slot))
-        buf = (ctypes.c_uint8 * size)()
-        written = int(lib.llama_state_seq_get_data(ctx, buf, size, slot))
-        return [(torch.frombuffer(bytearray(buf)[:written], dtype=torch.uint8), torch.empty(0))]
+        return [(torch.frombuffer(bytearray(self._ctx.seq_state(slot)), dtype=torch.uint8), torch.empty(0))]
 
     def write_prefix(self, slot: int, saved: Any, length: int) -> None:
-        lib, ctx = self._ctx._lib, self._ctx.handle
-        data = saved[0][0].numpy()
         self._ctx.seq_rm(slot, 0)
-        buf = (ctypes.c_uint8 * data.size).from_buffer_copy(data.tobytes())
-        if int(lib.llama_state_seq_set_data(ctx, buf, data.size, slot)) == 0:
-            raise RuntimeError(f"llama.cpp could not restore a prefix into slot {slot}")
+        self._ctx.set_seq_state(slot, saved[0][0].numpy().tobytes())
         self._ctx.seq_rm(slot, length)
         self.lengths[slot] = length
 
