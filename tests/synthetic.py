@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
+import itertools
+import threading
 from collections import Counter
+from collections.abc import Iterator
 
 import torch
 from scipy.stats import chisquare
@@ -193,3 +197,24 @@ class BatchedPrefixModel:
     def copy_rows(self, source, dest, length):
         assert length <= len(self.tokens[source]), f"slot {source} holds {len(self.tokens[source])} tokens, not {length}"
         self.tokens[dest] = self.tokens[source][:length]
+
+
+@contextlib.contextmanager
+def rows_start_together(batch, n: int) -> Iterator[None]:
+    """Inside: the first ``n`` rows that take a slot of ``batch`` (a ``BatchCoordinator``) wait
+    for each other before decoding, so they share forwards whatever the machine's load (on a busy
+    runner one tiny-model row could end before the next thread took its slot). Only the test's
+    timing changes: a round already waits for every active row's job."""
+    barrier, acquire, count = threading.Barrier(n, timeout=60), batch.acquire, itertools.count()
+
+    def acquire_together(timeout: float | None = None) -> int:
+        slot = acquire(timeout)
+        if next(count) < n:
+            barrier.wait()
+        return slot
+
+    batch.acquire = acquire_together
+    try:
+        yield
+    finally:
+        del batch.acquire  # the instance attribute goes; the method shows again

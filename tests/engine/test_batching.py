@@ -20,7 +20,7 @@ from collections import Counter
 import pytest
 import torch
 from engine.test_distribution import PROMPT, REGEX, MemoModel, chi2_pvalue, exact_distribution, verify_resample_from_p
-from synthetic import BatchedPrefixModel, letters_vocab, make_decoder
+from synthetic import BatchedPrefixModel, letters_vocab, make_decoder, rows_start_together
 from tiny_models import tiny_llama
 
 from constrained_spec.engine.batching import BatchCoordinator
@@ -280,7 +280,8 @@ def test_greedy_rows_equal_single_runs_with_rows_joining_and_leaving(generators)
     requests = [dict(prompt=f"Item {i}: " + "word " * (3 * i), output_type=SCHEMA, max_new_tokens=40 + 5 * i,
                      num_draft_tokens=1 + i % 4) for i in range(7)]
     expected = [single.run(**r).token_ids for r in requests]
-    got = batched.run_batch(requests)  # 7 requests through 4 slots: rows join as others leave
+    with rows_start_together(batched.batch, 2):
+        got = batched.run_batch(requests)  # 7 requests through 4 slots: rows join as others leave
     assert [g.token_ids for g in got] == expected
     hist = batched.batch.metrics.rows_per_forward
     assert any(n > 1 for n in hist), hist
@@ -362,7 +363,8 @@ def test_adaptive_k_on_batch_rows_varies_block_lengths_and_keeps_greedy_output(t
     batched = tiny_generator(max_batch_size=2, prefix_cache_mb=0, adaptive=True, num_draft_tokens=4)
     target_only = tiny_generator(draft=False)
     requests = [dict(prompt=f"Row {i}: " + "word " * (2 * i), output_type=SCHEMA, max_new_tokens=40) for i in range(4)]
-    got = batched.run_batch(requests)
+    with rows_start_together(batched.batch, 2):
+        got = batched.run_batch(requests)
     assert [g.token_ids for g in got] == [target_only.run(**r).token_ids for r in requests]
     assert sum(g.stats.length_stops for g in got) > 0, [g.stats.as_dict() for g in got]
     assert sum(g.stats.model_proposed for g in got) > 0
