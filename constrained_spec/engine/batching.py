@@ -35,7 +35,7 @@ import torch
 from constrained_spec.engine import draft_length
 from constrained_spec.engine.prefix_cache import PrefixCache
 from constrained_spec.errors import ConfigError
-from constrained_spec.models.batched import HeadKind, RowBackend, RowCall
+from constrained_spec.models.protocol import HeadKind, RowBackend, RowCall, SequenceModel, make_rows
 from constrained_spec.sampling import VerifyResult
 from constrained_spec.sampling.verifier import VerifyCall, takes_filters
 
@@ -450,24 +450,13 @@ class RowModel:
         return out
 
 
-def build_coordinator(target: Any, draft: Any, slots: int, max_length: int, *, prefix_cache_bytes: int = 1 << 30,
-                      prefill_chunk: int = 128) -> BatchCoordinator:
-    """A coordinator over batched views of ``target`` and ``draft`` (transformers models wrapped as
-    :class:`~constrained_spec.models.hf.HFModel`, or llama.cpp models; ``draft`` may be None): ``slots`` rows of up to
+def build_coordinator(target: SequenceModel, draft: SequenceModel | None, slots: int, max_length: int, *,
+                      prefix_cache_bytes: int = 1 << 30, prefill_chunk: int = 128) -> BatchCoordinator:
+    """A coordinator over the rows of ``target`` and ``draft`` (each model's own
+    :meth:`~constrained_spec.models.protocol.BatchableModel.rows`; ``draft`` may be None): ``slots`` rows of up to
     ``max_length`` tokens each, their caches preallocated."""
-    from constrained_spec.models.batched import BatchedHFModel
-    from constrained_spec.models.hf import HFModel
-
     models: dict[str, RowBackend] = {}
     for name, model in (("target", target), ("draft", draft)):
-        if model is None:
-            continue
-        if getattr(model, "runtime", None) == "llamacpp":  # llama.cpp: one sequence id per row, in a context of its own
-            from constrained_spec.models.llamacpp import LlamaCppRows
-
-            models[name] = LlamaCppRows(model.weights, slots, max_length)
-            continue
-        if not isinstance(model, HFModel):
-            raise ConfigError(f"batched decoding needs transformers models; the {name} is a {type(model).__name__}")
-        models[name] = BatchedHFModel(model, slots, max_length)
+        if model is not None:
+            models[name] = make_rows(model, slots, max_length, role=name)
     return BatchCoordinator(models, slots, prefill_chunk=prefill_chunk, prefix_cache_bytes=prefix_cache_bytes)

@@ -15,7 +15,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Sequence
 
-from constrained_spec.models.batched import RowBackend
+from constrained_spec.models.protocol import RowBackend
 
 __all__ = ["PrefixCache", "common_prefix"]
 

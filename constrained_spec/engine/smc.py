@@ -32,8 +32,9 @@ through :class:`_NoForcedMatcher`, so every token is committed by a verify, whos
 (free proposers still draft forced strings as point masses, verified in blocks).
 
 **Forks.** A resampled particle's copies fork: the target's and the draft's caches are copied
-(:func:`fork_model`: a model's own ``fork()``, else a deep copy of a transformers ``DynamicCache``
-sharing the weights; as batch rows, the slot's cache rows: see below), the grammar matcher is a
+(:func:`~constrained_spec.models.protocol.fork_model`: the runtime's own ``fork()`` over the shared
+weights: a deep copy of a transformers ``DynamicCache``, a llama.cpp sequence's cells copied into a
+context of its own; as batch rows, the slot's cache rows: see below), the grammar matcher is a
 fresh one advanced along the same tokens (a replay: O(length) grammar steps), the lookup gate and
 the adaptive draft-length state are deep-copied. Shared, read-only: the weights, the compiled
 grammar, the proposers' grammar-string and prompt indexes (as batch rows each particle has its own
@@ -77,7 +78,7 @@ from constrained_spec.engine.prefill import prefill_pair
 from constrained_spec.engine.stats import DecodeStats
 from constrained_spec.errors import ConfigError, GrammarError, NoParticleLeftError, SamplingError, TokenBudgetExceeded
 from constrained_spec.grammar.matcher import GrammarMatcher
-from constrained_spec.models.protocol import SequenceModel
+from constrained_spec.models.protocol import SequenceModel, fork_model
 from constrained_spec.sampling import SamplingPolicy, VerifyResult, make_generator, pack_bitmask, unpack_bitmask
 from constrained_spec.sampling.smc_weights import (
     allowed_log_mass,
@@ -127,22 +128,6 @@ def check_smc_options(alignment: str, particles: int, ess_threshold: float, poli
         raise ConfigError(f"ess_threshold must be in [0, 1], got {ess_threshold!r}")
     if alignment == "smc" and policy is not None:
         check_policy(policy.temperature, policy.top_k, policy.top_p)
-
-
-def fork_model(model: SequenceModel) -> SequenceModel:
-    """An independent copy of ``model``'s cache over the same weights: the model's own ``fork()``
-    where it has one; a transformers model (:class:`~constrained_spec.models.hf.HFModel`) gets a
-    deep copy of its ``DynamicCache``; anything else cannot fork (ConfigError)."""
-    fork = getattr(model, "fork", None)
-    if callable(fork):
-        return fork()
-    from constrained_spec.models.hf import HFModel
-
-    if isinstance(model, HFModel):
-        clone = copy.copy(model)
-        clone._cache = copy.deepcopy(model._cache)
-        return clone
-    raise ConfigError(f"alignment='smc' needs models whose cache can fork; a {type(model).__name__} cannot")
 
 
 class _NoForcedMatcher:

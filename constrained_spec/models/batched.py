@@ -7,72 +7,27 @@ any number of calls as one forward: tokens padded to the widest row, position id
 mask per row, keys and values written into :class:`~constrained_spec.models.ragged_cache.RaggedKVCache`
 at each row's own positions. Lengths are the caller's: rolling a row back costs nothing here.
 
-:class:`RowBackend` is what the batch coordinator (``engine.batching``) needs of such a model; tests
-give it synthetic models with exactly enumerable distributions.
+:class:`~constrained_spec.models.protocol.RowBackend` (the runtime protocol's rows) is what the batch
+coordinator (``engine.batching``) needs of such a model; tests give it synthetic models with exactly
+enumerable distributions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
 from constrained_spec.errors import ConfigError
 from constrained_spec.models import ragged_attention
 from constrained_spec.models.hf import HFModel, cache_kwarg
+from constrained_spec.models.protocol import HeadKind, RowBackend, RowCall
 from constrained_spec.models.ragged_cache import RaggedKVCache
 
 __all__ = ["BatchedHFModel", "HeadKind", "RowBackend", "RowCall"]
 
-#: what a call wants back: ``"all"`` logits [len(tokens), V]; ``"none"`` nothing (a prompt);
-#: ``"restricted"`` logits [V] of the last position for ``allowed_ids`` only (others -inf);
-#: ``"prefix"`` logits [V] of the last position for the first ``head_prefix`` ids (others -inf)
-HeadKind = Literal["all", "none", "restricted", "prefix"]
-
 #: scratch positions past ``max_length`` that padding columns of a ragged forward write to
 PAD_MARGIN = 16
-
-
-@dataclass
-class RowCall:
-    """One row of a batched forward."""
-
-    slot: int
-    start: int
-    tokens: list[int]
-    head: HeadKind = "all"
-    allowed_ids: torch.Tensor | None = None
-
-
-@runtime_checkable
-class RowBackend(Protocol):
-    """A model that runs ragged rows over ``slots`` sequences of up to ``max_length`` tokens."""
-
-    vocab_size: int
-    device: torch.device
-    slots: int
-    max_length: int
-
-    @property
-    def can_restrict_head(self) -> bool:
-        """Whether ``"restricted"`` calls are cheaper than ``"all"`` (a cut output head)."""
-
-    @property
-    def head_prefix(self) -> int:
-        """How many leading ids a ``"prefix"`` call scores (0: none)."""
-
-    def forward(self, calls: list[RowCall]) -> list[torch.Tensor | None]:
-        """Run ``calls`` (distinct slots) as one forward; each call's result as its head asks."""
-
-    def read_prefix(self, slot: int, length: int) -> Any:
-        """A copy of what ``slot`` holds for its first ``length`` positions (for the prefix cache)."""
-
-    def write_prefix(self, slot: int, saved: Any, length: int) -> None:
-        """Restore the first ``length`` positions of ``saved`` (from :meth:`read_prefix`) into ``slot``."""
-
-    def copy_rows(self, source: int, dest: int, length: int) -> None:
-        """Fork a row: ``dest`` holds ``source``'s first ``length`` positions (what it held is dropped)."""
 
 
 class BatchedHFModel:

@@ -7,13 +7,17 @@ distributions. Loading by name/folder/GGUF lives in ``models.store``; this modul
 
 from __future__ import annotations
 
+import copy
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from constrained_spec.errors import ModelLoadError
 from constrained_spec.models.protocol import SequenceModel
+
+if TYPE_CHECKING:
+    from constrained_spec.models.batched import BatchedHFModel
 
 _CACHE_KWARG: dict[type, str] = {}
 
@@ -51,6 +55,18 @@ class HFModel:
     def reset(self) -> None:
         self._cache = None
         self._length = 0
+
+    def fork(self) -> HFModel:
+        """A sequence over the same weights with a deep copy of this one's ``DynamicCache``."""
+        clone = copy.copy(self)
+        clone._cache = copy.deepcopy(self._cache)
+        return clone
+
+    def rows(self, slots: int, max_length: int) -> BatchedHFModel:
+        """``slots`` ragged rows over these weights (:class:`~constrained_spec.models.batched.BatchedHFModel`)."""
+        from constrained_spec.models.batched import BatchedHFModel
+
+        return BatchedHFModel(self, slots, max_length)
 
     def _run(self, module: Any, tokens: list[int], **kwargs: Any) -> Any:
         """Feed ``tokens`` through ``module`` (the model or its base) on the cache; advance the length."""

@@ -384,6 +384,19 @@ class LlamaCppModel:
         self._ctx.clear()
         self._length = 0
 
+    def fork(self) -> LlamaCppModel:
+        """A sequence over the same weights in a context of its own, holding a copy of this one's cells
+        (``llama_state_seq`` bytes: the same values, so it continues bitwise alike)."""
+        clone = LlamaCppModel(self.weights, self._ctx.n_ctx)
+        if self._length:
+            clone._ctx.set_seq_state(0, self._ctx.seq_state(0))
+            clone._length = self._length
+        return clone
+
+    def rows(self, slots: int, max_length: int) -> LlamaCppRows:
+        """``slots`` rows (one sequence id each) of up to ``max_length`` tokens over these weights."""
+        return LlamaCppRows(self.weights, slots, max_length)
+
     def cache_length(self) -> int:
         """The length llama.cpp's memory reports for the sequence (for the debug invariant check)."""
         return self._ctx.seq_length(0)
