@@ -97,6 +97,36 @@ def test_imports_follow_the_rooms(path: Path) -> None:
     assert violations(path.read_text(), module_name(path), path.name == "__init__.py") == []
 
 
+#: what the engine may import of ``models``: the runtime protocol, and the store's cache of measured costs; never a
+#: runtime (transformers/torch, llama.cpp), which each implement the protocol in a room of their own
+ENGINE_MODELS = {"constrained_spec.models.protocol", "constrained_spec.models.cost_cache"}
+
+
+def runtime_imports(source: str, module: str, is_package: bool = False) -> list[str]:
+    """The ``models`` modules past :data:`ENGINE_MODELS` that ``source`` imports."""
+    found = []
+    for target, names in imports(source, module, is_package):
+        if target == "constrained_spec.models":
+            found += [f"{target}.{n}" for n in names if f"{target}.{n}" not in ENGINE_MODELS]
+        elif room(target) == "models" and target not in ENGINE_MODELS:
+            found.append(target)
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "engine").rglob("*.py")), ids=lambda p: p.name)
+def test_the_engine_imports_no_runtime(path: Path) -> None:
+    assert runtime_imports(path.read_text(), module_name(path), path.name == "__init__.py") == []
+
+
+@pytest.mark.parametrize("source", ["from constrained_spec.models.hf import HFModel\n",
+                                    "def f():\n    from constrained_spec.models.llamacpp import LlamaCppRows\n",
+                                    "from constrained_spec.models import batched\n",
+                                    "from ..models.hf import HFModel\n"])
+def test_negative_controls_runtime_imports_are_caught(source: str) -> None:
+    assert runtime_imports(source, "constrained_spec.engine.batching") != []
+    assert runtime_imports("from constrained_spec.models.protocol import SequenceModel\n", "constrained_spec.engine.batching") == []
+
+
 def test_the_engine_imports_nothing_from_serving_the_cli_or_the_api() -> None:
     for path in (PACKAGE / "engine").rglob("*.py"):
         for target, _ in imports(path.read_text(), module_name(path), path.name == "__init__.py"):

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import regex as regex_pkg
 import torch
+from conftest import require_llamacpp
 from engine.test_distribution import ALPHA, chi2_pvalue, verify_resample_from_p
 from reference_probs import reference_probs
 from synthetic import make_decoder
@@ -53,7 +54,7 @@ def setup(tiny_ggufs, gpt2_tokenizer):
 def quantized_setup(tmp_path_factory, gpt2_tokenizer):
     """The same on quantized files (target Q4_K_M, draft Q8_0, made by llama.cpp's quantizer) on the batch-invariant
     runtime; the oracle's probabilities come from one-token decodes after the prompt's prefill (``one_token``)."""
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make install-llamacpp)")
+    require_llamacpp()
     from tiny_gguf import quantize_gguf, write_tiny_gguf
 
     from constrained_spec.models.llamacpp import LlamaCppModel, LlamaCppWeights, batch_invariant_build

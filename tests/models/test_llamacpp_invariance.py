@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import require_llamacpp
 
 pytestmark = pytest.mark.xdist_group("llamacpp-invariance")
 
@@ -28,7 +29,7 @@ SPAN = 16
 
 @pytest.fixture(scope="module")
 def quantized(tmp_path_factory):
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make install-llamacpp)")
+    require_llamacpp()
     from constrained_spec.models.llamacpp import batch_invariant_build
 
     if not batch_invariant_build():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import require_llamacpp
 
 pytestmark = pytest.mark.real_models
 
@@ -17,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 
 def test_blocks_and_rows_are_bitwise_one_token_decoding_on_the_real_target():
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make install-llamacpp)")
+    require_llamacpp()
     import llamacpp_invariance as probe
 
     from constrained_spec.models.llamacpp import LlamaCppWeights, batch_invariant_build, load_llamacpp
