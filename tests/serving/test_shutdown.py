@@ -30,7 +30,7 @@ LONG = r"[ab]{400}"  # every token a forward: a request that runs for as long as
 class Slowed:
     """``generator`` whose runs pause ``pause`` seconds at each step (a long request on tiny models)."""
 
-    def __init__(self, generator: Any, pause: float = 0.05) -> None:
+    def __init__(self, generator: Any, pause: float = 0.1) -> None:
         self.generator, self.batch, self.pause = generator, generator.batch, pause
         self.started = threading.Event()
         self.runs_ended = 0
