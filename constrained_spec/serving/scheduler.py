@@ -49,7 +49,7 @@ class GenerationQueue:
         self.running = 0  # jobs on a worker now
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)  # notified as each job ends
-        self._live: set[threading.Event] = set()  # the cancel events of the jobs admitted and not ended
+        self._live: dict[object, threading.Event] = {}  # the cancel events of the jobs admitted and not ended
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="constrained-spec-gen")
 
     @property
@@ -61,11 +61,12 @@ class GenerationQueue:
     async def run(self, fn: Callable[[], Any], cancel: threading.Event | None = None, timeout: float | None = None) -> Any:
         """Run ``fn`` on a worker; ``timeout`` (default: the queue's) in seconds from now."""
         abandoned = cancel if cancel is not None else threading.Event()
+        token = object()  # this job's key in _live
         with self._lock:
             if self.pending >= self.workers + self.max_queue:
                 raise QueueFull(self.max_queue)
             self.pending += 1
-            self._live.add(abandoned)
+            self._live[token] = abandoned
 
         def job() -> Any:
             with self._lock:
@@ -78,15 +79,14 @@ class GenerationQueue:
                 with self._lock:
                     self.running -= 1
                     self.pending -= 1
-                    self._live.discard(abandoned)
+                    self._live.pop(token, None)
                     self._idle.notify_all()
 
         def dropped(f: asyncio.Future) -> None:  # never started (the executor shut down): no job() to count it out
             if f.cancelled():
                 with self._lock:
-                    if abandoned in self._live:
+                    if self._live.pop(token, None) is not None:
                         self.pending -= 1
-                        self._live.discard(abandoned)
                         self._idle.notify_all()
             else:
                 f.exception()  # a discarded job's error is not "never retrieved"
@@ -107,7 +107,7 @@ class GenerationQueue:
         step, and free their batch rows); wait up to ``drain`` seconds for them to end. True when
         none runs any more."""
         with self._lock:
-            for event in self._live:
+            for event in self._live.values():
                 event.set()
         self._executor.shutdown(wait=False, cancel_futures=True)
         with self._idle:
