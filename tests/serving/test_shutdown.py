@@ -52,16 +52,26 @@ def _rows_free(batch: Any) -> bool:
     return batch.active_rows == 0 and len(batch._free) == batch.slots
 
 
-@pytest.fixture(scope="module")
-def batched(tiny_generator):
-    return tiny_generator(max_new_tokens=400, num_draft_tokens=2, max_batch_size=4)
+@pytest.fixture(scope="module", params=["torch", "llamacpp"])
+def batched(request, tiny_generator, gpt2_tokenizer, tmp_path_factory):
+    """A Generator with 4 batch rows over tiny random models, on each runtime."""
+    if request.param == "torch":
+        return tiny_generator(max_new_tokens=400, num_draft_tokens=2, max_batch_size=4)
+    from constrained_spec.api import Generator
+
+    target, draft = (str(p) for p in request.getfixturevalue("tiny_ggufs"))
+    return Generator(target, draft, runtime="llamacpp", tokenizer=gpt2_tokenizer, progress=False, cache_dir=tmp_path_factory.mktemp("cache"),
+                     draft_plan="always", max_new_tokens=400, num_draft_tokens=2, max_batch_size=4, batch_max_tokens=512, prefix_cache_mb=16)
 
 
 @pytest.mark.parametrize("options", [{"temperature": 0.0}, {"temperature": 1.0, "seed": 3, "alignment": "smc", "particles": 3}],
                          ids=["row", "smc-particles"])
 def test_a_cancelled_request_frees_its_rows_at_its_next_step(batched, options) -> None:
     """The handler's task is cancelled mid-generation: the generation stops within a step or two
-    (not after its 400 tokens) and every batch slot is free again."""
+    (not after its 400 tokens), every batch slot is free again, and the freed rows serve the next
+    request (its output in the language: ``re.fullmatch``)."""
+    import re
+
     from constrained_spec.grammar import Regex
 
     slowed = Slowed(batched)
@@ -89,6 +99,8 @@ def test_a_cancelled_request_frees_its_rows_at_its_next_step(batched, options) -
     assert slowed.runs_ended == 1 and stopped_in < 2.0, f"the generation ran on for {stopped_in:.1f} s after its request was cancelled"
     assert _rows_free(batched.batch)
     assert scheduler.queue.running == 0 and scheduler.queue.pending == 0
+    after = batched.run("Again.", Regex("[ab]{6}c"), max_new_tokens=20, **{k: v for k, v in options.items() if k != "max_new_tokens"})
+    assert re.fullmatch("[ab]{6}c", after.text) and _rows_free(batched.batch)
 
 
 def test_scheduler_shutdown_cancels_running_generations_and_waits(batched) -> None:
