@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 from typing import Sequence
 
@@ -66,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"seconds a request's whole body may take to arrive, 408 and the connection closed after (default {SERVER_DEFAULTS.body_timeout:g}; 0: none)")
     p.add_argument("--max-body-readers", type=int, default=SERVER_DEFAULTS.max_body_readers,
                    help=f"requests that may be sending their bodies at once, 429 beyond (default {SERVER_DEFAULTS.max_body_readers})")
+    p.add_argument("--shutdown-timeout", type=float, default=SERVER_DEFAULTS.shutdown_timeout,
+                   help=f"seconds requests in flight at SIGTERM may take to finish; then they are cancelled (default {SERVER_DEFAULTS.shutdown_timeout:g}; 0: none)")
     p.add_argument("--log-level", default="info")
     from constrained_spec.cli.ray_serve import add_ray_arguments
 
@@ -85,7 +88,7 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                         compile_threads=args.compile_threads, max_compile_queue=args.max_compile_queue,
                         max_compiles_per_client=args.max_compiles_per_client, compile_budget=args.compile_budget or None,
                         max_schema_properties=args.max_schema_properties, body_timeout=args.body_timeout or None,
-                        max_body_readers=args.max_body_readers)
+                        max_body_readers=args.max_body_readers, shutdown_timeout=args.shutdown_timeout or None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,7 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       max_batch_size=args.max_batch_size, batch_max_tokens=args.batch_max_tokens,
                                       prefix_cache_mb=args.prefix_cache_mb, schema_hint_style=args.schema_hint)
     app = create_app(generator, config)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    # on SIGTERM uvicorn stops accepting, gives the requests in flight shutdown_timeout seconds, then
+    # cancels them; the app's shutdown then cancels what still generates and waits for its rows to be freed
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                timeout_graceful_shutdown=None if config.shutdown_timeout is None else math.ceil(config.shutdown_timeout))
     return 0
 
 

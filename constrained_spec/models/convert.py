@@ -21,6 +21,7 @@ from constrained_spec.models.cache import cache_dir as _root
 from constrained_spec.models.cache import chmod_default, file_lock, known_source, publish
 from constrained_spec.models.dtypes import concrete_dtype, storage_dtype, torch_dtype_of
 from constrained_spec.models.fetch import fetch_gguf
+from constrained_spec.models.integrity import check_folder, check_room, fsync_tree, no_space, record_folder, refreshed, replace_json, write_error
 from constrained_spec.models.sources import ModelSource
 
 __all__ = ["META_FILE", "clear_quantizer", "converted_dir", "converted_ok", "ensure_converted"]
@@ -47,14 +48,31 @@ def _read_meta(folder: Path) -> dict[str, Any] | None:
 
 
 def converted_ok(folder: Path, src: ModelSource, tag: str) -> bool:
-    """Whether ``folder`` is a complete conversion of ``src`` in ``tag``."""
+    """Whether ``folder`` is a complete conversion of ``src`` in ``tag``, its files as they were
+    written (size and mtime, the sha256 where only the mtime changed; :mod:`.integrity`). A damaged
+    folder is reported in a warning (the caller converts again). Folders written before the files were
+    recorded are checked for their metadata and ``config.json`` only."""
     meta = _read_meta(folder)
-    return bool(
+    if not (
         meta
         and meta.get("gguf_sha256") == src.sha256
         and meta.get("dtype") == tag
         and (folder / "config.json").is_file()
-    )
+    ):
+        return False
+    if "files" not in meta:
+        return True
+    verdict = check_folder(folder, meta["files"])
+    if not verdict.ok:
+        logger.warning(f"converted model {folder} is damaged ({verdict.reason}); converting it again")
+        return False
+    if verdict.rehashed:  # moved or copied: same bytes, new mtimes; record them so later loads stay cheap
+        _write_meta(folder, {**meta, "files": refreshed(folder, meta["files"])})
+    return True
+
+
+def _write_meta(folder: Path, meta: dict[str, Any]) -> None:
+    replace_json(folder / META_FILE, meta)
 
 
 def clear_quantizer(model: Any) -> None:
@@ -127,6 +145,8 @@ def ensure_converted(
         model.config.dtype = torch_dtype_of(tag)
 
         folder.parent.mkdir(parents=True, exist_ok=True)
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        check_room(folder.parent, weights + (64 << 20), f"the {tag} conversion of {src.name}")
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
         chmod_default(tmp, 0o777)
         try:
@@ -153,11 +173,15 @@ def ensure_converted(
                 "load_seconds": round(load_s, 1),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
-            (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
             del model
+            meta["files"] = record_folder(tmp)  # what loads check (size, mtime, sha256)
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+            fsync_tree(tmp)
             publish(tmp, folder)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, OSError) or no_space(exc):
+                raise write_error(exc, tmp / "model.safetensors", f"the {tag} conversion of {src.name}") from exc
             raise
         return folder
 

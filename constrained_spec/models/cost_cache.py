@@ -139,11 +139,12 @@ def write_costs(key: dict[str, Any], figures: dict[str, Any], measured: str, cac
     """Cache ``figures`` for ``key`` (written whole, then renamed into place); None where the
     cache folder cannot be written (the figures still serve this process)."""
     path = cost_path(key, cache_dir)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"key": key, "figures": figures, "measured": measured}, indent=1, sort_keys=True) + "\n")
         os.replace(tmp, path)
-    except OSError:
+    except OSError:  # a full disk: no half file is left behind
+        tmp.unlink(missing_ok=True)
         return None
     return path

