@@ -421,16 +421,15 @@ class LlamaCppRows:
         self._ctx = _Context(weights, slots * max_length, slots)
         self._fast: _Context | None = None  # see _prefill_row
         self.lengths = [0] * slots
+        #: batch-invariant rows: prompt tokens a row was given (head "none") and not yet computed, as (start, tokens);
+        #: computed together, on the fast paths, when the row is next read (see :meth:`_settle`)
+        self._pending: dict[int, tuple[int, list[int]]] = {}
 
     def forward(self, calls: list[Any]) -> list[torch.Tensor | None]:
         if len({c.slot for c in calls}) != len(calls):
             raise ValueError("a batched forward runs each slot at most once")
         entries: list[tuple[int, int, int, bool]] = []
-        fast = [c for c in calls if self._prefills_fast(c)]
-        for c in fast:  # a fresh row's prompt: prefilled as a single sequence's is, in the weights' prefill context
-            self._prefill_row(c.slot, list(c.tokens))
-        calls_left = [c for c in calls if not self._prefills_fast(c)] if fast else calls
-        for c in calls_left:
+        for c in calls:
             if c.head not in ("all", "none"):
                 raise ValueError(f"llama.cpp rows compute full heads only, not {c.head!r}")
             if not c.tokens:
@@ -438,7 +437,11 @@ class LlamaCppRows:
             if c.start < 0 or c.start + len(c.tokens) > self.max_length or c.start > self.lengths[c.slot]:
                 raise ValueError(f"slot {c.slot}: positions {c.start}..{c.start + len(c.tokens)} (holds {self.lengths[c.slot]}, "
                                  f"max {self.max_length})")
-            if c.start < self.lengths[c.slot]:
+            if self.weights.batch_invariant and c.head == "none":
+                self._defer(c.slot, c.start, list(c.tokens))
+                continue
+            self._settle(c.slot)
+            if c.start < self._ctx_length(c.slot):
                 self._ctx.seq_rm(c.slot, c.start)
             entries += [(c.slot, c.start + i, t, c.head == "all") for i, t in enumerate(c.tokens)]
         logits = self._ctx.decode(entries) if entries else None
@@ -454,32 +457,60 @@ class LlamaCppRows:
                 out.append(None)
         return out
 
-    def _prefills_fast(self, call: Any) -> bool:
-        return bool(self.weights.batch_invariant and call.head == "none" and call.start == 0 and len(call.tokens) > 1)
+    def _ctx_length(self, slot: int) -> int:
+        """Positions the decode context holds for ``slot`` (a deferred prompt's are not there yet)."""
+        pending = self._pending.get(slot)
+        return pending[0] if pending is not None else self.lengths[slot]
 
-    def _prefill_row(self, slot: int, tokens: list[int]) -> None:
-        """Prefill a fresh row in a twin context on the fast default paths with the same layout (a stream of cells
-        per row: llama.cpp restores a row's state only into a cache of as many streams), then copy it across."""
-        if len(tokens) > self.max_length:
-            raise ValueError(f"slot {slot}: {len(tokens)} tokens exceed the slot's {self.max_length}")
+    def _defer(self, slot: int, start: int, tokens: list[int]) -> None:
+        """A prompt chunk of a batch-invariant row: kept, computed by :meth:`_settle`. Chunks that follow one
+        another join, so a prompt the coordinator feeds in chunks is computed in one go, as a single
+        sequence's prefill is (the fast paths' rounding depends on how a prompt is cut: this way rows and
+        one-at-a-time decoding hold the same cache)."""
+        pending = self._pending.get(slot)
+        if pending is not None and pending[0] + len(pending[1]) == start:
+            self._pending[slot] = (pending[0], pending[1] + tokens)
+            return
+        self._settle(slot)  # anything else (a rollback into deferred tokens): compute them, then crop
+        self._ctx.seq_rm(slot, start)
+        self._pending[slot] = (start, tokens)
+
+    def _settle(self, slot: int) -> None:
+        """Compute ``slot``'s deferred prompt tokens, if any, on the fast paths (see :meth:`_prefill_row`)."""
+        pending = self._pending.pop(slot, None)
+        if pending is not None:
+            self._prefill_row(slot, pending[0], pending[1])
+
+    def _prefill_row(self, slot: int, start: int, tokens: list[int]) -> None:
+        """Prefill ``tokens`` at positions ``start``.. of a row in a twin context on the fast default paths with
+        the same layout (a stream of cells per row: llama.cpp restores a row's state only into a cache of as many
+        streams), then copy its state across; the row's first ``start`` positions go to the twin first."""
+        if start + len(tokens) > self.max_length:
+            raise ValueError(f"slot {slot}: {start + len(tokens)} tokens exceed the slot's {self.max_length}")
         if self._fast is None:
             self._fast = _Context(self.weights, self.slots * self.max_length, self.slots, reference=False, unified=False)
-        self._fast.seq_rm(slot, 0)
+        fast = self._fast
+        fast.seq_rm(slot, 0)
         try:
-            self._fast.decode([(slot, i, t, i == len(tokens) - 1) for i, t in enumerate(tokens)])
-            state = self._fast.seq_state(slot)
+            if start > 0:
+                fast.set_seq_state(slot, self._ctx.seq_state(slot))
+                fast.seq_rm(slot, start)
+            fast.decode([(slot, start + i, t, i == len(tokens) - 1) for i, t in enumerate(tokens)])
+            state = fast.seq_state(slot)
         finally:
-            self._fast.seq_rm(slot, 0)
+            fast.seq_rm(slot, 0)
         self._ctx.seq_rm(slot, 0)
         self._ctx.set_seq_state(slot, state)
 
     def read_prefix(self, slot: int, length: int) -> Any:
         """The state of ``slot`` (``llama_state_seq_get_data``), cut to ``length`` positions on restore."""
+        self._settle(slot)
         self._ctx.seq_rm(slot, length)
         self.lengths[slot] = min(self.lengths[slot], length)
         return [(torch.frombuffer(bytearray(self._ctx.seq_state(slot)), dtype=torch.uint8), torch.empty(0))]
 
     def write_prefix(self, slot: int, saved: Any, length: int) -> None:
+        self._pending.pop(slot, None)
         self._ctx.seq_rm(slot, 0)
         self._ctx.set_seq_state(slot, saved[0][0].numpy().tobytes())
         self._ctx.seq_rm(slot, length)
@@ -491,6 +522,9 @@ class LlamaCppRows:
         the sequence state (llama.cpp copies between streams only whole)."""
         if length > self.lengths[source]:
             raise ValueError(f"slot {source} holds {self.lengths[source]} positions, not {length}")
+        self._settle(source)
+        if dest != source:
+            self._pending.pop(dest, None)
         if source == dest:
             self._ctx.seq_rm(dest, length)
         elif self._ctx.unified:

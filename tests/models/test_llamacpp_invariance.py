@@ -137,6 +137,39 @@ def test_a_batch_row_beside_other_rows_is_bitwise_one_token_decoding(invariant_w
             committed[c.slot] += c.tokens
 
 
+def _chunked_row_logits(weights, prompt: list[int], block: list[int], chunk: int, eager: bool) -> torch.Tensor:
+    """A row's prompt fed in chunks of ``chunk`` (head "none", as the batch coordinator feeds it), then ``block``
+    verified. ``eager``: each chunk computed when it comes (the control), else as the rows do it."""
+    from constrained_spec.models.llamacpp import LlamaCppRows
+
+    rows = LlamaCppRows(weights, slots=2, max_length=400)
+    for start in range(0, len(prompt), chunk):
+        if eager:
+            rows._prefill_row(1, start, prompt[start : start + chunk])
+            rows.lengths[1] = start + len(prompt[start : start + chunk])
+        else:
+            rows.forward([SimpleNamespace(slot=1, start=start, tokens=prompt[start : start + chunk], head="none")])
+    out = rows.forward([SimpleNamespace(slot=1, start=len(prompt), tokens=block, head="all")])[0]
+    assert out is not None
+    return out
+
+
+def test_a_row_prompt_fed_in_chunks_holds_the_cache_one_sequence_prefill_makes(invariant_weights):
+    """The coordinator feeds a row's prompt in chunks; the row computes them together when it is next read (on the
+    fast paths, cut as a single sequence's prefill cuts it: before 2026-12-04 every chunk after the first ran on
+    the reference paths: 93-118 s a prompt as rows against 11-17 s one at a time on the real target, 2026-12-04), and its verify is bitwise the one-token reference.
+    On this tiny file computing chunk by chunk happens to give the same bits too (measured), so the control is a
+    prompt that differs in its first chunk: the comparison sees it."""
+    weights = invariant_weights["Q4_K_M"]
+    prompt, block = _tokens(40, 300), _tokens(41, 6)  # 300: one sequence's prefill cuts it at 256
+    ref = one_token_logits(weights, prompt, block)
+    got = _chunked_row_logits(weights, prompt, block, chunk=64, eager=False)
+    assert torch.equal(got, ref), _mismatch(got, ref)
+    assert torch.equal(_chunked_row_logits(weights, prompt, block, chunk=64, eager=True), ref)
+    other = _chunked_row_logits(weights, [prompt[0] + 1] + prompt[1:], block, chunk=64, eager=False)
+    assert not torch.equal(other, ref), "the control: another prompt must give other logits"
+
+
 def test_negative_control_the_default_paths_are_not_batch_invariant(quantized):
     """The same comparison on the binding's default paths (repacked weights, no flash attention): blocks part
     from one-token decodes, so the tests above can fail."""
