@@ -29,6 +29,7 @@ from constrained_spec.serving.limits import (
     Guard,
     check_grammar_size,
     check_max_tokens,
+    check_particles,
     check_schema_properties,
     check_schema_size,
 )
@@ -254,6 +255,7 @@ def check_request(served: Served, req: ChatCompletionRequest) -> int | None:
     check_messages(req.messages)
     max_tokens = req.max_completion_tokens or req.max_tokens
     check_max_tokens(max_tokens, config.max_tokens_limit)
+    check_particles(req.particles, config.max_particles)
     check_schema_size(req.response_format, tools_for_schema_limit(req.tools), config.max_schema_chars)
     check_schema_properties(req.response_format, tools_for_schema_limit(req.tools), config.max_schema_properties)
     check_grammar_size(grammar_texts(req), config.max_grammar_chars)

@@ -5,7 +5,8 @@ status it can answer, with its body (:mod:`.schemas`): errors in OpenAI's error 
 as ``text/plain``, a streamed reply as ``text/event-stream``. The statuses follow the server's
 limits (:mod:`.limits`): 408, 413 and 429 on every ``POST`` (the body is read by the guard), 401
 on every route but ``/health`` when an API key is set (and the document then names the bearer
-scheme). A configured ``max_tokens_limit`` is the documented maximum of ``max_tokens``.
+scheme). A configured ``max_tokens_limit`` is the documented maximum of ``max_tokens``, a
+configured ``max_particles`` that of ``particles``.
 """
 
 from __future__ import annotations
@@ -106,16 +107,26 @@ def _components() -> dict[str, Any]:
     return dict(defs.get("$defs", {}))
 
 
+def _examples(config: ServerConfig) -> dict[str, Any]:
+    """:data:`CHAT_EXAMPLES` within ``config``'s ``max_tokens_limit``."""
+    examples = copy.deepcopy(CHAT_EXAMPLES)
+    limit = config.max_tokens_limit
+    for example in examples.values():
+        if limit is not None and example["value"].get("max_tokens", 0) > limit:
+            example["value"]["max_tokens"] = limit
+    return examples
+
+
 def openapi_document(base: dict[str, Any], config: ServerConfig) -> dict[str, Any]:
     """``base`` (FastAPI's document of the routes) with the typed bodies and every answer."""
     doc = copy.deepcopy(base)
     schemas = _components()
-    if config.max_tokens_limit is not None:
-        for name in ("max_tokens", "max_completion_tokens"):
-            field = schemas["ChatRequestBody"]["properties"][name]
-            for option in field.get("anyOf", [field]):
-                if option.get("type") == "integer":
-                    option["maximum"] = config.max_tokens_limit
+    limits = {"max_tokens": config.max_tokens_limit, "max_completion_tokens": config.max_tokens_limit, "particles": config.max_particles}
+    for name, limit in limits.items():
+        field = schemas["ChatRequestBody"]["properties"][name]
+        for option in field.get("anyOf", [field]):
+            if limit is not None and option.get("type") == "integer":
+                option["maximum"] = min(limit, option.get("maximum", limit))
     doc.setdefault("components", {})["schemas"] = schemas
     for path, methods in doc.get("paths", {}).items():
         for method, operation in methods.items():
@@ -130,7 +141,7 @@ def openapi_document(base: dict[str, Any], config: ServerConfig) -> dict[str, An
             operation["responses"] = responses
             if path == CHAT and method == "post":
                 operation["requestBody"] = {"required": True, "content": {"application/json": {
-                    "schema": {"$ref": REF.format(model="ChatRequestBody")}, "examples": copy.deepcopy(CHAT_EXAMPLES)}}}
+                    "schema": {"$ref": REF.format(model="ChatRequestBody")}, "examples": _examples(config)}}}
     if config.api_key is not None:
         doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     return doc

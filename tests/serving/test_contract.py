@@ -91,7 +91,7 @@ def failures(report: dict) -> set[tuple[str, str]]:
 
 
 def test_schemathesis_finds_nothing_against_the_tiny_pair_server(tiny_generator, tmp_path):
-    app = create_app(tiny_generator(max_new_tokens=16), ServerConfig(model_name="tiny", max_tokens_limit=16))
+    app = create_app(tiny_generator(max_new_tokens=16), ServerConfig(model_name="tiny", max_tokens_limit=16, max_particles=4))
     with serving(app) as url:
         report, out, took = schemathesis_run(url, tmp_path / "report.json")
     cases = report["test_cases"]
