@@ -9,7 +9,9 @@ than ``["text"]``, ``prediction``, ``web_search_options``, ``reasoning_effort``,
 other undeclared field is unrecognized (400, as OpenAI does); vLLM's ``structured_outputs``,
 ``guided_grammar`` and ``guided_regex`` are declared (:mod:`.grammars`). Messages need a known
 ``role`` and text content (an assistant turn's ``tool_calls`` may be function or custom calls); text that is not valid Unicode (a lone surrogate) and NaN or Infinity anywhere in the
-body are a 400.
+body are a 400. What these checks let through is then held to the OpenAPI document's typed body
+(:func:`.schemas.check_typed`, strict JSON types). Integer fields take a float without a fraction
+(5.0, 1e18: JSON Schema's integers).
 """
 
 from __future__ import annotations
