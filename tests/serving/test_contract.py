@@ -79,7 +79,7 @@ def schemathesis_run(url: str, report: Path, max_examples: int = MAX_EXAMPLES, s
                "--request-timeout", "60", "--output-sanitize", "false", "--report", "json", "--report-json-path", str(report)]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "contract_checks", "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     start = time.monotonic()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=report.parent)  # its .schemathesis cache there
     took = time.monotonic() - start
     assert report.exists(), done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(report.read_text()), done.stdout, took
