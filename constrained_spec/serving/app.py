@@ -29,11 +29,13 @@ from constrained_spec.serving.limits import (
     Guard,
     check_grammar_size,
     check_max_tokens,
+    check_particles,
     check_schema_properties,
     check_schema_size,
 )
 from constrained_spec.serving.memory import IdleTrimmer, pin_mmap_threshold
 from constrained_spec.serving.metrics import install_metrics
+from constrained_spec.serving.openapi import install_openapi
 from constrained_spec.serving.protocol import (
     ChatCompletionRequest,
     budget_usage,
@@ -45,6 +47,7 @@ from constrained_spec.serving.protocol import (
     usage,
 )
 from constrained_spec.serving.scheduler import Scheduler, watch_disconnect
+from constrained_spec.serving.schemas import check_typed
 from constrained_spec.serving.streaming import stream_completion
 
 __all__ = ["ServerConfig", "create_app", "public_model_id", "served_model_name"]
@@ -167,6 +170,7 @@ def create_app(generator: Any, config: ServerConfig | None = None) -> Any:
     add_model_routes(app, served)
     add_refused_routes(app)
     add_chat_routes(app, served)
+    install_openapi(app, served.config)
     return app
 
 
@@ -195,7 +199,7 @@ def add_error_handlers(app: Any) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> Any:
-        return error_response(http_error(exc.status_code, exc.detail))
+        return error_response(http_error(exc.status_code, exc.detail, exc.headers))
 
     @app.exception_handler(Exception)
     async def _internal_error(_: Request, exc: Exception) -> Any:
@@ -251,6 +255,7 @@ def check_request(served: Served, req: ChatCompletionRequest) -> int | None:
     check_messages(req.messages)
     max_tokens = req.max_completion_tokens or req.max_tokens
     check_max_tokens(max_tokens, config.max_tokens_limit)
+    check_particles(req.particles, config.max_particles)
     check_schema_size(req.response_format, tools_for_schema_limit(req.tools), config.max_schema_chars)
     check_schema_properties(req.response_format, tools_for_schema_limit(req.tools), config.max_schema_properties)
     check_grammar_size(grammar_texts(req), config.max_grammar_chars)
@@ -273,6 +278,7 @@ async def chat_completion(served: Served, req: ChatCompletionRequest, request: R
         served.trimmer.touch()
     max_tokens = check_request(served, req)
     plan = request_plan(served, req)
+    check_typed(await request.json())  # what the checks above let through holds to the document's typed body
     options = sampling_options(req, plan, max_tokens)
     completion_id = new_completion_id()
     created = int(time.time())

@@ -36,6 +36,8 @@ class ServerConfig:
     once as ``generator.batch`` has slots (continuous batching), else one.
     ``request_timeout``: seconds a request may take, compiling and waiting included (504 after).
     ``max_tokens_limit``: the largest ``max_tokens`` accepted (default: no limit).
+    ``max_particles``: the largest SMC ``particles`` accepted, 400 beyond (default: the library's
+    own bound; a request's SMC work grows with particles times prompt length).
     ``api_key``: the bearer token every route but ``/health`` needs, ``/metrics`` included (None: no key).
     ``max_body_bytes`` / ``max_schema_chars`` / ``max_grammar_chars``: the request body, schema
     and grammar caps (None: none).
@@ -62,6 +64,7 @@ class ServerConfig:
     max_queue: int = DEFAULT_MAX_QUEUE
     request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT
     max_tokens_limit: int | None = None
+    max_particles: int | None = None
     api_key: str | None = None
     max_body_bytes: int | None = MAX_BODY_BYTES
     max_schema_chars: int | None = MAX_SCHEMA_CHARS

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, Mapping
 
 from constrained_spec.errors import (
     CompileLimitError,
@@ -100,9 +100,11 @@ FIXED_PARAMS: dict[type[ConstrainedSpecError], str | None] = {
 class APIError(Exception):
     """An error answered in OpenAI's error body."""
 
-    def __init__(self, status: int, message: str, *, type: str = INVALID, param: str | None = None, code: str | None = None) -> None:
+    def __init__(self, status: int, message: str, *, type: str = INVALID, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers  # sent with the answer (a 405's Allow)
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -113,10 +115,10 @@ class APIError(Exception):
 
 
 def error_response(error: APIError) -> Any:
-    """The HTTP response of ``error`` (a 429 says when to retry)."""
+    """The HTTP response of ``error`` (a 429 says when to retry, a 405 which methods are allowed)."""
     from fastapi.responses import Response
 
-    headers = {"Retry-After": "1"} if error.status == 429 else None
+    headers = {**(error.headers or {}), **({"Retry-After": "1"} if error.status == 429 else {})} or None
     return Response(error.to_json(), status_code=error.status, media_type="application/json", headers=headers)
 
 
@@ -186,7 +188,7 @@ def validation_error(errors: list[dict]) -> APIError:
     return APIError(400, "invalid request: " + "; ".join(parts), param=param, code="invalid_request")
 
 
-def http_error(status: int, detail: Any) -> APIError:
-    """A routing error (unknown route 404, wrong method 405) in OpenAI's shape."""
+def http_error(status: int, detail: Any, headers: Mapping[str, str] | None = None) -> APIError:
+    """A routing error (unknown route 404, wrong method 405 with its ``Allow`` header) in OpenAI's shape."""
     kind = {404: "not_found", 405: "method_not_allowed"}.get(status)
-    return APIError(status, str(detail), code=kind)
+    return APIError(status, str(detail), code=kind, headers=dict(headers) if headers else None)

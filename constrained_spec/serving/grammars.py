@@ -251,7 +251,7 @@ def messages_without_custom_calls(messages: Sequence[Mapping[str, Any]]) -> list
             content = m.get("content")
             if isinstance(content, list):
                 content = "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
-            out.append({"role": "user", "content": f"Result of tool {names[str(m['tool_call_id'])]!r}: {content}"})
+            out.append({"role": "user", "content": f"Result of tool {names[str(m.get('tool_call_id', ''))]!r}: {content}"})
         else:
             out.append(dict(m))
     return out

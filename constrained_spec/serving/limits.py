@@ -27,7 +27,8 @@ from constrained_spec.serving.errors import APIError, api_error
 from constrained_spec.serving.refusals import AmbiguousCredentials, BodyReadersFull, BodyTimeout
 
 __all__ = ["API_KEY_ENV", "DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_READERS", "DEFAULT_MAX_QUEUE", "DEFAULT_REQUEST_TIMEOUT", "MAX_BODY_BYTES", "MAX_GRAMMAR_CHARS", "MAX_SCHEMA_CHARS",
-           "MAX_SCHEMA_PROPERTIES", "Guard", "check_schema_properties", "check_grammar_size", "check_max_tokens", "check_schema_size"]
+           "MAX_SCHEMA_PROPERTIES", "Guard", "check_schema_properties", "check_grammar_size", "check_max_tokens", "check_particles",
+           "check_schema_size"]
 
 #: the environment variable ``constrained-spec serve`` reads its API key from (read, never written)
 API_KEY_ENV = "CONSTRAINED_SPEC_API_KEY"
@@ -51,6 +52,12 @@ def check_max_tokens(max_tokens: int | None, limit: int | None) -> None:
     """A 400 when ``max_tokens`` asks for more than the server's ``limit``."""
     if max_tokens is not None and limit is not None and max_tokens > limit:
         raise APIError(400, f"max_tokens={max_tokens} exceeds this server's limit of {limit}", param="max_tokens")
+
+
+def check_particles(particles: int | None, limit: int | None) -> None:
+    """A 400 when ``particles`` asks for more SMC particles than the server's ``limit``."""
+    if particles is not None and limit is not None and particles > limit:
+        raise APIError(400, f"particles={particles} exceeds this server's limit of {limit} (max_particles)", param="particles")
 
 
 def check_schema_size(response_format: Any, tools: Any, limit: int | None) -> None:

@@ -9,20 +9,23 @@ than ``["text"]``, ``prediction``, ``web_search_options``, ``reasoning_effort``,
 other undeclared field is unrecognized (400, as OpenAI does); vLLM's ``structured_outputs``,
 ``guided_grammar`` and ``guided_regex`` are declared (:mod:`.grammars`). Messages need a known
 ``role`` and text content (an assistant turn's ``tool_calls`` may be function or custom calls); text that is not valid Unicode (a lone surrogate) and NaN or Infinity anywhere in the
-body are a 400.
+body are a 400. What these checks let through is then held to the OpenAPI document's typed body
+(:func:`.schemas.check_typed`, strict JSON types). Integer fields take a float without a fraction
+(5.0, 1e18: JSON Schema's integers).
 """
 
 from __future__ import annotations
 
 import math
 import uuid
-from typing import Any, Callable, Literal
+from typing import Annotated, Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from constrained_spec.config import MAX_DRAFT_TOKENS, MAX_PARTICLES
 from constrained_spec.errors import TokenBudgetExceeded
 from constrained_spec.serving.errors import APIError
+from constrained_spec.serving.schemas import INTEGRAL, SEED_MAX, SEED_MIN, TOP_K_MAX
 
 __all__ = ["ChatCompletionRequest", "REFUSED", "ROLES", "SEED_MAX", "SEED_MIN", "TOP_K_MAX", "budget_usage", "check_messages",
            "check_unsupported", "check_values", "completion_body", "invalid_text", "non_finite_number", "new_call_id", "new_completion_id", "usage"]
@@ -41,10 +44,6 @@ REFUSED = {
     "guided_json": "vLLM's parameter; use response_format {'type': 'json_schema', 'json_schema': {'name': ..., 'schema': ...}}",
     "guided_choice": "vLLM's parameter; write the choices as a grammar: structured_outputs {'grammar': 'start: \"a\" | \"b\"'}",
 }
-#: the seeds a random generator takes (a signed or unsigned 64-bit integer)
-SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
-#: the largest top_k (a 64-bit integer; any top_k at or over the vocabulary size keeps every token)
-TOP_K_MAX = (1 << 63) - 1
 
 
 class ChatCompletionRequest(BaseModel):
@@ -60,24 +59,24 @@ class ChatCompletionRequest(BaseModel):
     parallel_tool_calls: bool | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=0, le=TOP_K_MAX)
-    seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    n: int | None = None
+    top_k: Annotated[int, Field(ge=0, le=TOP_K_MAX), INTEGRAL] | None = None
+    seed: Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX), INTEGRAL] | None = None
+    max_tokens: Annotated[int, Field(ge=1), INTEGRAL] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1), INTEGRAL] | None = None
+    n: Annotated[int, INTEGRAL] | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     stop: str | list[str] | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Annotated[int, INTEGRAL] | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, Any] | None = None
     modalities: list[str] | None = None
-    num_draft_tokens: int | None = Field(default=None, ge=0, le=MAX_DRAFT_TOKENS)
+    num_draft_tokens: Annotated[int, Field(ge=0, le=MAX_DRAFT_TOKENS), INTEGRAL] | None = None
     # sequence-level alignment (docs/smc.md): "local" (default) or "smc" with this many particles
     alignment: Literal["local", "smc"] | None = None
-    particles: int | None = Field(default=None, ge=1, le=MAX_PARTICLES)
+    particles: Annotated[int, Field(ge=1, le=MAX_PARTICLES), INTEGRAL] | None = None
     schema_in_prompt: bool | None = None
     # vLLM's grammar parameters (see :mod:`.grammars`): a Lark grammar or a regex for the content
     structured_outputs: dict[str, Any] | None = None

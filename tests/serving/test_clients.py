@@ -80,3 +80,84 @@ def test_langchain_on_the_responses_api_hears_why(http):
     llm = ChatOpenAI(model="tiny", api_key="unused", base_url="http://testserver/v1", http_client=http, max_retries=0, use_responses_api=True)
     with pytest.raises(openai.NotFoundError, match="Responses API"):
         llm.with_structured_output(Person).invoke("Invent a person.")
+
+
+# -- the official openai client's structured-output helpers ---------------------------------------
+
+
+class Weather(BaseModel):
+    city: str = Field(max_length=8)
+    days: int = Field(ge=1, le=7)
+
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+           "required": ["city", "days"], "additionalProperties": False}
+
+
+def openai_client(http):
+    openai = pytest.importorskip("openai", reason="the openai package is not installed (pip install 'constrained-spec[test]')")
+    return openai, openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=http, max_retries=0)
+
+
+def parse_helpers(client):
+    """``chat.completions.parse``, and ``beta.chat.completions.parse`` where this client version still has it."""
+    beta_chat = getattr(getattr(client, "beta", None), "chat", None)
+    return [client.chat.completions.parse] + ([beta_chat.completions.parse] if beta_chat is not None else [])
+
+
+def test_openai_parse_with_a_pydantic_response_format(http):
+    _, client = openai_client(http)
+    for parse in parse_helpers(client):
+        completion = parse(model="tiny", messages=[{"role": "user", "content": "Invent a person."}], response_format=Person, seed=3)
+        message = completion.choices[0].message
+        assert completion.choices[0].finish_reason == "stop" and isinstance(message.parsed, Person)
+        jsonschema.validate(json.loads(message.content), PERSON)  # the server's text, judged apart from the client's parse
+        assert message.parsed == Person.model_validate_json(message.content)
+
+
+def test_openai_stream_with_a_pydantic_response_format(http):
+    _, client = openai_client(http)
+    deltas = []
+    with client.chat.completions.stream(model="tiny", messages=[{"role": "user", "content": "Invent a person."}], response_format=Person,
+                                        seed=4) as stream:
+        for event in stream:
+            if event.type == "content.delta":
+                deltas.append(event.delta)
+        final = stream.get_final_completion()
+    message = final.choices[0].message
+    assert isinstance(message.parsed, Person) and "".join(deltas) == message.content
+    jsonschema.validate(json.loads(message.content), PERSON)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_strict_function_tools(http, stream):
+    openai, client = openai_client(http)
+    tool = openai.pydantic_function_tool(Weather, name="get_weather", description="The weather in a city.")
+    assert tool["function"]["strict"] is True  # what the client sends: strict: true
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Weather in Paris for 3 days?"}], "tools": [tool],
+            "tool_choice": "required", "parallel_tool_calls": False, "seed": 5}
+    if stream:
+        done_events = []
+        with client.chat.completions.stream(**body) as events:
+            for event in events:
+                if event.type == "tool_calls.function.arguments.done":
+                    done_events.append(event)
+            final = events.get_final_completion()
+        assert [e.name for e in done_events] == ["get_weather"] and isinstance(done_events[0].parsed_arguments, Weather)
+    else:
+        final = client.chat.completions.parse(**body)
+    call = final.choices[0].message.tool_calls[0]
+    assert final.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+    assert isinstance(call.function.parsed_arguments, Weather)
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+
+
+def test_openai_parse_hears_a_refused_schema_as_a_400(http):
+    openai, client = openai_client(http)
+
+    class Tagged(BaseModel):
+        tags: list[str] = Field(max_length=3, json_schema_extra={"uniqueItems": True})
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.parse(model="tiny", messages=[{"role": "user", "content": "Tags?"}], response_format=Tagged)
+    assert info.value.body["code"] == "unsupported_schema_keyword" and "uniqueItems" in info.value.body["message"]
