@@ -8,16 +8,19 @@ fed), each draft proposal (draft, one token) and the draft's prefill when it ran
 Each (model, tokens fed) keeps a :class:`LowEnvelope`: the 25th percentile of its last
 :data:`WINDOW` timings, and the lowest such figure seen (the *floor*). Load only ever slows a forward,
 so a spike sits above the quantile and a run that starts under load moves the floor down as soon as
-the host is quiet: a figure taken under load is never kept as the truth. A floor the live figures
-exceed by :data:`RAISE_FACTOR` for a whole window (the host really got slower) is replaced by them.
+the host is quiet: a figure taken under load is never kept as the truth. A floor that every timing
+of a whole window exceeds by :data:`RAISE_FACTOR` (the host really got slower) is replaced by the
+window's quantile.
 
 The first load on a host still measures (:func:`learned_costs`, the same forwards as before); its
 timings only seed the floors, which any quieter forward lowers. Decoding does not time every figure
 (a plan that leaves the draft out never runs a draft forward; a verify seldom feeds one token), so
-a figure seeded under load could stay: where the target's floors that decoding timed have fallen
-by :data:`REMEASURE_FACTOR` (median) since the last measurement, the host was busier then, and the
-forwards are timed again after the request (:func:`plan_costs.measure_costs`, one repeat, about 7
-one-token target forwards), their timings lowering the floors where lower.
+a figure seeded under load could stay. Hence a measurement is trusted only once a second one, taken
+after a request (:func:`plan_costs.measure_costs`, one repeat: the 32-token prefills and 5 forwards),
+lowers no floor by more than :data:`CONFIRM`; until then each request is followed by one (at most
+:data:`MAX_PROBES` per process). Where the target's floors that decoding timed fall by
+:data:`REMEASURE_FACTOR` (median) since the last measurement, the host was busier then, and the
+measurement is no longer trusted.
 
 The floors are in seconds and kept per host, runtime, threads and models (``models.cost_cache``, one
 file per key, ``what`` = :data:`WHAT`), so the next process starts from them and measures nothing at
@@ -44,7 +47,7 @@ from constrained_spec.engine.plan_costs import CONTEXT_TOKENS, SIZES, HostCosts
 from constrained_spec.models.cost_cache import cost_key, read_costs, write_costs
 from constrained_spec.models.protocol import SequenceModel
 
-__all__ = ["MIN_SAMPLES", "PLAN_TOLERANCE", "QUANTILE", "RAISE_FACTOR", "REMEASURE_FACTOR", "WHAT", "WINDOW", "LiveCosts", "LowEnvelope",
+__all__ = ["CONFIRM", "MAX_PROBES", "MIN_SAMPLES", "PLAN_TOLERANCE", "QUANTILE", "RAISE_FACTOR", "REMEASURE_FACTOR", "WHAT", "WINDOW", "LiveCosts", "LowEnvelope",
            "learned_costs"]
 
 #: the timings a probe or the load-time measurement gives: (model, tokens fed, seconds)
@@ -56,10 +59,14 @@ WINDOW = 16
 QUANTILE = 0.25
 #: timings a window needs before its quantile counts
 MIN_SAMPLES = 4
-#: a full window whose quantile exceeds the floor by this factor replaces it (the host got slower)
+#: a full window whose every timing exceeds the floor by this factor replaces it (the host got slower)
 RAISE_FACTOR = 2.0
 #: the target's floors decoding timed fell this far since the last measurement: measure again
 REMEASURE_FACTOR = 1.3
+#: a second measurement that lowers no floor by more than this share confirms the first
+CONFIRM = 0.15
+#: measurements after requests, at most, per process
+MAX_PROBES = 4
 #: the plan's figures move only where one changes by more than this share
 PLAN_TOLERANCE = 0.1
 #: a prefill shorter than this tells little of the per-token cost (fixed overheads): not learnt
@@ -96,7 +103,7 @@ class LowEnvelope:
         if len(self.window) < MIN_SAMPLES:
             return False
         live = _quantile(list(self.window), QUANTILE)
-        if self.floor is None or live < self.floor or (len(self.window) == WINDOW and live > RAISE_FACTOR * self.floor):
+        if self.floor is None or live < self.floor or (len(self.window) == WINDOW and min(self.window) > RAISE_FACTOR * self.floor):
             self.floor = live
             return True
         return False
@@ -127,6 +134,8 @@ class LiveCosts:
         self._timed: set[tuple[str, int]] = set()
         #: measurements run again by :meth:`settle`
         self.probes = 0
+        #: whether a second measurement agreed with the floors (see the module text)
+        self.confirmed = False
 
     # -- learning ----------------------------------------------------------------------------------
     def observe(self, model: str, tokens: int, seconds: float) -> None:
@@ -200,14 +209,19 @@ class LiveCosts:
         self._reference = {k: e.floor for k, e in self.envelopes.items() if e.floor is not None}
         self._timed.clear()
 
-    def settle(self) -> HostCosts | None:
-        """After a request: measures again where :meth:`stale`; writes floors that moved to the
-        cache; returns the figures the plan uses from now on: the learnt ones where any moved by more
-        than :data:`PLAN_TOLERANCE` from :attr:`current`, else :attr:`current`."""
-        if self.probe is not None and self.stale():
+    def settle(self, measure: bool = True) -> HostCosts | None:
+        """After a request: measures again (``measure`` and a probe given) while the floors are not
+        confirmed or :meth:`stale`; writes floors that moved to the cache; returns the figures the
+        plan uses from now on: the learnt ones where any moved by more than :data:`PLAN_TOLERANCE`
+        from :attr:`current`, else :attr:`current`."""
+        if measure and self.probe is not None and self.probes < MAX_PROBES and (not self.confirmed or self.stale()):
+            before = {k: e.floor for k, e in self.envelopes.items() if e.floor is not None}
             self.probes += 1
             self.seed(self.probe())
+            after = {k: e.floor for k, e in self.envelopes.items() if e.floor is not None}
+            self.confirmed = all(after[k] >= (1 - CONFIRM) * floor for k, floor in before.items())
             self.mark_measured()
+            self.dirty = True
         if self.dirty:
             self.save()
         new = self.costs()
@@ -217,8 +231,9 @@ class LiveCosts:
 
     # -- the cache ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """The floors (seconds) and their counts, as JSON holds them."""
-        return {"floors": [[m, n, e.floor, e.count] for (m, n), e in sorted(self.envelopes.items()) if e.floor is not None]}
+        """The floors (seconds) and their counts, and whether they are confirmed, as JSON holds them."""
+        return {"floors": [[m, n, e.floor, e.count] for (m, n), e in sorted(self.envelopes.items()) if e.floor is not None],
+                "confirmed": self.confirmed}
 
     def save(self) -> None:
         """Write the floors to the cache (a cache that cannot be written keeps them in memory)."""
@@ -240,8 +255,9 @@ class LiveCosts:
                 continue
             if (model, tokens) == cls._key(model, tokens or MIN_PREFILL_TOKENS) and math.isfinite(floor) and floor > 0:
                 live.envelopes[(model, tokens)] = LowEnvelope(floor=floor, count=count)
+        live.confirmed = bool(cached[0].get("confirmed")) if cached is not None else False
         live.mark_measured()
-        live.settle()
+        live.settle(measure=False)
         return live
 
 
@@ -263,7 +279,8 @@ def learned_costs(target: SequenceModel, draft: SequenceModel, context: list[int
     seen = measure(2)
     live.seed(seen)
     live.mark_measured()
-    live.settle()
+    live.dirty = True
+    live.settle(measure=False)
     return live, [t for t in seen if t[0] != "draft_prefill"]
 
 

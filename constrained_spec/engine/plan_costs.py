@@ -12,7 +12,10 @@ llama.cpp's Q4_K grows about linearly (5 tokens 4.2x one). So right after a load
 - ``draft_prefill_per_token``: the draft's prefill of the context, per token.
 
 They are cached on disk per host, models, runtime and threads (``models.cost_cache``): a second load
-reads them and times nothing, so a seed gives the same sample run after run on that host.
+reads them and times nothing, so a seed gives the same sample run after run on that host. A
+``Generator`` no longer keeps them as measured: ``engine.live_costs`` seeds its figures with these
+timings and corrects them from the forwards decoding runs (a measurement under load is not kept);
+:func:`calibrated_costs` stays the once-only path.
 
 What the draft wins cannot be measured at load: it depends on the output. :data:`PRIORS` holds the
 project's measurements per kind of output (the default pair, k = 5, two threads, the tuned JSON
