@@ -199,9 +199,17 @@ class LiveCosts:
 
     def stale(self) -> bool:
         """Whether the target's floors decoding timed fell by :data:`REMEASURE_FACTOR` (median) since
-        the last measurement: the figures decoding cannot time may be a busier host's."""
-        falls = [self._reference[k] / e.floor for k, e in self.envelopes.items()
-                 if k[0] == "target" and k in self._timed and k in self._reference and e.floor is not None]
+        the last measurement (a size it did not time: the line through those it did): the figures
+        decoding cannot time may be a busier host's."""
+        reference = {n: floor for (m, n), floor in self._reference.items() if m == "target"}
+        line = _line(reference)
+        falls = []
+        for key, envelope in self.envelopes.items():
+            if key[0] != "target" or key not in self._timed or envelope.floor is None:
+                continue
+            before = reference.get(key[1]) if key[1] in reference else line(key[1]) if line is not None else None
+            if before is not None:
+                falls.append(before / envelope.floor)
         return bool(falls) and statistics.median(falls) >= REMEASURE_FACTOR
 
     def mark_measured(self) -> None:

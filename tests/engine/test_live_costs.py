@@ -196,6 +196,28 @@ def test_the_envelope_ignores_spikes_and_follows_a_lasting_change():
     assert not envelope.observe(float("nan")) and not envelope.observe(-1.0)
 
 
+@pytest.mark.parametrize("busy", [2.0, 1.0], ids=["busy-then", "quiet-then"])
+def test_confirmed_figures_are_measured_again_when_decoding_finds_the_host_faster(busy):
+    """Figures confirmed while the host was ``busy`` times slower (both measurements under the same
+    load), then quiet decoding timing only sizes the measurement did not (3-5 tokens): the line
+    through the measured sizes says the target got 2x faster, so the forwards are measured again
+    (and, that measurement disagreeing, once more to confirm) and the draft's figure (never timed by decoding) comes down. On a host that was quiet then,
+    nothing is measured again."""
+    host = Host(3)
+    live = LiveCosts(None, probe=lambda: [(m, n, quiet_seconds(m if m != "draft_prefill" else "draft", n)) for m, n in
+                                          (("target", 1), ("target", 2), ("target", 6), ("draft", 1), ("draft_prefill", 32))])
+    live.seed([(m, n, busy * quiet_seconds(m if m != "draft_prefill" else "draft", n)) for m, n in
+               (("target", 1), ("target", 2), ("target", 6), ("draft", 1), ("draft_prefill", 32))])
+    live.confirmed = True
+    live.mark_measured()
+    for _ in range(3):
+        for fed in (3, 4, 5) * 2:
+            live.observe("target", fed, host.forward("target", fed))
+        live.settle()
+    assert live.probes == (2 if busy > 1 else 0) and live.confirmed  # busy: measured again, then once more to confirm
+    assert near_quiet(live.current), live.current
+
+
 def test_the_plan_changes_only_past_the_tolerance():
     """Settled figures stay put while the floors move by under ``PLAN_TOLERANCE`` (a seed gives
     the same sample), and move once a figure changes by more."""
