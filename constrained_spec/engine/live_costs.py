@@ -5,7 +5,9 @@ whatever load the host has then; a draft forward timed while a neighbour ran rea
 and would be kept for good. Here every request alone on the models (not batch rows: their timings
 are shares of a batched forward) reports the forwards it times anyway: each verify (target, tokens
 fed), each draft proposal (draft, one token) and the draft's prefill when it ran alone (per token).
-Each (model, tokens fed) keeps a :class:`LowEnvelope`: the 25th percentile of its last
+(A draft forward measured alone is kept apart: a proposal costs more, its forward catching up on
+accepted tokens, masking and sampling, and the plan prefers what decoding paid.) Each (model,
+tokens fed) keeps a :class:`LowEnvelope`: the 25th percentile of its last
 :data:`WINDOW` timings, and the lowest such figure seen (the *floor*). Load only ever slows a forward,
 so a spike sits above the quantile and a run that starts under load moves the floor down as soon as
 the host is quiet: a figure taken under load is never kept as the truth. A floor that every timing
@@ -148,9 +150,11 @@ class LiveCosts:
             self._timed.add(key)
 
     def seed(self, timings: Timings) -> None:
-        """Timings measured apart from decoding (at load, a probe): each lowers its floor where lower."""
+        """Timings measured apart from decoding (at load, a probe): each lowers its floor where lower.
+        A measured draft forward (the forward alone) is kept apart from decoding's (a proposal: its
+        forward, catching up on accepted tokens, masking and sampling), which the plan prefers."""
         for model, tokens, seconds in timings:
-            key = self._key(model, tokens)
+            key = self._key("draft_measured" if model == "draft" else model, tokens)
             if key is not None:
                 envelope = self.envelopes.setdefault(key, LowEnvelope())
                 envelope.count += 1
@@ -160,8 +164,8 @@ class LiveCosts:
     def _key(model: str, tokens: int) -> tuple[str, int] | None:
         if model == "draft_prefill":
             return ("draft_prefill", 0) if tokens >= MIN_PREFILL_TOKENS else None
-        if model == "draft":
-            return ("draft", 1)
+        if model in ("draft", "draft_measured"):
+            return (model, 1)
         if model == "target" and 1 <= tokens <= MAX_TOKENS:
             return ("target", tokens)
         return None
@@ -184,10 +188,11 @@ class LiveCosts:
         return min(max(line(1), floors[first] / first), floors[first])
 
     def costs(self) -> HostCosts | None:
-        """The learnt figures as the plan reads them, relative to a one-token target forward; None
-        until a target forward's cost, a second size of it and a draft forward's are known."""
+        """The learnt figures as the plan reads them, relative to a one-token target forward (a draft
+        forward: decoding's proposals where it timed any, else the measured forward); None until a
+        target forward's cost, a second size of it and a draft forward's are known."""
         unit, floors = self.unit(), self.floors("target")
-        draft = self.floors("draft").get(1)
+        draft = self.floors("draft").get(1) or self.floors("draft_measured").get(1)
         line = _line(floors)
         if unit is None or draft is None or line is None:
             return None

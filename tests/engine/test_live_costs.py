@@ -271,3 +271,17 @@ def test_the_loop_reports_every_verify_and_the_floors_reach_the_cache(tiny_gener
     gen.run(LONG_PROMPT, SCHEMA, seed=1, calibrate_plan=False)
     assert target_timings() == before
     assert plan_costs.WHAT != live_costs.WHAT
+
+
+def test_a_measured_draft_forward_stands_in_only_until_decoding_times_proposals():
+    """The plan's draft figure is the measured forward until decoding has timed proposals, then
+    theirs (a proposal also catches up, masks and samples), even where the measured one is lower;
+    a measurement does not lower decoding's figure."""
+    live = LiveCosts(None)
+    live.seed([("target", 1, 1.0), ("target", 6, 2.0), ("draft", 1, 0.2)])
+    assert live.costs().draft_forward == pytest.approx(0.2)
+    for _ in range(live_costs.MIN_SAMPLES):
+        live.observe("draft", 1, 0.4)
+    assert live.costs().draft_forward == pytest.approx(0.4)
+    live.seed([("draft", 1, 0.1)])
+    assert live.costs().draft_forward == pytest.approx(0.4) and live.floors("draft_measured") == {1: 0.1}
