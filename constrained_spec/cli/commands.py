@@ -34,7 +34,15 @@ from constrained_spec.cli.args import (
     probability,
     proposer_list,
 )
-from constrained_spec.config import DRAFT_PLANS, MAX_PARTICLES, NUM_DRAFT_TOKENS, PROPOSERS, SCHEMA_HINT_STYLES, DecodeConfig
+from constrained_spec.config import (
+    DRAFT_PLANS,
+    MAX_PARTICLES,
+    NUM_DRAFT_TOKENS,
+    PROPOSERS,
+    SCHEMA_HINT_PLACES,
+    SCHEMA_HINT_STYLES,
+    DecodeConfig,
+)
 from constrained_spec.errors import (
     ConstrainedSpecError,
     GrammarError,
@@ -278,7 +286,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     models = dataclasses.replace(model_config(args), draft=draft)
     batch = {"max_batch_size": args.batch_size} if job is not None and (args.batch_size or 1) > 1 else {}
     gen = Generator.from_config(models, decode, schema_options=schema_options(args), max_new_tokens=args.max_new_tokens,
-                                schema_hint_style=args.schema_hint, **batch)
+                                schema_hint_style=args.schema_hint, schema_hint_place=args.schema_hint_place, **batch)
     with progress_after("compiling the constraint", enabled=args.progress or None):
         compiled = gen.compile(spec)
     run_options = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
@@ -392,6 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--schema-hint", default="full", choices=SCHEMA_HINT_STYLES,
                    help="how the prompt writes the schema: full (json.dumps, the default), compact (no spaces) or types "
                         "(a short type sketch: keys, types, values, bounds, descriptions; about half the prompt tokens)")
+    g.add_argument("--schema-hint-place", default="user", choices=SCHEMA_HINT_PLACES,
+                   help="where the prompt writes the schema: user (after the prompt's text, the default) or system (first, in "
+                        "a system message: prompts with the same schema then share their first tokens)")
     g.add_argument("--debug-checks", action="store_true", help="check cache/automaton invariants after every step")
     g.add_argument("--stats", action="store_true", help="print decoding stats to stderr")
     g.add_argument("--progress", action="store_true",
