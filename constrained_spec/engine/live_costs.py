@@ -17,10 +17,11 @@ window's quantile.
 The first load on a host still measures (:func:`learned_costs`, the same forwards as before); its
 timings only seed the floors, which any quieter forward lowers. Decoding does not time every figure
 (a plan that leaves the draft out never runs a draft forward; a verify seldom feeds one token), so
-a figure seeded under load could stay. Hence a measurement is trusted only once a second one, taken
-after a request (:func:`plan_costs.measure_costs`, one repeat: the 32-token prefills and 5 forwards),
-lowers no floor by more than :data:`CONFIRM`; until then each request is followed by one (at most
-:data:`MAX_PROBES` per process). Where the target's floors that decoding timed fall by
+a figure seeded under load could stay. Hence a measurement is trusted only once later ones, taken
+after requests (:func:`plan_costs.measure_costs`, one repeat: the 32-token prefills and 5 forwards),
+have put each figure within :data:`CONFIRM` of its floor (one they put lower lowers the floor and
+needs confirming in turn; one they put higher, a spike, tells nothing); until then each request is
+followed by one (at most :data:`MAX_PROBES` per process). Where the target's floors that decoding timed fall by
 :data:`REMEASURE_FACTOR` (median) since the last measurement, the host was busier then, and the
 measurement is no longer trusted.
 
@@ -65,7 +66,7 @@ MIN_SAMPLES = 4
 RAISE_FACTOR = 2.0
 #: the target's floors decoding timed fell this far since the last measurement: measure again
 REMEASURE_FACTOR = 1.3
-#: a second measurement that lowers no floor by more than this share confirms the first
+#: a later measurement within this share of a floor confirms it
 CONFIRM = 0.15
 #: measurements after requests, at most, per process
 MAX_PROBES = 4
@@ -136,8 +137,9 @@ class LiveCosts:
         self._timed: set[tuple[str, int]] = set()
         #: measurements run again by :meth:`settle`
         self.probes = 0
-        #: whether a second measurement agreed with the floors (see the module text)
+        #: whether a second measurement agreed with every floor (see the module text), and those it agreed with
         self.confirmed = False
+        self._agreed: set[tuple[str, int]] = set()
 
     # -- learning ----------------------------------------------------------------------------------
     def observe(self, model: str, tokens: int, seconds: float) -> None:
@@ -176,11 +178,12 @@ class LiveCosts:
 
     # -- the plan's figures ------------------------------------------------------------------------
     def unit(self) -> float | None:
-        """Seconds of a one-token target forward: its floor, else the least-squares line over the
-        sizes timed at 1 (within [the lowest floor / its size, the lowest floor]); None before two sizes."""
+        """Seconds of a one-token target forward: its floor (at most any other size's), else the
+        least-squares line over the sizes timed at 1 (within [the lowest floor / its size, the
+        lowest floor]); None before two sizes."""
         floors = self.floors("target")
         if 1 in floors:
-            return floors[1]
+            return min(floors.values())  # a forward of one token costs no more than one of more
         line = _line(floors)
         if line is None:
             return None
@@ -217,6 +220,27 @@ class LiveCosts:
                 falls.append(before / envelope.floor)
         return bool(falls) and statistics.median(falls) >= REMEASURE_FACTOR
 
+    def _confirm(self, timings: Timings) -> None:
+        """A second measurement: a figure it puts within :data:`CONFIRM` of the floor is confirmed;
+        one it puts lower lowers the floor, which then needs confirming; one it puts higher (a spike)
+        tells nothing. :attr:`confirmed` once every figure it measures is."""
+        measured = set()
+        for model, tokens, seconds in timings:
+            key = self._key("draft_measured" if model == "draft" else model, tokens)
+            if key is None:
+                continue
+            measured.add(key)
+            envelope = self.envelopes.setdefault(key, LowEnvelope())
+            value = seconds / max(tokens, 1) if model == "draft_prefill" else seconds
+            floor = envelope.floor
+            if floor is not None and (1 - CONFIRM) * floor <= value <= (1 + CONFIRM) * floor:
+                self._agreed.add(key)
+            elif floor is None or value < floor:
+                self._agreed.discard(key)
+            envelope.count += 1
+            self.dirty |= envelope.seed(value)
+        self.confirmed = measured <= self._agreed
+
     def mark_measured(self) -> None:
         """The floors as they stand are the reference :meth:`stale` compares with."""
         self._reference = {k: e.floor for k, e in self.envelopes.items() if e.floor is not None}
@@ -228,11 +252,10 @@ class LiveCosts:
         plan uses from now on: the learnt ones where any moved by more than :data:`PLAN_TOLERANCE`
         from :attr:`current`, else :attr:`current`."""
         if measure and self.probe is not None and self.probes < MAX_PROBES and (not self.confirmed or self.stale()):
-            before = {k: e.floor for k, e in self.envelopes.items() if e.floor is not None}
+            if self.confirmed:  # stale: every figure needs confirming again
+                self.confirmed, self._agreed = False, set()
             self.probes += 1
-            self.seed(self.probe())
-            after = {k: e.floor for k, e in self.envelopes.items() if e.floor is not None}
-            self.confirmed = all(after[k] >= (1 - CONFIRM) * floor for k, floor in before.items())
+            self._confirm(self.probe())
             self.mark_measured()
             self.dirty = True
         if self.dirty:

@@ -131,7 +131,7 @@ def test_a_run_that_starts_under_load_converges_to_the_quiet_figures(tmp_path, s
         decode_request(host, live, live.current, rng)
         live.settle()
     assert near_quiet(live.current), live.current
-    assert 1 <= live.probes <= 3
+    assert 1 <= live.probes <= live_costs.MAX_PROBES
     assert gain_per_token(live.current, "json") == pytest.approx(gain_per_token(QUIET, "json"), abs=0.05)
 
     # a second process: the learnt floors are read, nothing is measured
@@ -285,3 +285,13 @@ def test_a_measured_draft_forward_stands_in_only_until_decoding_times_proposals(
     assert live.costs().draft_forward == pytest.approx(0.4)
     live.seed([("draft", 1, 0.1)])
     assert live.costs().draft_forward == pytest.approx(0.4) and live.floors("draft_measured") == {1: 0.1}
+
+
+def test_a_one_token_forward_timed_under_load_does_not_inflate_the_unit():
+    """A one-token target forward timed at a busy moment (2.0 s) above the quiet two-token one
+    (0.6 s): the unit is the lower (a forward of one token costs no more than one of two), so the
+    ratios are not all squashed under one."""
+    live = LiveCosts(None)
+    live.seed([("target", 1, 2.0), ("target", 2, 0.6), ("target", 6, 1.0), ("draft", 1, 0.15)])
+    costs = live.costs()
+    assert costs.verify[6] == pytest.approx(1.0 / 0.6) and costs.draft_forward == pytest.approx(0.25)
