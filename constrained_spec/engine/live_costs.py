@@ -10,9 +10,9 @@ accepted tokens, masking and sampling, and the plan prefers what decoding paid.)
 tokens fed) keeps a :class:`LowEnvelope`: the 25th percentile of its last
 :data:`WINDOW` timings, and the lowest such figure seen (the *floor*). Load only ever slows a forward,
 so a spike sits above the quantile and a run that starts under load moves the floor down as soon as
-the host is quiet: a figure taken under load is never kept as the truth. A floor that every timing
-of a whole window exceeds by :data:`RAISE_FACTOR` (the host really got slower) is replaced by the
-window's quantile.
+the host is quiet: a figure taken under load is never kept as the truth. A floor that
+:data:`RAISE_AFTER` timings in a row (four windows) exceed by :data:`RAISE_FACTOR` (the host really
+got slower) is replaced by the window's quantile.
 
 The first load on a host still measures (:func:`learned_costs`, the same forwards as before); its
 timings only seed the floors, which any quieter forward lowers. Decoding does not time every figure
@@ -50,7 +50,7 @@ from constrained_spec.engine.plan_costs import CONTEXT_TOKENS, SIZES, HostCosts
 from constrained_spec.models.cost_cache import cost_key, read_costs, write_costs
 from constrained_spec.models.protocol import SequenceModel
 
-__all__ = ["CONFIRM", "MAX_PROBES", "MIN_SAMPLES", "PLAN_TOLERANCE", "QUANTILE", "RAISE_FACTOR", "REMEASURE_FACTOR", "WHAT", "WINDOW", "LiveCosts", "LowEnvelope",
+__all__ = ["CONFIRM", "MAX_PROBES", "MIN_SAMPLES", "PLAN_TOLERANCE", "QUANTILE", "RAISE_AFTER", "RAISE_FACTOR", "REMEASURE_FACTOR", "WHAT", "WINDOW", "LiveCosts", "LowEnvelope",
            "learned_costs"]
 
 #: the timings a probe or the load-time measurement gives: (model, tokens fed, seconds)
@@ -62,8 +62,10 @@ WINDOW = 16
 QUANTILE = 0.25
 #: timings a window needs before its quantile counts
 MIN_SAMPLES = 4
-#: a full window whose every timing exceeds the floor by this factor replaces it (the host got slower)
+#: :data:`RAISE_AFTER` timings in a row above the floor by this factor replace it (the host got slower for good)
 RAISE_FACTOR = 2.0
+#: see :data:`RAISE_FACTOR`: four windows, so that a few minutes of a busy neighbour do not
+RAISE_AFTER = 4 * WINDOW
 #: the target's floors decoding timed fell this far since the last measurement: measure again
 REMEASURE_FACTOR = 1.3
 #: a later measurement within this share of a floor confirms it
@@ -96,6 +98,8 @@ class LowEnvelope:
     floor: float | None = None
     count: int = 0
     window: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    #: timings in a row above :data:`RAISE_FACTOR` times the floor
+    above: int = 0
 
     def observe(self, seconds: float) -> bool:
         """One timing; whether the floor moved."""
@@ -105,9 +109,10 @@ class LowEnvelope:
         self.count += 1
         if len(self.window) < MIN_SAMPLES:
             return False
+        self.above = self.above + 1 if self.floor is not None and seconds > RAISE_FACTOR * self.floor else 0
         live = _quantile(list(self.window), QUANTILE)
-        if self.floor is None or live < self.floor or (len(self.window) == WINDOW and min(self.window) > RAISE_FACTOR * self.floor):
-            self.floor = live
+        if self.floor is None or live < self.floor or self.above >= RAISE_AFTER:
+            self.floor, self.above = live, 0
             return True
         return False
 

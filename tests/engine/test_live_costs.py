@@ -173,8 +173,8 @@ def test_spikes_while_quiet_do_not_move_the_figures(tmp_path):
 
 def test_the_envelope_ignores_spikes_and_follows_a_lasting_change():
     """Under ``MIN_SAMPLES`` timings nothing is set; single spikes leave the floor; a lower quiet
-    run lowers it; a whole window at 3x the floor (the host got slower for good) raises it, one quiet
-    timing in the window keeps it."""
+    run lowers it; ``RAISE_AFTER`` timings in a row at 3x the floor (the host got slower for good)
+    raise it, fewer, or a run broken by one timing under 2x, do not."""
     envelope = LowEnvelope()
     for _ in range(live_costs.MIN_SAMPLES - 1):
         assert not envelope.observe(1.0)
@@ -188,9 +188,13 @@ def test_the_envelope_ignores_spikes_and_follows_a_lasting_change():
     for _ in range(live_costs.WINDOW):
         envelope.observe(0.5)
     assert envelope.floor == pytest.approx(0.5)
-    for _ in range(live_costs.WINDOW - 1):
+    for _ in range(live_costs.RAISE_AFTER - 1):
         envelope.observe(1.5)
-    assert envelope.floor == pytest.approx(0.5)  # one quiet timing left in the window
+    assert envelope.floor == pytest.approx(0.5)  # a busy stretch, not yet a lasting change
+    envelope.observe(0.9)  # one timing under 2x the floor starts the count again
+    for _ in range(live_costs.RAISE_AFTER - 1):
+        envelope.observe(1.5)
+    assert envelope.floor == pytest.approx(0.5)
     envelope.observe(1.5)
     assert envelope.floor == pytest.approx(1.5)
     assert not envelope.observe(float("nan")) and not envelope.observe(-1.0)
