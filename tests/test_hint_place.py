@@ -63,3 +63,46 @@ def test_a_generator_places_the_hint_as_configured(tiny_generator):
     assert json.dumps(SCHEMA) in gen.tokenizer.decode(ids[0][:shared(*ids)])
     assert ids[0] == prompt_token_ids(gen.tokenizer, PROMPTS[0], SCHEMA, hint_place="system")
     assert ids[0] != prompt_token_ids(gen.tokenizer, PROMPTS[0], SCHEMA)
+
+
+def test_serve_takes_the_place_and_refuses_it_with_ray(monkeypatch, capsys):
+    """``serve --schema-hint-place system`` reaches the server's Generator; with ``--ray`` (whose
+    replicas do not take it yet) it is an argument error, before anything loads."""
+    pytest.importorskip("uvicorn")
+    from constrained_spec.api import Generator
+    from constrained_spec.cli import serve
+
+    with pytest.raises(SystemExit) as exit_info:
+        serve.main(["--ray", "--schema-hint-place", "system", "--model", "m", "--draft", "none"])
+    assert exit_info.value.code == 2 and "not passed to Ray replicas" in capsys.readouterr().err
+
+    class Loaded(Exception):
+        pass
+
+    def from_config(cls, models, decode=None, **options):
+        raise Loaded(options)
+
+    monkeypatch.setattr(Generator, "from_config", classmethod(from_config))
+    with pytest.raises(Loaded) as loaded:
+        serve.main(["--schema-hint-place", "system", "--model", "m", "--draft", "none"])
+    assert loaded.value.args[0]["schema_hint_place"] == "system"
+
+
+def test_with_batch_rows_the_system_hint_is_reused_from_the_prefix_cache(tiny_generator):
+    """On batch rows (the server's default), a second call with the same schema and another prompt
+    restores at least the whole hint from the prefix cache when the hint is in the system message;
+    with the hint after the user's text (the control) it restores less than the hint's tokens."""
+    schema = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"], "description": "where the report is from"},
+                                               "temp_c": {"type": "integer", "minimum": -9, "maximum": 9}},
+              "required": ["city", "temp_c"], "additionalProperties": False}  # a short output on random weights
+    reused, hint_tokens = {}, 0
+    for place in ("system", "user"):
+        gen = tiny_generator(draft=False, schema_hint_place=place, max_batch_size=2, batch_max_tokens=512, max_new_tokens=40)
+        if place == "system":
+            spec = gen.compile(schema).spec
+            hint_tokens = shared(*(gen.prompt_ids(p, spec) for p in PROMPTS))
+        gen.run(PROMPTS[0], schema)
+        before = gen.batch.metrics.reused_tokens
+        gen.run(PROMPTS[1], schema)
+        reused[place] = gen.batch.metrics.reused_tokens - before
+    assert hint_tokens > 50 and reused["system"] >= hint_tokens > reused["user"], (reused, hint_tokens)
