@@ -173,7 +173,8 @@ class Generator:
                    tools: Sequence[dict] | None = None) -> list[int]:
         """Token ids of the prompt, through the chat template when the tokenizer has one; a list of
         token ids is the prompt itself (no template, no schema hint). The text is made by
-        :func:`constrained_spec.prompts.prompt_token_ids` (the schema hint appended to the last message).
+        :func:`constrained_spec.prompts.prompt_token_ids` (the schema hint appended to the last message,
+        or first in a system message with ``schema_hint_place="system"``).
 
         ``tools``: OpenAI tool dicts handed to the chat template (``apply_chat_template(...,
         tools=tools)``), for function calling with a template that renders tools itself;
@@ -181,7 +182,7 @@ class Generator:
         only for such templates. A tokenizer without a chat template cannot take them.
         """
         if schema_in_prompt and spec is not None and spec.schema is not None:
-            return prompt_token_ids(self.tokenizer, prompt, spec.schema, self.schema_hint_style, tools)
+            return prompt_token_ids(self.tokenizer, prompt, spec.schema, self.schema_hint_style, tools, self.config.schema_hint_place)
         return prompt_token_ids(self.tokenizer, prompt, tools=tools)
 
     # -- match per request ----------------------------------------------------------------------

@@ -49,6 +49,11 @@ PREFILL_DTYPES = ("same", "bf16", "fp32")
 #: project schemas with Qwen2's tokenizer), ``"types"`` a short type sketch
 #: (:mod:`constrained_spec.prompts.type_sketch`: keys, types, values, bounds, descriptions; 48% fewer)
 SCHEMA_HINT_STYLES = ("full", "compact", "types")
+#: where the prompt's schema hint goes (``Generator(schema_hint_place=...)``, ``prompts.chat``):
+#: ``"user"`` after the last message's text (the default, what the defaults were tuned with), or
+#: ``"system"`` in a system message before the messages, so calls with the same schema share the
+#: prompt's first tokens (a prefix cache can reuse them)
+SCHEMA_HINT_PLACES = ("user", "system")
 #: the verify kernels: torch (the reference) or triton (CUDA); auto picks triton for CUDA logits
 VERIFY_BACKENDS = ("auto", "torch", "triton")
 #: ``DecodeConfig.prefill_overlap``: the draft's prefill beside the target's (``engine.prefill``)
@@ -263,6 +268,7 @@ _PARTS = {"models": ModelConfig, "decode": DecodeConfig, "batch": BatchConfig, "
 class GeneratorConfig:
     """What a Generator is built from: its models, how it decodes, batches and compiles, and the
     defaults of each call (``max_new_tokens``, ``schema_hint_style``: see :data:`SCHEMA_HINT_STYLES`;
+    ``schema_hint_place``: see :data:`SCHEMA_HINT_PLACES`;
     ``eos_token_ids``: None reads them off the tokenizer and the model; ``progress``: show load
     progress)."""
 
@@ -274,10 +280,13 @@ class GeneratorConfig:
     schema_hint_style: str = "full"
     eos_token_ids: tuple[int, ...] | None = None
     progress: bool = True
+    schema_hint_place: str = "user"
 
     def __post_init__(self) -> None:
         _check(self.schema_hint_style in SCHEMA_HINT_STYLES,
                f"unknown schema hint style {self.schema_hint_style!r}; choose one of {', '.join(SCHEMA_HINT_STYLES)}")
+        _check(self.schema_hint_place in SCHEMA_HINT_PLACES,
+               f"unknown schema hint place {self.schema_hint_place!r}; choose one of {', '.join(SCHEMA_HINT_PLACES)}")
         if self.eos_token_ids is not None:
             object.__setattr__(self, "eos_token_ids", tuple(self.eos_token_ids))
 

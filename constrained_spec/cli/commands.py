@@ -14,6 +14,7 @@ loads, and this module imports neither torch nor transformers until a command ne
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -33,7 +34,15 @@ from constrained_spec.cli.args import (
     probability,
     proposer_list,
 )
-from constrained_spec.config import DRAFT_PLANS, MAX_PARTICLES, NUM_DRAFT_TOKENS, PROPOSERS, SCHEMA_HINT_STYLES, DecodeConfig
+from constrained_spec.config import (
+    DRAFT_PLANS,
+    MAX_PARTICLES,
+    NUM_DRAFT_TOKENS,
+    PROPOSERS,
+    SCHEMA_HINT_PLACES,
+    SCHEMA_HINT_STYLES,
+    DecodeConfig,
+)
 from constrained_spec.errors import (
     ConstrainedSpecError,
     GrammarError,
@@ -198,8 +207,62 @@ def check_alignment(args: argparse.Namespace) -> None:
         raise UsageError(f"--particles must be at most {MAX_PARTICLES}")
 
 
+def check_job(args: argparse.Namespace) -> tuple[list[Any], set[int]] | None:
+    """``--input``: the job's lines and those an earlier run recorded in ``--output`` (its stopped
+    tail cut off); None for one ``--prompt``. UsageError for a wrong combination or file."""
+    from constrained_spec.cli.batch_job import parse_job, recorded_lines
+
+    if (args.prompt is None) == (args.input is None):
+        raise UsageError("pass one of --prompt TEXT or --input FILE.jsonl" if args.prompt is None else
+                         "pass --prompt or --input, not both")
+    if args.input is None:
+        for flag, value in (("--output", args.output), ("--batch-size", args.batch_size)):
+            if value is not None:
+                raise UsageError(f"{flag} needs --input FILE.jsonl (a job of many prompts)")
+        return None
+    lines = parse_job(read_input_file(args.input, "input"))
+    if args.output is None:
+        return lines, set()
+    output = Path(args.output).expanduser()
+    if output.is_dir():
+        raise UsageError(f"output file {args.output!r} is a directory")
+    if not output.parent.is_dir():
+        raise UsageError(f"the folder of output file {args.output!r} does not exist")
+    if output.exists() and output.resolve() == Path(args.input).expanduser().resolve():
+        raise UsageError("--output must not be the --input file")
+    return lines, recorded_lines(output)
+
+
+def _run_job(args: argparse.Namespace, gen: Any, compiled: Any, lines: list[Any], done: set[int], run_options: dict[str, Any]) -> int:
+    """Decode the job's lines not yet recorded, writing their records in input order (``cli.batch_job``)."""
+    from tqdm import tqdm
+
+    from constrained_spec.cli.batch_job import run_job
+
+    def decode(part: Sequence[Any]) -> list[Any]:
+        return gen.run_batch([{"prompt": line.prompt, "output_type": compiled, **run_options} for line in part], return_exceptions=True)
+
+    def record(result: Any) -> dict[str, Any]:
+        out = {"value": json.loads(result.text)} if compiled.spec.kind not in ("regex", "lark") else {"text": result.text}
+        return {**out, "stats": result.stats.as_dict()} if args.stats else out
+
+    rows = args.batch_size or 1
+    show = bool(args.progress or sys.stderr.isatty())
+    with contextlib.ExitStack() as stack:
+        out = sys.stdout if args.output is None else stack.enter_context(open(args.output, "a", encoding="utf-8"))
+        bar = stack.enter_context(tqdm(total=len(lines), initial=len(lines) - len([x for x in lines if x.number not in done]),
+                                       file=sys.stderr, disable=not show, unit="doc", desc="documents"))
+        summary = run_job(lines, decode, out, record, chunk=rows * 2 if rows > 1 else 1, done=done, progress=bar)
+    errors = summary.errors or []
+    named = f" (line{'s' if len(errors) > 1 else ''} {', '.join(map(str, errors[:20]))}{', ...' if len(errors) > 20 else ''})" if errors else ""
+    print(f"{PROG}: {summary.written} record(s) written, {len(errors)} error(s){named}, {summary.resumed} from an earlier run",
+          file=sys.stderr)
+    return 0
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     check_alignment(args)
+    job = check_job(args)
     spec = compile_constraint(args)
     draft = _draft_spec(args)
     proposers = args.proposers if args.proposers is not None else (PROPOSERS if draft else ())
@@ -211,19 +274,27 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     if draft is not None:
         check_model_spec(draft, "--draft", "draft", args)
 
+    if job is not None and not [line for line in job[0] if line.number not in job[1]]:
+        print(f"{PROG}: nothing to do: every line of {args.input} is recorded in {args.output}", file=sys.stderr)
+        return 0
+
     from constrained_spec.api import Generator  # torch and transformers from here on
     from constrained_spec.progress import progress_after
 
     decode = DecodeConfig(num_draft_tokens=args.num_draft_tokens, proposers=proposers, verify_backend=args.backend,
                           debug_checks=args.debug_checks, draft_plan=args.draft_plan)
     models = dataclasses.replace(model_config(args), draft=draft)
+    batch = {"max_batch_size": args.batch_size} if job is not None and (args.batch_size or 1) > 1 else {}
     gen = Generator.from_config(models, decode, schema_options=schema_options(args), max_new_tokens=args.max_new_tokens,
-                                schema_hint_style=args.schema_hint)
+                                schema_hint_style=args.schema_hint, schema_hint_place=args.schema_hint_place, **batch)
     with progress_after("compiling the constraint", enabled=args.progress or None):
         compiled = gen.compile(spec)
-    result = gen.run(args.prompt, compiled, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                     seed=args.seed, schema_in_prompt=not args.no_schema_in_prompt, alignment=args.alignment,
-                     particles=args.particles, ess_threshold=args.ess_threshold)
+    run_options = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
+                   "schema_in_prompt": not args.no_schema_in_prompt, "alignment": args.alignment, "particles": args.particles,
+                   "ess_threshold": args.ess_threshold}
+    if job is not None:
+        return _run_job(args, gen, compiled, job[0], job[1], run_options)
+    result = gen.run(args.prompt, compiled, **run_options)
     print(result.text if spec.kind in ("regex", "lark") else json.dumps(json.loads(result.text), ensure_ascii=False))
     if args.stats:
         print(json.dumps(result.stats.as_dict(), indent=2), file=sys.stderr)
@@ -287,7 +358,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--regex", help="a regex the whole output must match (instead of --schema)")
     g.add_argument("--grammar", help="a .regex file (one regex) or a .lark file (a Lark grammar, start rule 'start'), "
                                      "e.g. from grammars/ (instead of --schema); the text is printed as generated")
-    g.add_argument("--prompt", required=True, help="the user prompt")
+    g.add_argument("--prompt", default=None, help="the user prompt (or --input)")
+    g.add_argument("--input", default=None,
+                   help="a job of many documents: a JSONL file, one prompt per line ({\"prompt\": ..., \"id\": ...} or a JSON "
+                        "string); one JSON line per input line is written, in order: {\"line\", \"id\", \"value\"} or "
+                        "{\"line\", \"id\", \"error\"} (docs/cli.md)")
+    g.add_argument("--output", default=None,
+                   help="with --input: the JSONL file to write (default stdout); where it exists, the lines it records are "
+                        "skipped and new ones appended (resume)")
+    g.add_argument("--batch-size", type=positive_int, default=None,
+                   help="with --input: decode up to this many documents together as rows of one batch (default 1: one after another)")
     add_model_arguments(g)
     g.add_argument("--num-draft-tokens", "-k", type=non_negative_int, default=NUM_DRAFT_TOKENS,
                    help=f"proposed tokens per step (0 = target only; default {NUM_DRAFT_TOKENS})")
@@ -320,6 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--schema-hint", default="full", choices=SCHEMA_HINT_STYLES,
                    help="how the prompt writes the schema: full (json.dumps, the default), compact (no spaces) or types "
                         "(a short type sketch: keys, types, values, bounds, descriptions; about half the prompt tokens)")
+    g.add_argument("--schema-hint-place", default="user", choices=SCHEMA_HINT_PLACES,
+                   help="where the prompt writes the schema: user (after the prompt's text, the default) or system (first, in "
+                        "a system message: prompts with the same schema then share their first tokens)")
     g.add_argument("--debug-checks", action="store_true", help="check cache/automaton invariants after every step")
     g.add_argument("--stats", action="store_true", help="print decoding stats to stderr")
     g.add_argument("--progress", action="store_true",

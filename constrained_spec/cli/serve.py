@@ -10,7 +10,7 @@ import os
 from typing import Sequence
 
 from constrained_spec.cli.args import add_model_arguments, model_config
-from constrained_spec.config import DRAFT_PLANS, NUM_DRAFT_TOKENS, SCHEMA_HINT_STYLES, DecodeConfig
+from constrained_spec.config import DRAFT_PLANS, NUM_DRAFT_TOKENS, SCHEMA_HINT_PLACES, SCHEMA_HINT_STYLES, DecodeConfig
 from constrained_spec.serving.config import ServerConfig
 from constrained_spec.serving.limits import API_KEY_ENV
 
@@ -42,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MiB per model kept for prompt prefixes that later requests reuse (0: none; default 1024)")
     p.add_argument("--schema-hint", default="full", choices=SCHEMA_HINT_STYLES,
                    help="how prompts write a response_format schema: full (json.dumps, the default), compact or types (a short type sketch)")
+    p.add_argument("--schema-hint-place", default="user", choices=SCHEMA_HINT_PLACES,
+                   help="where prompts write that schema: user (after the messages' text, the default) or system (first, in a "
+                        "system message: requests with the same schema share their first tokens, which --prefix-cache-mb reuses; "
+                        "not with --ray yet)")
     p.add_argument("--timeout", type=float, default=SERVER_DEFAULTS.request_timeout, help="seconds per request, waiting included (504 after)")
     p.add_argument("--model-name", default=None, help="the model id reported by /v1/models and in responses")
     p.add_argument("--api-key", default=None,
@@ -93,7 +97,10 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Load the models, then run uvicorn until interrupted."""
-    args = build_parser().parse_args(argv)  # before the heavy imports: --help and bad arguments stay fast
+    parser = build_parser()
+    args = parser.parse_args(argv)  # before the heavy imports: --help and bad arguments stay fast
+    if args.ray and args.schema_hint_place != "user":
+        parser.error("--schema-hint-place system is not passed to Ray replicas yet; leave it out with --ray")
     config = server_config(args)
     if args.ray:  # the replicas load the models; this process only deploys them
         from constrained_spec.cli.ray_serve import run_ray
@@ -107,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     generator = Generator.from_config(model_config(args), DecodeConfig(num_draft_tokens=args.num_draft_tokens, draft_plan=args.draft_plan),
                                       max_new_tokens=args.max_new_tokens, compile_timeout=args.compile_timeout,
                                       max_batch_size=args.max_batch_size, batch_max_tokens=args.batch_max_tokens,
-                                      prefix_cache_mb=args.prefix_cache_mb, schema_hint_style=args.schema_hint)
+                                      prefix_cache_mb=args.prefix_cache_mb, schema_hint_style=args.schema_hint,
+                                      schema_hint_place=args.schema_hint_place)
     app = create_app(generator, config)
     # on SIGTERM uvicorn stops accepting, gives the requests in flight shutdown_timeout seconds, then
     # cancels them; the app's shutdown then cancels what still generates and waits for its rows to be freed

@@ -27,10 +27,12 @@ threads, and models the gain per kind of output from those costs and the measure
 sets one figure for every output and wins over both. A pair on another device keeps its draft (no
 measurement there).
 
-The inputs are the prompt's length, the grammar, the budget, the devices and figures fixed before
-the first request (constants, or costs read from the cache or measured once at load), never a clock
-per request: a seed reproduces its sample whatever the machine's load, and run after run on a host
-once its costs are cached (timing-driven choices, like ``adaptive``, do not). Exact either way: without the draft the loop still verifies every proposal
+The inputs are the prompt's length, the grammar, the budget, the devices and the cost figures
+(constants, or costs read from the cache or measured at load and then learnt from the forwards
+requests run, ``engine.live_costs``), never a clock per request: the learnt figures reach the plan
+only where one moves by more than ``live_costs.PLAN_TOLERANCE``, so once they settle on a host a
+seed reproduces its sample whatever the machine's load, run after run (``calibrate_plan=False``:
+the constants, always; timing-driven choices, like ``adaptive``, do not reproduce). Exact either way: without the draft the loop still verifies every proposal
 against the target (``tests/engine/test_distribution.py`` covers both paths).
 """
 

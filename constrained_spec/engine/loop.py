@@ -60,7 +60,9 @@ class Drafting:
     draft's prefill per prompt token (None: ``draft_plan.DRAFT_PREFILL_PER_TOKEN``) and
     ``plan_source``: where those figures come from, in words; all for ``config.draft_plan``.
     ``allowed_mask``: matcher -> the tokens the draft's q may take (default: the grammar's; a test
-    gives a draft that ignores the grammar).
+    gives a draft that ignores the grammar). ``on_forward``: (model, tokens fed, seconds) of each
+    forward the loop times anyway: "target" verifies, "draft" proposals, a "draft_prefill" that ran
+    alone (``engine.live_costs`` learns the plan's costs from them).
     """
 
     proposers: Sequence[Proposer] = ()
@@ -71,6 +73,7 @@ class Drafting:
     draft_prefill_cost: float | None = None
     plan_source: str = "constant"
     allowed_mask: Callable[[GrammarMatcher], torch.Tensor] | None = None
+    on_forward: Callable[[str, int, float], None] | None = None
 
 
 class SpeculativeDecoder:
@@ -139,6 +142,7 @@ class SpeculativeDecoder:
         self.draft_prefill_cost = DRAFT_PREFILL_PER_TOKEN if drafting.draft_prefill_cost is None else drafting.draft_prefill_cost
         #: where the plan's figures come from, for ``stats.draft_plan_reason``
         self.plan_source = drafting.plan_source
+        self.on_forward = drafting.on_forward
         if config.draft_gain_per_token is not None:
             measured = drafting.plan_source if drafting.draft_prefill_cost is not None else ""
             self.plan_source = "; ".join(s for s in ("gain from DecodeConfig.draft_gain_per_token", measured) if s)
@@ -194,6 +198,8 @@ class SpeculativeDecoder:
         self.stats.prefill_seconds = time.perf_counter() - start
         self.stats.draft_prefill_seconds = times.draft_seconds
         self.stats.prefill_overlapped = times.overlapped
+        if self.on_forward is not None and self.draft is not None and not times.overlapped:
+            self.on_forward("draft_prefill", draft_tokens, times.draft_seconds)
         while not self.matcher.is_terminated():
             remaining = self.max_new_tokens - self.stats.generated_tokens
             if remaining <= 0:
@@ -304,8 +310,11 @@ class SpeculativeDecoder:
                 assert self.model is not None
                 t_fwd = time.perf_counter()
                 proposal = self.model.propose(ctx)[0]
+                seconds = time.perf_counter() - t_fwd
                 if adaptive is not None:
-                    adaptive.draft.observe(1, time.perf_counter() - t_fwd)
+                    adaptive.draft.observe(1, seconds)
+                if self.on_forward is not None:
+                    self.on_forward("draft", 1, seconds)
                 self.stats.draft_forwards += 1
                 last_confidence = proposal.confidence
                 c = self.config.draft_confidence
@@ -347,6 +356,8 @@ class SpeculativeDecoder:
         t1 = time.perf_counter()
         if self.draft_length is not None:
             self.draft_length.target.observe(len(pending) + len(drafted), t1 - t0)
+        if self.on_forward is not None:
+            self.on_forward("target", len(pending) + len(drafted), t1 - t0)
         self.stats.verify_seconds += t1 - t0
         device, k = self.device, len(drafted)
         masks = torch.stack(block.masks).to(device, non_blocking=True)

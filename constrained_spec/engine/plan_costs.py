@@ -12,7 +12,10 @@ llama.cpp's Q4_K grows about linearly (5 tokens 4.2x one). So right after a load
 - ``draft_prefill_per_token``: the draft's prefill of the context, per token.
 
 They are cached on disk per host, models, runtime and threads (``models.cost_cache``): a second load
-reads them and times nothing, so a seed gives the same sample run after run on that host.
+reads them and times nothing, so a seed gives the same sample run after run on that host. A
+``Generator`` no longer keeps them as measured: ``engine.live_costs`` seeds its figures with these
+timings and corrects them from the forwards decoding runs (a measurement under load is not kept);
+:func:`calibrated_costs` stays the once-only path.
 
 What the draft wins cannot be measured at load: it depends on the output. :data:`PRIORS` holds the
 project's measurements per kind of output (the default pair, k = 5, two threads, the tuned JSON
@@ -47,7 +50,8 @@ from typing import Any, Callable
 from constrained_spec.models.cost_cache import cost_key, read_costs, write_costs
 from constrained_spec.models.protocol import SequenceModel, restricted_head
 
-__all__ = ["CALIBRATION_TEXT", "GAIN_NOISE", "PRIORS", "SIZES", "HostCosts", "OutputPrior", "calibrated_costs", "gain_per_token", "measure_costs"]
+__all__ = ["CALIBRATION_TEXT", "GAIN_NOISE", "PRIORS", "SIZES", "HostCosts", "OutputPrior", "calibrated_costs", "gain_per_token", "measure_costs",
+           "time_draft"]
 
 logger = logging.getLogger("constrained_spec")
 
@@ -147,19 +151,40 @@ def gain_per_token(costs: HostCosts, kind: str) -> float:
     return 0.0 if -GAIN_NOISE < gain < 0 else gain
 
 
-def _timed(call: Callable[[], Any]) -> float:
-    start = time.perf_counter()
+def _timed(call: Callable[[], Any], clock: Callable[[], float] = time.perf_counter) -> float:
+    start = clock()
     call()
-    return time.perf_counter() - start
+    return clock() - start
+
+
+def time_draft(draft: SequenceModel, context: list[int], repeats: int = 2, clock: Callable[[], float] = time.perf_counter,
+               ) -> tuple[float, list[float]]:
+    """The draft's prefill of ``context`` (seconds, once) and ``repeats`` one-token forwards after it
+    through the head the loop uses (after one untimed); the draft's cache is emptied after."""
+    context = list(context) or [0]
+    head = restricted_head(draft)
+    one: Callable[[list[int]], Any] = head.extend_prefix_head if head is not None and head.head_prefix > 0 else draft.extend
+    draft.reset()
+    prefill = _timed(lambda: draft.prefill(context), clock)
+    base = draft.length
+    forwards = []
+    for i in range(repeats + 1):
+        seconds = _timed(lambda: one(context[:1]), clock)
+        draft.crop(base)
+        if i:  # the first is untimed
+            forwards.append(seconds)
+    draft.reset()
+    return prefill, forwards
 
 
 def measure_costs(target: SequenceModel, draft: SequenceModel, context: list[int], repeats: int = 2,
-                  ) -> tuple[HostCosts, list[tuple[str, int, float]]]:
+                  clock: Callable[[], float] = time.perf_counter) -> tuple[HostCosts, list[tuple[str, int, float]]]:
     """Time target forwards of :data:`SIZES` tokens and one-token draft forwards after ``context``
     (medians over ``repeats``, after one untimed forward each), and the draft's prefill of it
     (once); both caches are emptied after. Also returns every timing as (model, tokens, seconds),
     for adaptive k. About 14 one-token target forwards in all: on a real pair's CPU host a forward
-    is 0.1-2 s, so this is kept to the fewest forwards that give the figures."""
+    is 0.1-2 s, so this is kept to the fewest forwards that give the figures. ``clock``: seconds
+    (tests pass a synthetic one)."""
     context = list(context) or [0]
     seen: list[tuple[str, int, float]] = []
     target.reset()
@@ -169,20 +194,11 @@ def measure_costs(target: SequenceModel, draft: SequenceModel, context: list[int
     target.crop(base)
     for _ in range(repeats):
         for n in SIZES:
-            seen.append(("target", n, _timed(lambda: target.extend((context * n)[:n]))))
+            seen.append(("target", n, _timed(lambda: target.extend((context * n)[:n]), clock)))
             target.crop(base)
     target.reset()
-    head = restricted_head(draft)
-    one: Callable[[list[int]], Any] = head.extend_prefix_head if head is not None and head.head_prefix > 0 else draft.extend
-    draft.reset()
-    prefill = _timed(lambda: draft.prefill(context))
-    base = draft.length
-    for i in range(repeats + 1):
-        seconds = _timed(lambda: one(context[:1]))
-        draft.crop(base)
-        if i:  # the first is untimed
-            seen.append(("draft", 1, seconds))
-    draft.reset()
+    prefill, forwards = time_draft(draft, context, repeats, clock)
+    seen += [("draft", 1, seconds) for seconds in forwards]
     median = {n: statistics.median(s for name, m, s in seen if name == "target" and m == n) for n in SIZES}
     unit = max(median[1], 1e-9)
     draft_one = statistics.median(s for name, _, s in seen if name == "draft")
@@ -192,7 +208,7 @@ def measure_costs(target: SequenceModel, draft: SequenceModel, context: list[int
 
 
 def calibrated_costs(target: SequenceModel, draft: SequenceModel, context: list[int], cache_dir: str | os.PathLike[str] | None = None,
-                     ) -> tuple[HostCosts, list[tuple[str, int, float]]]:
+                     clock: Callable[[], float] = time.perf_counter) -> tuple[HostCosts, list[tuple[str, int, float]]]:
     """This pair's costs on this host: read from the cache (``models.cost_cache``), else measured
     (:func:`measure_costs`) and cached; the timings measured ([] when read)."""
     key = cost_key(target, draft, WHAT)
@@ -203,7 +219,7 @@ def calibrated_costs(target: SequenceModel, draft: SequenceModel, context: list[
             return costs, []
         logger.warning("the cached draft-plan costs are unusable; measuring them again")
     load = _load_average()
-    costs, seen = measure_costs(target, draft, context[:CONTEXT_TOKENS])
+    costs, seen = measure_costs(target, draft, context[:CONTEXT_TOKENS], clock=clock)
     path = write_costs(key, {**costs.to_dict(), "load_average_1m": load}, costs.measured, cache_dir)
     if load is not None and load >= (os.cpu_count() or 1):
         logger.warning("the draft plan's costs were measured under load (1-minute load average %.1f on %d cores): %s; "

@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Callable
 from constrained_spec.config import DecodeConfig
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
 from constrained_spec.engine.draft_plan import default_gain
+from constrained_spec.engine.live_costs import LiveCosts, learned_costs
 from constrained_spec.engine.loop import Drafting, SpeculativeDecoder, Verifier
-from constrained_spec.engine.plan_costs import HostCosts, calibrated_costs, gain_per_token
+from constrained_spec.engine.plan_costs import HostCosts, gain_per_token
 from constrained_spec.engine.prefill import on_cpu
 from constrained_spec.engine.proposers import GrammarStringProposer, GrammarStrings, PromptLookupProposer, PromptText, Proposer
 from constrained_spec.engine.stats import DecodeHooks, DecodeResult
@@ -91,6 +92,8 @@ class RequestBuilder:
         self._prompt_text = PromptText(vocab, encode)  # one request at a time, under ``lock``
         #: this host's forward costs for the draft plan (:meth:`calibrate_plan`); None: the constants
         self.plan_costs: HostCosts | None = None
+        #: learns those costs from the forwards requests alone run (``engine.live_costs``)
+        self.live_costs: LiveCosts | None = None
 
     # -- what a request uses -----------------------------------------------------------------
     def proposers(self, request: DecodeRequest, shared_text: bool) -> list[Proposer]:
@@ -118,8 +121,9 @@ class RequestBuilder:
         figures = ({"draft_gain": default_gain(request.kind)} if costs is None else
                    {"draft_gain": gain_per_token(costs, request.kind), "draft_prefill_cost": costs.draft_prefill_per_token,
                     "plan_source": costs.describe()})
+        learn = self.live_costs.observe if costs is not None and self.live_costs is not None and draft_cap is None else None
         drafting = Drafting(self.proposers(request, shared_text), draft_length, draft_cap,
-                            output_bound=request.output_bound if plan_auto else None, **figures)
+                            output_bound=request.output_bound if plan_auto else None, on_forward=learn, **figures)
         return SpeculativeDecoder(target, draft, request.new_matcher(), request.policy, config, max_new_tokens=request.max_new_tokens,
                                   verifier=verifier, generator=make_generator(request.policy.seed), hooks=request.hooks,
                                   drafting=drafting)
@@ -133,7 +137,11 @@ class RequestBuilder:
                 draft = self.draft if self.uses_draft(config) else None
                 decoder = self._decoder(request, self.target, draft, self.verifier,
                                         self.draft_length if config.adaptive else None, shared_text=True)
-                return decoder.run(request.prompt_ids)
+                try:
+                    return decoder.run(request.prompt_ids)
+                finally:
+                    if self.live_costs is not None and decoder.on_forward is not None:
+                        self.plan_costs = self.live_costs.settle()
         batch, state = self.batch, None
         slot = batch.acquire()
         try:
@@ -188,16 +196,17 @@ class RequestBuilder:
 
     def calibrate_plan(self, context_ids: list[int], cache_dir: str | os.PathLike[str] | None = None) -> HostCosts | None:
         """Take this host's forward costs for the draft plan (``engine.plan_costs``): read from the
-        cache, else measured on ``context_ids`` and cached (a few seconds for the default pair);
+        cache, else measured on ``context_ids`` and cached (a few seconds for the default pair), then
+        learnt from the forwards of each request alone (``engine.live_costs``);
         what is measured also warms adaptive k's cost curves. Only for a draft model on the CPU
         (elsewhere the plan keeps the draft, no figures needed)."""
         if self.draft is None or not on_cpu(self.target, self.draft):
             return None
         with self.lock:
-            costs, seen = calibrated_costs(self.target, self.draft, context_ids, cache_dir)
+            live, seen = learned_costs(self.target, self.draft, context_ids, cache_dir)
         self._observe_costs(seen)
-        self.plan_costs = costs
-        return costs
+        self.live_costs, self.plan_costs = live, live.current
+        return live.current
 
     def _observe_costs(self, seen: list[tuple[str, int, float]]) -> None:
         """Timed forwards (model, tokens fed, seconds) join adaptive k's cost curves."""

@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 
 from constrained_spec.prompts.schema_hint import schema_hint
 
-__all__ = ["apply_chat_template", "has_chat_template", "prompt_token_ids", "user_messages", "with_system_text"]
+__all__ = ["apply_chat_template", "has_chat_template", "prompt_token_ids", "user_messages", "with_system_prefix", "with_system_text"]
 
 
 def user_messages(prompt: str | Sequence[Mapping[str, Any]]) -> list[dict]:
@@ -18,6 +18,16 @@ def with_system_text(msgs: list[dict], text: str) -> list[dict]:
     """``msgs`` with ``text`` appended to a leading system message, or in a new one."""
     if msgs and msgs[0].get("role") == "system":
         msgs[0] = {**msgs[0], "content": (str(msgs[0].get("content") or "") + "\n\n" + text).strip()}
+    else:
+        msgs.insert(0, {"role": "system", "content": text})
+    return msgs
+
+
+def with_system_prefix(msgs: list[dict], text: str) -> list[dict]:
+    """``msgs`` with ``text`` first in a leading system message (before its own text), or in a new
+    one: the same ``text`` then starts every prompt, whatever follows it."""
+    if msgs and msgs[0].get("role") == "system":
+        msgs[0] = {**msgs[0], "content": (text + "\n\n" + str(msgs[0].get("content") or "")).strip()}
     else:
         msgs.insert(0, {"role": "system", "content": text})
     return msgs
@@ -46,18 +56,23 @@ def prompt_token_ids(
     schema: Any = None,
     hint_style: str = "full",
     tools: Sequence[dict] | None = None,
+    hint_place: str = "user",
 ) -> list[int]:
     """Token ids of ``prompt``: a list of token ids is the prompt itself (no template, no hint).
 
     Otherwise, with a ``schema`` (None: no hint) its :func:`schema_hint` is appended after a blank
-    line to the last message, and the messages go through :func:`apply_chat_template`; with a
+    line to the last message (``hint_place="user"``) or put first in a leading system message
+    (``"system"``: :func:`with_system_prefix`; calls with the same schema then share the prompt's
+    first tokens), and the messages go through :func:`apply_chat_template`; with a
     template the text is tokenized without special tokens (the template wrote them), without one
     with them. ``tools`` needs a chat template (a ValueError otherwise).
     """
     if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
         return [int(t) for t in prompt]  # token ids: the caller's own prompt, used as it is (no template, no hint)
     messages = user_messages(prompt)  # type: ignore[arg-type]  # not token ids (checked above)
-    if schema is not None:
+    if schema is not None and hint_place == "system":
+        messages = with_system_prefix(messages, schema_hint(schema, style=hint_style))
+    elif schema is not None:
         messages[-1]["content"] = str(messages[-1]["content"]) + "\n\n" + schema_hint(schema, style=hint_style)
     if tools and not has_chat_template(tokenizer):
         raise ValueError("tools= needs a tokenizer with a chat template; without one, spell the tools in the "
