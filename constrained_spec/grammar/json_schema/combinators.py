@@ -11,10 +11,13 @@ from __future__ import annotations
 from typing import Optional
 
 from constrained_spec.errors import UnsupportedKeywordError
+from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
 from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Holds, NarrowTypes, Require
+from constrained_spec.grammar.json_schema.content_dfa import MAX_STATES, DfaTooLarge
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS
+from constrained_spec.grammar.json_schema.negation import plan_not
 from constrained_spec.grammar.json_schema.py_regex import py_pattern_ok, py_search
 from constrained_spec.grammar.json_schema.regex_ops import first_chars_disjoint
 from constrained_spec.grammar.json_schema.values import ALL_TYPES, intersect_types, type_of
@@ -49,6 +52,7 @@ class Combinators(CompilerBase):
             base = [t for t in types_i if not (t == "integer" and "number" in types_i)]
             keep: set[str] = set()
             extra: list[Action] = []
+            negated: dict[int, Action] = {}  # j -> "not branch j" (exactly one: i and none of the others)
             for t in base:
                 acts_t: list[Action] = []
                 ok = True
@@ -57,6 +61,10 @@ class Combinators(CompilerBase):
                         continue
                     res = None if fj is None else self._exclude(t, fi, fj, ctxs[i], ctxs[j])
                     if res is None:
+                        neg = self._negated_branch(ctxs[j], fj, types_i)
+                        if neg is not None:
+                            negated[j] = neg
+                            continue
                         ok = False
                         break
                     acts_t += res
@@ -69,12 +77,22 @@ class Combinators(CompilerBase):
                 kept_any = True
             if keep != types_i:
                 acts.append(NarrowTypes(frozenset(keep)))
-            acts += extra
+            acts += extra + [negated[j] for j in sorted(negated)]
             out.append(acts)
         if not kept_any:
             self.unsupported("oneOf", ptr, "the branches cannot be told apart (oneOf is enforced for disjoint branches only)")
             return branches
         return out
+
+    def _negated_branch(self, cj: Ctx, fj: Optional[Flat], types: set[str]) -> Optional[Action]:
+        """The action "branch j fails" where it can be written exactly on every type of ``types``:
+        ``not: {not: X}`` as X itself, else the general negation (:meth:`negatable`); None where not."""
+        s = cj.schema
+        if isinstance(s, dict) and {k for k in s if k not in IGNORED_KEYWORDS} == {"not"}:
+            return Holds(cj.child(s["not"], "not"), True)
+        if fj is None or not self.negatable(cj, fj, types):
+            return None
+        return Holds(cj, False)
 
     def _absorbed(self, ctx: Ctx) -> Optional[Flat]:
         """The conjunction of ctx alone; None where it holds a keyword that is not supported."""
@@ -310,7 +328,53 @@ class Combinators(CompilerBase):
                     flat.forbidden.add(b["required"][0])
                 types.intersection_update({"object"})
                 return
-        self.unsupported("not", nctx.ptr, "only 'not' of types, constants and required properties is supported")
+        if nf is not None and self.apply_general_not(flat, nctx, nf, types):
+            return
+        self.unsupported(
+            "not", nctx.ptr,
+            "'not' is enforced type by type where it excludes whole types, null/boolean values, a regular set "
+            "of strings or one number bound (and for a few object forms); this one constrains objects, arrays, "
+            "numeric constants or nests combinators",
+        )
+
+    def apply_general_not(self, flat: Flat, nctx: Ctx, nf: Flat, types: set[str]) -> bool:
+        """``not: nctx`` type by type (:func:`~.negation.plan_not`): applied and True where exact,
+        False (nothing changed) where not; a string language past the DFA state bound is refused
+        (or recorded) by name."""
+        try:
+            plan = plan_not(nf, types, lambda v: self.doc.valid(nctx, v))
+        except DfaTooLarge:
+            self.unsupported("not", nctx.ptr, f"the strings it excludes need a DFA of more than {MAX_STATES} states")
+            return True
+        except ecma.PatternError:
+            return False
+        if plan is None:
+            return False
+        for t in plan.drop:
+            types.discard(t)
+        if "number" in plan.drop:
+            types.discard("integer")
+        if plan.exclude:
+            flat.excluded = flat.excluded + [(nctx, plan.exclude)]
+        if plan.strings is not None:
+            flat.str_not = flat.str_not + [(nctx, plan.strings)]
+        if plan.upper is not None:
+            d, strict = plan.upper
+            if flat.hi is None or d < flat.hi or (d == flat.hi and strict):
+                flat.hi, flat.hi_strict = d, strict
+        if plan.lower is not None:
+            d, strict = plan.lower
+            if flat.lo is None or d > flat.lo or (d == flat.lo and strict):
+                flat.lo, flat.lo_strict = d, strict
+        return True
+
+    def negatable(self, ctx: Ctx, f: Flat, types: set[str]) -> bool:
+        """Whether :meth:`apply_general_not` can write ``not: ctx`` (flat ``f``) exactly on a leaf of
+        ``types`` (the DFA of its strings built within its bound)."""
+        try:
+            return plan_not(f, set(types), lambda v: self.doc.valid(ctx, v)) is not None
+        except (DfaTooLarge, ecma.PatternError):
+            return False
 
 
 def _branch_ctx(branch: list[Action]) -> Ctx:
