@@ -29,10 +29,13 @@ __all__ = ["Combinators"]
 class Combinators(CompilerBase):
     """``oneOf`` disjointness, subschema disjointness tests and ``not``."""
 
-    def one_of_branches(self, branches: list[list[Action]], ptr: str) -> list[list[Action]]:
+    def one_of_branches(self, branches: list[list[Action]], ptr: str,
+                        outer: Optional[set[str]] = None) -> list[list[Action]]:
         """Make the branches of a oneOf pairwise disjoint by restricting each one: drop the
         types it cannot be told apart on, forbid/require discriminating properties, filter
-        finite branches exactly.  Every value of restricted branch i fails every branch j."""
+        finite branches exactly, or add "not branch j" where that negation is exact on the types
+        branch i keeps within ``outer`` (the types the context allows; None: all).  Every value of
+        restricted branch i fails every branch j."""
         ctxs = [_branch_ctx(b) for b in branches]
         flats = [self._absorbed(c) for c in ctxs]
         out: list[list[Action]] = []
@@ -49,6 +52,7 @@ class Combinators(CompilerBase):
                 kept_any = True
                 continue
             types_i = set(ALL_TYPES) if fi.types is None else set(fi.types)
+            neg_types = types_i if outer is None else intersect_types(types_i, outer)
             base = [t for t in types_i if not (t == "integer" and "number" in types_i)]
             keep: set[str] = set()
             extra: list[Action] = []
@@ -61,7 +65,7 @@ class Combinators(CompilerBase):
                         continue
                     res = None if fj is None else self._exclude(t, fi, fj, ctxs[i], ctxs[j])
                     if res is None:
-                        neg = self._negated_branch(ctxs[j], fj, types_i)
+                        neg = self._negated_branch(ctxs[j], fj, neg_types)
                         if neg is not None:
                             negated[j] = neg
                             continue

@@ -401,7 +401,7 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             rest = flat.copy()
             rest.groups = flat.groups[1:]
             if kind == "oneOf":
-                branches = self.one_of_branches(branches, ptr)
+                branches = self.one_of_branches(branches, ptr, rest.types)
             outs = []
             for bi, br in enumerate(branches):
                 f2 = rest.copy()
