@@ -25,8 +25,8 @@ __all__ = ["Dfa", "DfaTooLarge", "dfa_of_node", "product", "to_node", "words_nod
 
 #: most states one construction (a DFA of a node, a product) may reach
 MAX_STATES = 400
-#: most tuple nodes the regex of a DFA may have (state elimination can grow quadratically per state)
-MAX_NODE_SIZE = 4_000
+#: most characters (about) the regex of a DFA may take (state elimination can grow quadratically per state)
+MAX_NODE_SIZE = 40_000
 
 EPS: Node = ("seq", ())
 
@@ -225,14 +225,23 @@ def is_empty(d: Dfa) -> bool:
 # -- back to a node ----------------------------------------------------------------------------
 
 
+_SET_CHARS: dict[Ranges, int] = {}
+
+
 def _size(n: Optional[Node]) -> int:
+    """About how many characters the regex of node n takes (a character set: its spelling's)."""
     if n is None:
         return 0
     if n[0] == "set":
-        return 1
+        c = _SET_CHARS.get(n[1])
+        if c is None:
+            if len(_SET_CHARS) > 4096:
+                _SET_CHARS.clear()
+            c = _SET_CHARS[n[1]] = len(ecma.emit_set(n[1]) or "")
+        return c
     if n[0] in ("seq", "alt"):
-        return 1 + sum(_size(x) for x in n[1])
-    return 1 + _size(n[1])
+        return 2 + sum(_size(x) for x in n[1])
+    return 3 + _size(n[1])
 
 
 def _seq(*xs: Optional[Node]) -> Optional[Node]:
@@ -281,9 +290,20 @@ def _star(x: Optional[Node]) -> Node:
     return ("rep", x, 0, None)
 
 
+def _weight(r: dict[int, dict[int, Node]], ins: dict[int, set[int]], k: int) -> int:
+    """How much eliminating state k adds: each in-path copied once per out-path and back."""
+    pin = [p for p in ins[k] if p != k]
+    qout = [q for q in r[k] if q != k]
+    loop = _size(r[k].get(k))
+    sin = sum(_size(r[p][k]) for p in pin)
+    sout = sum(_size(r[k][q]) for q in qout)
+    return sin * (len(qout) - 1) + sout * (len(pin) - 1) + loop * (len(pin) * len(qout) - 1)
+
+
 def to_node(d: Dfa, max_size: int = MAX_NODE_SIZE) -> Optional[Node]:
     """An ``ecma_regex`` node of d's language (None: empty) by state elimination on the trimmed,
-    minimised DFA (:class:`DfaTooLarge` past ``max_size`` tuple nodes)."""
+    minimised DFA, eliminating first the states that add least (:class:`DfaTooLarge` past about
+    ``max_size`` characters)."""
     d = minimise(trim(d))
     n = len(d.edges)
     if not any(d.accept):
@@ -302,7 +322,7 @@ def to_node(d: Dfa, max_size: int = MAX_NODE_SIZE) -> Optional[Node]:
             ins[t].add(s)
     remaining = set(range(n))
     while remaining:
-        k = min(remaining, key=lambda x: (len(ins[x] - {x}) * len(set(r[x]) - {x}), x))
+        k = min(remaining, key=lambda x: (_weight(r, ins, x), x))
         remaining.discard(k)
         loop = r[k].pop(k, None)
         ins[k].discard(k)
