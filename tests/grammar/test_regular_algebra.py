@@ -310,3 +310,29 @@ def test_unique_items_control_one_order_is_caught():
     one_order = re.compile(r'\[("a"(,"b")?(,1)?|"b"(,1)?|1)\]')  # strictly ordered subsequences
     assert validator.is_valid([1, "a"]) and not one_order.fullmatch(dumps([1, "a"]))
     assert re.fullmatch(compiled(schema) or "", dumps([1, "a"]))
+
+
+# -- not of a disjunction on objects, as a branch group ------------------------------------------
+
+OBJECT_SCHEMAS = [
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "not": {"required": ["a", "b"]}},
+    {"properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "not": {"required": ["a", "b"]}},
+    {"type": "object", "properties": {"kind": {"enum": ["x", "y"]}, "n": {"type": "integer"}},
+     "if": {"properties": {"kind": {"const": "x"}}, "required": ["kind"]},
+     "then": {"required": ["n"]}, "else": {"not": {"required": ["n"]}}},
+]
+OBJECT_VALUES: list[Any] = [
+    {}, {"a": 1}, {"b": 2}, {"a": 1, "b": 2}, {"a": "s"}, {"kind": "x"}, {"kind": "y"}, {"kind": "x", "n": 1},
+    {"kind": "y", "n": 1}, {"n": 1}, {"kind": "z"}, None, 1, "a", [],
+]
+
+
+@pytest.mark.parametrize("schema", OBJECT_SCHEMAS, ids=range(len(OBJECT_SCHEMAS)))
+def test_not_of_object_disjunctions_is_exact(schema):
+    regex = compiled(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    rx = None if regex is None else re.compile(regex)
+    for v in OBJECT_VALUES:
+        if isinstance(v, dict) and set(v) - set(schema["properties"]):
+            continue  # only declared properties are generated (a documented choice)
+        assert (rx is not None and rx.fullmatch(dumps(v)) is not None) == validator.is_valid(v), (v, regex)

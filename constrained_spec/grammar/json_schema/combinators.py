@@ -14,7 +14,7 @@ from constrained_spec.errors import UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
-from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Holds, NarrowTypes, Require
+from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Group, Holds, NarrowTypes, Require
 from constrained_spec.grammar.json_schema.content_dfa import MAX_STATES, DfaTooLarge
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS
 from constrained_spec.grammar.json_schema.negation import plan_not
@@ -87,6 +87,37 @@ class Combinators(CompilerBase):
             self.unsupported("oneOf", ptr, "the branches cannot be told apart (oneOf is enforced for disjoint branches only)")
             return branches
         return out
+
+    def negation_group(self, ctx: Ctx) -> Optional[Group]:
+        """``not`` of a disjunction on objects as a branch group, exact: ``not: {required: [a, b]}``
+        is an object without a or without b; ``not: {properties: {p: S}, required: [p]}`` (the
+        discriminator of an ``if``) is an object without p, or with p failing S. None for other
+        forms (the leaf applies those, :meth:`apply_not`)."""
+        s = ctx.schema
+        if not isinstance(s, dict):
+            return None
+        keys = {k for k in s if k not in IGNORED_KEYWORDS}
+        req = s.get("required")
+        if not isinstance(req, list) or not req or not all(isinstance(n, str) for n in req):
+            return None
+        obj = NarrowTypes(frozenset({"object"}))
+        ptr = ctx.ptr + "/not"
+        if keys == {"required"} and len(set(req)) > 1:
+            return ("anyOf", [[obj, Forbid(n)] for n in dict.fromkeys(req)], ptr)
+        props = s.get("properties")
+        if (
+            keys <= {"required", "properties", "type"}
+            and s.get("type", "object") == "object"
+            and isinstance(props, dict)
+            and len(props) == 1
+            and list(props) == list(dict.fromkeys(req))
+        ):
+            (p,) = props
+            part = {"properties": {p: props[p]}}
+            self.synthetic.append(part)  # kept alive: contexts are remembered by the schema's id
+            present_failing = Ctx(part, ctx.ptr, ctx.resolver)
+            return ("anyOf", [[obj, Forbid(p)], [Holds(present_failing, False)]], ptr)
+        return None
 
     def _negated_branch(self, cj: Ctx, fj: Optional[Flat], types: set[str]) -> Optional[Action]:
         """The action "branch j fails" where it can be written exactly on every type of ``types``:

@@ -250,7 +250,11 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
         ctx = self.doc.enter(ctx)
         s = ctx.schema
         if not positive:
-            flat.nots.append(ctx)
+            group = self.negation_group(ctx)
+            if group is not None:
+                flat.groups.append(group)
+            else:
+                flat.nots.append(ctx)
             flat.sources.append((ctx, False))
             return
         flat.sources.append((ctx, True))
