@@ -13,9 +13,9 @@ from typing import Optional
 from constrained_spec.errors import UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
+from constrained_spec.grammar.json_schema.content_dfa import MAX_STATES, DfaTooLarge
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
 from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Group, Holds, NarrowTypes, Require
-from constrained_spec.grammar.json_schema.content_dfa import MAX_STATES, DfaTooLarge
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS
 from constrained_spec.grammar.json_schema.negation import plan_not
 from constrained_spec.grammar.json_schema.py_regex import py_pattern_ok, py_search
