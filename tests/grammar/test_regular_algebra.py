@@ -336,3 +336,10 @@ def test_not_of_object_disjunctions_is_exact(schema):
         if isinstance(v, dict) and set(v) - set(schema["properties"]):
             continue  # only declared properties are generated (a documented choice)
         assert (rx is not None and rx.fullmatch(dumps(v)) is not None) == validator.is_valid(v), (v, regex)
+
+
+def test_oneof_past_the_dfa_bound_is_refused_as_oneof():
+    schema = {"type": "string", "oneOf": [{"pattern": "^[ab]*a[ab]{12}$"}, {"pattern": "^a"}]}
+    with pytest.raises(UnsupportedKeywordError) as e:
+        schema_to_regex(schema)
+    assert e.value.keyword == "oneOf" and "/oneOf" in str(e.value)

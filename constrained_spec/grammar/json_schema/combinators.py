@@ -17,7 +17,7 @@ from constrained_spec.grammar.json_schema.content_dfa import MAX_STATES, DfaTooL
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
 from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Group, Holds, NarrowTypes, Require
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS
-from constrained_spec.grammar.json_schema.negation import plan_not
+from constrained_spec.grammar.json_schema.negation import negation_keyword, plan_not
 from constrained_spec.grammar.json_schema.py_regex import py_pattern_ok, py_search
 from constrained_spec.grammar.json_schema.regex_ops import first_chars_disjoint
 from constrained_spec.grammar.json_schema.values import ALL_TYPES, intersect_types, type_of
@@ -379,7 +379,8 @@ class Combinators(CompilerBase):
         try:
             plan = plan_not(nf, types, lambda v: self.doc.valid(nctx, v))
         except DfaTooLarge:
-            self.unsupported("not", nctx.ptr, f"the strings it excludes need a DFA of more than {MAX_STATES} states")
+            kw, ptr = negation_keyword(nctx.ptr)
+            self.unsupported(kw, ptr, f"the strings it excludes need a DFA of more than {MAX_STATES} states")
             return True
         except ecma.PatternError:
             return False

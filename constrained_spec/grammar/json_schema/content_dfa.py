@@ -24,7 +24,7 @@ from constrained_spec.grammar.json_schema.lexeme_lang import NONE, Lang, Nodes, 
 __all__ = ["Dfa", "DfaTooLarge", "dfa_of_node", "product", "to_node", "words_node", "is_empty", "MAX_STATES"]
 
 #: most states one construction (a DFA of a node, a product) may reach
-MAX_STATES = 400
+MAX_STATES = 1_000
 #: most characters (about) the regex of a DFA may take (state elimination can grow quadratically per state)
 MAX_NODE_SIZE = 40_000
 
@@ -42,6 +42,8 @@ class Dfa:
 
     edges: list[list[tuple[Ranges, int]]]
     accept: list[bool]
+    #: what the DFA was built from, where a cache built it (:mod:`.negation`): equal keys, equal languages
+    key: tuple = ()
 
 
 def _cells(sets: list[Ranges]) -> list[Ranges]:
@@ -108,6 +110,22 @@ def _merge(out: list[tuple[Ranges, int]]) -> list[tuple[Ranges, int]]:
     return [(r, t) for t, r in by.items()]
 
 
+def _intersect(a: Ranges, b: Ranges) -> Ranges:
+    """The intersection of two normalised range tuples (a two-pointer merge)."""
+    out = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo = max(a[i][0], b[j][0])
+        hi = min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return tuple(out)
+
+
 def product(a: Dfa, b: Dfa, op: Callable[[bool, bool], bool], universe: Ranges = ecma.ANY_RANGES,
             max_states: int = MAX_STATES) -> Dfa:
     """The product automaton of a and b (each completed over ``universe`` with a dead state) whose
@@ -125,7 +143,7 @@ def product(a: Dfa, b: Dfa, op: Callable[[bool, bool], bool], universe: Ranges =
         out: list[tuple[Ranges, int]] = []
         for ra, ta in ea[p]:
             for rb, tb in eb[q]:
-                r = ecma.intersect(ra, rb)
+                r = _intersect(ra, rb)
                 if not r:
                     continue
                 j = ids.get((ta, tb))
@@ -290,13 +308,35 @@ def _star(x: Optional[Node]) -> Node:
     return ("rep", x, 0, None)
 
 
-def _weight(r: dict[int, dict[int, Node]], ins: dict[int, set[int]], k: int) -> int:
+class _Sizes:
+    """:func:`_size` remembered per node object (the node kept beside its size, so ids stay theirs)."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, tuple[Node, int]] = {}
+
+    def __call__(self, n: Optional[Node]) -> int:
+        if n is None:
+            return 0
+        hit = self.memo.get(id(n))
+        if hit is not None and hit[0] is n:
+            return hit[1]
+        if n[0] == "set":
+            out = _size(n)
+        elif n[0] in ("seq", "alt"):
+            out = 2 + sum(self(x) for x in n[1])
+        else:
+            out = 3 + self(n[1])
+        self.memo[id(n)] = (n, out)
+        return out
+
+
+def _weight(r: dict[int, dict[int, Node]], ins: dict[int, set[int]], k: int, size: _Sizes) -> int:
     """How much eliminating state k adds: each in-path copied once per out-path and back."""
     pin = [p for p in ins[k] if p != k]
     qout = [q for q in r[k] if q != k]
-    loop = _size(r[k].get(k))
-    sin = sum(_size(r[p][k]) for p in pin)
-    sout = sum(_size(r[k][q]) for q in qout)
+    loop = size(r[k].get(k))
+    sin = sum(size(r[p][k]) for p in pin)
+    sout = sum(size(r[k][q]) for q in qout)
     return sin * (len(qout) - 1) + sout * (len(pin) - 1) + loop * (len(pin) * len(qout) - 1)
 
 
@@ -321,8 +361,9 @@ def to_node(d: Dfa, max_size: int = MAX_NODE_SIZE) -> Optional[Node]:
         for t in r[s]:
             ins[t].add(s)
     remaining = set(range(n))
+    size = _Sizes()
     while remaining:
-        k = min(remaining, key=lambda x: (_weight(r, ins, x), x))
+        k = min(remaining, key=lambda x: (_weight(r, ins, x, size), x))
         remaining.discard(k)
         loop = r[k].pop(k, None)
         ins[k].discard(k)
@@ -334,7 +375,7 @@ def to_node(d: Dfa, max_size: int = MAX_NODE_SIZE) -> Optional[Node]:
                 merged = _alt([r[p].get(q), path])
                 if merged is None:
                     continue
-                if _size(merged) > max_size:
+                if size(merged) > max_size:
                     raise DfaTooLarge(f"the regex of the automaton passes {max_size} nodes")
                 r[p][q] = merged
                 ins[q].add(p)

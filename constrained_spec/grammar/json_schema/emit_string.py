@@ -13,7 +13,13 @@ from constrained_spec.grammar.json_schema.content_dfa import Dfa, DfaTooLarge, t
 from constrained_spec.grammar.json_schema.emit_lark import placeholder
 from constrained_spec.grammar.json_schema.ir import EMPTY, Flat
 from constrained_spec.grammar.json_schema.length_cut import Inexact, cut
-from constrained_spec.grammar.json_schema.negation import own_strings_dfa
+from constrained_spec.grammar.json_schema.negation import (
+    Recipe,
+    negation_keyword,
+    own_strings_dfa,
+    recipe_dfa,
+    remembered_failure,
+)
 from constrained_spec.grammar.json_schema.regex_ops import deriv, finite_strings, grow, nullable_node, shrink, trim_unanchored
 from constrained_spec.grammar.json_schema.regex_text import alt, group, rep
 
@@ -36,6 +42,15 @@ def _other_chars_text(universe: ecma.Ranges, kids: str) -> Optional[str]:
     return ecma.emit_set(ecma.subtract(universe, ecma.norm([(ord(k), ord(k)) for k in kids])))
 
 
+@functools.lru_cache(maxsize=256)
+def _dfa_strings(patterns: tuple[str, ...], lo: int, hi: Optional[int], minus_words: tuple[str, ...],
+                 minus: tuple[Recipe, ...]) -> Optional[str]:
+    """The content regex :meth:`StringEmitter.strings_by_dfa` builds, remembered by the recipes of
+    what it subtracts (the most recent 256; None: no string)."""
+    node = to_node(own_strings_dfa(lo, hi, list(patterns), list(minus_words), [recipe_dfa(m) for m in minus]))
+    return None if node is None else ecma.emit(node)
+
+
 class StringEmitter(CompilerBase):
     """Strings: lengths, patterns and formats, excluded constants."""
 
@@ -49,8 +64,8 @@ class StringEmitter(CompilerBase):
         pats = flat.patterns
         words = sorted({v for _, vals in excluded for v in vals})
         if flat.str_not or (excluded and (pats or lo > 0 or hi is not None)):
-            ptr = flat.str_not[0][0].ptr if flat.str_not else excluded[0][0].ptr
-            by_dfa = self.strings_by_dfa([p for p, _, _ in pats], lo, hi, words, [d for _, d in flat.str_not], ptr, "not")
+            kw, ptr = negation_keyword(flat.str_not[0][0].ptr if flat.str_not else excluded[0][0].ptr)
+            by_dfa = self.strings_by_dfa([p for p, _, _ in pats], lo, hi, words, [d for _, d in flat.str_not], ptr, kw)
             if by_dfa is not False:
                 return by_dfa
             f2 = flat.copy()  # recorded as unenforced: the strings without the negation
@@ -84,14 +99,25 @@ class StringEmitter(CompilerBase):
         none of ``minus_words`` nor in any ``minus`` language, through a bounded DFA over decoded
         code points (:mod:`.content_dfa`; spelled canonically); None where there is none. Past the
         DFA's bounds ``keyword`` is refused at ``ptr`` (or recorded, and then this answers False)."""
-        try:
-            node = to_node(own_strings_dfa(lo, hi, patterns, minus_words, minus))
-        except DfaTooLarge as e:
-            self.unsupported(keyword, ptr, f"the string language needs a DFA past its bounds ({e})")
-            return False
-        except ecma.PatternError as e:
-            self.refuse(keyword, ptr, str(e))
-        body = None if node is None else ecma.emit(node)
+        keys = tuple(d.key for d in minus)
+        if all(keys):
+            try:
+                args = (tuple(patterns), lo, hi, tuple(sorted(set(minus_words))), keys)
+                body = remembered_failure(("strings", args), _dfa_strings, *args)
+            except DfaTooLarge as e:
+                self.unsupported(keyword, ptr, f"the string language needs a DFA past its bounds ({e})")
+                return False
+            except ecma.PatternError as e:
+                self.refuse(keyword, ptr, str(e))
+        else:
+            try:
+                node = to_node(own_strings_dfa(lo, hi, patterns, minus_words, minus))
+            except DfaTooLarge as e:
+                self.unsupported(keyword, ptr, f"the string language needs a DFA past its bounds ({e})")
+                return False
+            except ecma.PatternError as e:
+                self.refuse(keyword, ptr, str(e))
+            body = None if node is None else ecma.emit(node)
         return EMPTY if body is None else self.check_size('"' + body + '"')
 
     def exact_string_rule(self, narrow: Optional[str], wide: str, leaf: dict[str, Any]) -> str:

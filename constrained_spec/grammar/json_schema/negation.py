@@ -18,6 +18,7 @@ answers None and the caller refuses by name. Exact or refused: never wider, neve
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Optional
@@ -28,7 +29,7 @@ from constrained_spec.grammar.json_schema.content_dfa import Dfa, DfaTooLarge, d
 from constrained_spec.grammar.json_schema.ir import Flat
 from constrained_spec.grammar.json_schema.values import type_of
 
-__all__ = ["NotPlan", "plan_not", "string_language", "search_node", "length_node", "own_strings_dfa"]
+__all__ = ["NotPlan", "plan_not", "negation_keyword", "recipe_dfa", "remembered_failure", "Recipe", "string_language", "search_node", "length_node", "own_strings_dfa"]
 
 ANY_CHAR: Node = ("set", ecma.ANY_RANGES)
 
@@ -59,10 +60,56 @@ def length_node(lo: int, hi: Optional[int]) -> Node:
     return ("rep", ANY_CHAR, lo, hi)
 
 
-def _meet(dfas: list[Dfa]) -> Dfa:
-    out = dfas[0]
-    for d in dfas[1:]:
-        out = product(out, d, lambda a, b: a and b)
+#: a recipe of a string language: (min length, max length, patterns, words or None), see :func:`recipe_dfa`
+Recipe = tuple[int, Optional[int], tuple[str, ...], Optional[tuple[str, ...]]]
+
+
+def _both(a: bool, b: bool) -> bool:
+    return a and b
+
+
+def _first_only(a: bool, b: bool) -> bool:
+    return a and not b
+
+
+#: recipes (and other cache keys) whose construction passed a bound (at most 4,096 remembered)
+TOO_LARGE: set[object] = set()
+
+
+def recipe_dfa(recipe: Recipe) -> Dfa:
+    """The DFA of the strings ``lo..hi`` long matching every pattern (search semantics) and, where
+    ``words`` is given, among them; remembered (the most recent 256), its ``key`` the recipe.
+    :class:`DfaTooLarge` past the state bound (remembered too: the same recipe fails again)."""
+    return remembered_failure(recipe, _recipe_dfa, recipe)
+
+
+def remembered_failure(key: object, build: Any, *args: Any) -> Any:
+    """``build(*args)``, raising :class:`DfaTooLarge` at once for a key that raised it before."""
+    if key in TOO_LARGE:
+        raise DfaTooLarge("past a bound before")
+    try:
+        return build(*args)
+    except DfaTooLarge:
+        if len(TOO_LARGE) > 4096:
+            TOO_LARGE.clear()
+        TOO_LARGE.add(key)
+        raise
+
+
+@functools.lru_cache(maxsize=256)
+def _recipe_dfa(recipe: Recipe) -> Dfa:
+    lo, hi, patterns, words = recipe
+    parts: list[Dfa] = []
+    if words is not None:
+        parts.append(dfa_of_node(words_node(list(words)) or ("set", ())))
+    if lo > 0 or hi is not None:
+        parts.append(dfa_of_node(length_node(lo, hi)))
+    for p in patterns:
+        parts.append(dfa_of_node(search_node(p)))
+    out = parts[0] if parts else dfa_of_node(length_node(0, None))
+    for d in parts[1:]:
+        out = product(out, d, _both)
+    out.key = recipe
     return out
 
 
@@ -72,27 +119,22 @@ def string_language(nf: Flat, valid_strings: Optional[list[str]]) -> Optional[Df
     every string. :class:`DfaTooLarge` past the state bound, ``ecma.PatternError`` for a pattern
     the parser cannot read."""
     if valid_strings is not None:
-        return dfa_of_node(words_node(valid_strings) or ("set", ()))
-    parts: list[Dfa] = []
-    if nf.min_len > 0 or nf.max_len is not None:
-        parts.append(dfa_of_node(length_node(nf.min_len, nf.max_len)))
-    for p, _, kw in nf.patterns:
-        if kw == "pattern":
-            parts.append(dfa_of_node(search_node(p)))
-    return _meet(parts) if parts else None
+        return recipe_dfa((0, None, (), tuple(sorted(set(valid_strings)))))
+    pats = tuple(p for p, _, kw in nf.patterns if kw == "pattern")
+    if nf.min_len == 0 and nf.max_len is None and not pats:
+        return None
+    return recipe_dfa((nf.min_len, nf.max_len, pats, None))
 
 
 def own_strings_dfa(lo: int, hi: Optional[int], patterns: list[str], minus_words: list[str],
                     minus: list[Dfa]) -> Dfa:
     """The DFA of the strings lo..hi long matching every pattern, none of ``minus_words`` and
     in none of the ``minus`` languages."""
-    d = dfa_of_node(length_node(lo, hi))
-    for p in patterns:
-        d = product(d, dfa_of_node(search_node(p)), lambda a, b: a and b)
+    d = recipe_dfa((lo, hi, tuple(patterns), None))
     if minus_words:
-        minus = [dfa_of_node(words_node(minus_words) or ("set", ()))] + list(minus)
+        minus = [recipe_dfa((0, None, (), tuple(sorted(set(minus_words)))))] + list(minus)
     for m in minus:
-        d = product(d, m, lambda a, b: a and not b)
+        d = product(d, m, _first_only)
     return d
 
 
@@ -176,6 +218,15 @@ def plan_not(nf: Flat, types: set[str], valid: Any) -> Optional[NotPlan]:
         else:
             return None
     return plan
+
+
+def negation_keyword(ptr: str) -> tuple[str, str]:
+    """The keyword (and its pointer) a refused negation at ``ptr`` is reported under: a ``oneOf``
+    branch negated to keep the branches apart (``.../oneOf/2``) is the ``oneOf``'s, else ``not``."""
+    head, _, last = ptr.rpartition("/")
+    if last.isdigit() and head.endswith("/oneOf"):
+        return "oneOf", head
+    return "not", ptr
 
 
 def dfa_or_none(build: Any) -> Optional[Dfa]:
