@@ -27,7 +27,7 @@ import pytest
 
 from constrained_spec.errors import EmptyLanguageError, UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
-from constrained_spec.grammar.json_schema import schema_to_regex
+from constrained_spec.grammar.json_schema import SchemaOptions, schema_to_regex
 from constrained_spec.grammar.json_schema.content_dfa import (
     DfaTooLarge,
     dfa_of_node,
@@ -343,3 +343,41 @@ def test_oneof_past_the_dfa_bound_is_refused_as_oneof():
     with pytest.raises(UnsupportedKeywordError) as e:
         schema_to_regex(schema)
     assert e.value.keyword == "oneOf" and "/oneOf" in str(e.value)
+
+
+ONEOF_OBJECT_SCHEMAS = [
+    {"oneOf": [{"properties": {"target": {"type": "string"}}}, {"properties": {"channel": {"type": "string"}}}]},
+    {"oneOf": [{"type": "object", "properties": {"target": {"type": "string"}}},
+               {"type": "object", "properties": {"channel": {"type": "string"}}}]},
+    {"oneOf": [{"oneOf": [{"type": "array", "maxItems": 1}, {"type": "string", "pattern": "^#"}]},
+               {"oneOf": [{"type": "object", "required": ["ref"], "properties": {"ref": {"type": "string"}}}]}]},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+     "not": {"type": "object", "properties": {"b": {"const": "s"}}, "required": ["b"]}},
+    {"properties": {"a": {"type": "integer"}}, "oneOf": [{"required": ["a"]}, {"type": "object", "required": ["a"]}]},
+]
+ONEOF_OBJECT_VALUES: list[Any] = [
+    {}, {"target": "x"}, {"channel": "x"}, {"target": 1}, {"channel": 2}, {"target": "x", "channel": 1},
+    {"target": 1, "channel": "y"}, {"target": "x", "channel": "y"}, {"ref": "r"}, {"ref": 1}, [], [1], [1, 2],
+    "#a", "a", None, 3, {"a": 1}, {"a": 2}, {"b": "s"}, {"a": 2, "b": "s"},
+]
+
+
+@pytest.mark.parametrize("schema", ONEOF_OBJECT_SCHEMAS, ids=range(len(ONEOF_OBJECT_SCHEMAS)))
+def test_oneof_and_not_on_objects_exact_forms(schema):
+    try:
+        regex: Optional[str] = schema_to_regex(schema, SchemaOptions(property_order="any")).regex
+    except EmptyLanguageError:
+        regex = None
+    validator = jsonschema.Draft202012Validator(schema)
+    rx = None if regex is None else re.compile(regex)
+    seen = 0
+    for v in ONEOF_OBJECT_VALUES:
+        ok = validator.is_valid(v)
+        acc = rx is not None and rx.fullmatch(dumps(v)) is not None
+        assert not acc or ok, (v, regex)  # never wider
+        declared = json.dumps(schema)
+        if isinstance(v, dict) and not all(f'"{k}"' in declared for k in v):
+            continue  # only properties the schema names are generated (a documented choice)
+        seen += 1
+        assert acc == ok, (v, regex)
+    assert seen > 5

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from constrained_spec.errors import UnsupportedKeywordError
+from constrained_spec.errors import SchemaError, UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.content_dfa import MAX_STATES, DfaTooLarge
@@ -38,6 +38,7 @@ class Combinators(CompilerBase):
         restricted branch i fails every branch j."""
         ctxs = [_branch_ctx(b) for b in branches]
         flats = [self._absorbed(c) for c in ctxs]
+        possible = [self._possible_or_none(c) for c in ctxs]
         out: list[list[Action]] = []
         kept_any = False
         for i, br in enumerate(branches):
@@ -52,6 +53,9 @@ class Combinators(CompilerBase):
                 kept_any = True
                 continue
             types_i = set(ALL_TYPES) if fi.types is None else set(fi.types)
+            pi = possible[i]
+            if pi is not None:  # the types its nested branches allow (exact: it admits no others)
+                types_i = intersect_types(types_i, pi)
             neg_types = types_i if outer is None else intersect_types(types_i, outer)
             base = [t for t in types_i if not (t == "integer" and "number" in types_i)]
             keep: set[str] = set()
@@ -63,6 +67,9 @@ class Combinators(CompilerBase):
                 for j, fj in enumerate(flats):
                     if j == i:
                         continue
+                    pj = possible[j]
+                    if pj is not None and not intersect_types({t}, pj):
+                        continue  # branch j admits no value of type t
                     res = None if fj is None else self._exclude(t, fi, fj, ctxs[i], ctxs[j])
                     if res is None:
                         neg = self._negated_branch(ctxs[j], fj, neg_types)
@@ -116,7 +123,10 @@ class Combinators(CompilerBase):
             part = {"properties": {p: props[p]}}
             self.synthetic.append(part)  # kept alive: contexts are remembered by the schema's id
             present_failing = Ctx(part, ctx.ptr, ctx.resolver)
-            return ("anyOf", [[obj, Forbid(p)], [Holds(present_failing, False)]], ptr)
+            branches: list[list[Action]] = [[obj, Forbid(p)], [Holds(present_failing, False)]]
+            if "type" in keys:  # S says "type": "object", so every non-object fails it
+                branches.append([NarrowTypes(frozenset(ALL_TYPES - {"object"}))])
+            return ("anyOf", branches, ptr)
         return None
 
     def _negated_branch(self, cj: Ctx, fj: Optional[Flat], types: set[str]) -> Optional[Action]:
@@ -125,9 +135,61 @@ class Combinators(CompilerBase):
         s = cj.schema
         if isinstance(s, dict) and {k for k in s if k not in IGNORED_KEYWORDS} == {"not"}:
             return Holds(cj.child(s["not"], "not"), True)
+        if isinstance(s, dict) and _exact_object_not(s, types):
+            return Holds(cj, False)
         if fj is None or not self.negatable(cj, fj, types):
             return None
         return Holds(cj, False)
+
+    def _possible_or_none(self, ctx: Ctx) -> Optional[set[str]]:
+        """:meth:`possible_types`, None where a reference in the way cannot be followed."""
+        try:
+            return self.possible_types(ctx, 0)
+        except (UnsupportedKeywordError, SchemaError):
+            return None
+
+    def possible_types(self, ctx: Ctx, depth: int) -> Optional[set[str]]:
+        """The types a subschema can admit, read through ``$ref``, ``allOf``, ``anyOf``/``oneOf``,
+        ``type``, ``enum``/``const`` (a superset; None: any, or too deep to look)."""
+        if depth > 8:
+            return None
+        ctx = self.doc.enter(ctx)
+        s = ctx.schema
+        if s is False:
+            return set()
+        if not isinstance(s, dict):
+            return None
+        out: Optional[set[str]] = None
+
+        def meet(ts: Optional[set[str]]) -> None:
+            nonlocal out
+            if ts is not None:
+                out = set(ts) if out is None else intersect_types(out, ts)
+
+        if isinstance(s.get("type"), (str, list)):
+            t = s["type"]
+            named = {t} if isinstance(t, str) else set(t)
+            meet(named | ({"integer"} if "number" in named else set()))
+        for kw in ("enum", "const"):
+            if kw in s:
+                vals = s[kw] if kw == "enum" and isinstance(s[kw], list) else [s[kw]]
+                of_values = {type_of(v) for v in vals}
+                meet(of_values | ({"number"} if "number" in of_values else set()))
+        if isinstance(s.get("$ref"), str):
+            meet(self.possible_types(self.doc.resolve_ref(ctx, s["$ref"]), depth + 1))
+        for i, sub in enumerate(s.get("allOf") or []):
+            meet(self.possible_types(ctx.child(sub, "allOf", i), depth + 1))
+        for kw in ("anyOf", "oneOf"):
+            if isinstance(s.get(kw), list):
+                union: Optional[set[str]] = set()
+                for i, sub in enumerate(s[kw]):
+                    branch = self.possible_types(ctx.child(sub, kw, i), depth + 1)
+                    if branch is None or union is None:
+                        union = None
+                    else:
+                        union |= branch
+                meet(union)
+        return out
 
     def _absorbed(self, ctx: Ctx) -> Optional[Flat]:
         """The conjunction of ctx alone; None where it holds a keyword that is not supported."""
@@ -411,6 +473,23 @@ class Combinators(CompilerBase):
             return plan_not(f, set(types), lambda v: self.doc.valid(ctx, v)) is not None
         except (DfaTooLarge, ecma.PatternError):
             return False
+
+
+def _exact_object_not(s: dict, types: set[str]) -> bool:
+    """Whether ``not: s`` on values of ``types`` is one of the object forms the compiler writes exactly: one property's
+    value failing (``{properties: {p: S}}``, no ``required``), one name absent (``{required: [a]}``),
+    or a branch group (:meth:`Combinators.negation_group`)."""
+    keys = {k for k in s if k not in IGNORED_KEYWORDS}
+    props, req = s.get("properties"), s.get("required")
+    if s.get("type", "object") != "object" or not keys or not keys <= {"properties", "required", "type"}:
+        return False
+    if "required" not in keys:  # the leaf keeps objects only: exact where S does not say "type" (or only objects are left)
+        return ("type" not in keys or types <= {"object"}) and isinstance(props, dict) and len(props) == 1
+    if not isinstance(req, list) or not req or not all(isinstance(n, str) for n in req):
+        return False
+    if "properties" not in keys:  # one name: forbidden at the leaf; several without "type": a group
+        return len(set(req)) == 1 or "type" not in keys
+    return isinstance(props, dict) and len(props) == 1 and list(props) == list(dict.fromkeys(req))
 
 
 def _branch_ctx(branch: list[Action]) -> Ctx:
