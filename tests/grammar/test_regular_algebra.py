@@ -381,3 +381,12 @@ def test_oneof_and_not_on_objects_exact_forms(schema):
         seen += 1
         assert acc == ok, (v, regex)
     assert seen > 5
+
+
+@pytest.mark.parametrize("schema", [
+    {"not": {"type": "integer"}}, {"not": {"type": ["integer", "boolean"]}}, {"not": {"not": {"type": "string"}}},
+    {"type": "number", "multipleOf": 2, "not": {"type": "integer"}}, {"not": {"not": {}}},
+], ids=range(5))
+def test_double_negation_and_non_integers(schema):
+    """``not: {not: X}`` is X; numbers that are not integers (spelled without an exponent)."""
+    assert not check_language(schema, compiled(schema))

@@ -250,6 +250,9 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
         ctx = self.doc.enter(ctx)
         s = ctx.schema
         if not positive:
+            if isinstance(s, dict) and set(s) - IGNORED_KEYWORDS == {"not"}:
+                self.absorb(flat, ctx.child(s["not"], "not"), True, depth + 1)  # not not X: X
+                return
             group = self.negation_group(ctx)
             if group is not None:
                 flat.groups.append(group)
