@@ -390,3 +390,12 @@ def test_oneof_and_not_on_objects_exact_forms(schema):
 def test_double_negation_and_non_integers(schema):
     """``not: {not: X}`` is X; numbers that are not integers (spelled without an exponent)."""
     assert not check_language(schema, compiled(schema))
+
+
+def test_old_false_accepts_are_gone():
+    """Two false accepts of the older code, found while building this: ``maxLength`` >= 64 beside a
+    ``not: {enum}`` was dropped (a 150-character string passed ``maxLength: 100``), and integer
+    multiples passed ``not: {type: integer}``."""
+    rx = re.compile(compiled({"type": "string", "maxLength": 100, "not": {"enum": ["ab"]}}) or "")
+    assert not rx.fullmatch(dumps("x" * 150)) and rx.fullmatch(dumps("x" * 100)) and not rx.fullmatch(dumps("ab"))
+    assert compiled({"type": "number", "multipleOf": 2, "not": {"type": "integer"}}) is None
