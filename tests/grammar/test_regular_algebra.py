@@ -399,3 +399,16 @@ def test_old_false_accepts_are_gone():
     rx = re.compile(compiled({"type": "string", "maxLength": 100, "not": {"enum": ["ab"]}}) or "")
     assert not rx.fullmatch(dumps("x" * 150)) and rx.fullmatch(dumps("x" * 100)) and not rx.fullmatch(dumps("ab"))
     assert compiled({"type": "number", "multipleOf": 2, "not": {"type": "integer"}}) is None
+
+
+def test_oneof_of_refs_to_objects_differing_on_one_property():
+    """The shape of real schemas (JSONSchemaBench Github_medium o683): branches are bare $refs."""
+    schema = {"definitions": {"P": {"properties": {"target": {"type": "string"}}},
+                              "G": {"properties": {"channel": {"type": "string"}}}},
+              "oneOf": [{"$ref": "#/definitions/P"}, {"$ref": "#/definitions/G"}]}
+    regex = schema_to_regex(schema, SchemaOptions(property_order="any")).regex
+    validator = jsonschema.Draft7Validator(schema)
+    for v in ONEOF_OBJECT_VALUES:
+        if isinstance(v, dict) and set(v) - {"target", "channel"}:
+            continue
+        assert (re.fullmatch(regex, dumps(v)) is not None) == validator.is_valid(v), v

@@ -100,6 +100,7 @@ class Combinators(CompilerBase):
         is an object without a or without b; ``not: {properties: {p: S}, required: [p]}`` (the
         discriminator of an ``if``) is an object without p, or with p failing S. None for other
         forms (the leaf applies those, :meth:`apply_not`)."""
+        ctx = self.bare_ref_target(ctx)
         s = ctx.schema
         if not isinstance(s, dict):
             return None
@@ -135,7 +136,8 @@ class Combinators(CompilerBase):
         s = cj.schema
         if isinstance(s, dict) and {k for k in s if k not in IGNORED_KEYWORDS} == {"not"}:
             return Holds(cj.child(s["not"], "not"), True)
-        if isinstance(s, dict) and _exact_object_not(s, types):
+        target = self.bare_ref_target(cj)
+        if isinstance(target.schema, dict) and _exact_object_not(target.schema, types):
             return Holds(cj, False)
         if fj is None or not self.negatable(cj, fj, types):
             return None
@@ -147,6 +149,21 @@ class Combinators(CompilerBase):
             return self.possible_types(ctx, 0)
         except (UnsupportedKeywordError, SchemaError):
             return None
+
+    def bare_ref_target(self, ctx: Ctx) -> Ctx:
+        """ctx, or where its schema is only a ``$ref`` (and annotations), what the reference leads
+        to (followed up to 8 times; ctx itself where one cannot be followed)."""
+        target = ctx
+        for _ in range(8):
+            ts = target.schema
+            if not (isinstance(ts, dict) and {k for k in ts if k not in IGNORED_KEYWORDS} == {"$ref"}
+                    and isinstance(ts["$ref"], str)):
+                break
+            try:
+                target = self.doc.resolve_ref(target, ts["$ref"])
+            except (UnsupportedKeywordError, SchemaError):
+                return ctx
+        return target
 
     def possible_types(self, ctx: Ctx, depth: int) -> Optional[set[str]]:
         """The types a subschema can admit, read through ``$ref``, ``allOf``, ``anyOf``/``oneOf``,
@@ -350,6 +367,7 @@ class Combinators(CompilerBase):
     def apply_not(self, flat: Flat, nctx: Ctx, types: set[str]) -> None:
         """Add ``not: nctx`` to flat (narrowing ``types`` in place) where the negation has a form
         the emitters support; refuse (or record) it otherwise."""
+        nctx = self.bare_ref_target(nctx)
         s = nctx.schema
         if s is True:
             types.clear()
