@@ -21,7 +21,7 @@ from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.ecma_regex import Node, Ranges
 from constrained_spec.grammar.json_schema.lexeme_lang import NONE, Lang, Nodes, OverBudget
 
-__all__ = ["Dfa", "DfaTooLarge", "dfa_of_node", "product", "to_node", "words_node", "is_empty", "MAX_STATES"]
+__all__ = ["Dfa", "DfaTooLarge", "dfa_of_node", "product", "to_node", "words_node", "MAX_STATES"]
 
 #: most states one construction (a DFA of a node, a product) may reach
 MAX_STATES = 1_000
@@ -233,11 +233,6 @@ def minimise(d: Dfa) -> Dfa:
         done.add(c)
         edges[c] = _merge([(r, ids[cls[t]]) for r, t in d.edges[s]])
     return Dfa(edges, accept)
-
-
-def is_empty(d: Dfa) -> bool:
-    """Whether d accepts no string."""
-    return not any(trim(d).accept)
 
 
 # -- back to a node ----------------------------------------------------------------------------

@@ -227,12 +227,3 @@ def negation_keyword(ptr: str) -> tuple[str, str]:
     if last.isdigit() and head.endswith("/oneOf"):
         return "oneOf", head
     return "not", ptr
-
-
-def dfa_or_none(build: Any) -> Optional[Dfa]:
-    """``build()``, or None where it passes the state bound."""
-    try:
-        out: Dfa = build()
-        return out
-    except DfaTooLarge:
-        return None
