@@ -62,6 +62,8 @@ class Combinators(CompilerBase):
             extra: list[Action] = []
             negated: dict[int, Action] = {}  # j -> "not branch j" (exactly one: i and none of the others)
             for t in base:
+                if outer is not None and not intersect_types({t}, outer):
+                    continue  # the context admits no value of type t: dropped below, as before
                 acts_t: list[Action] = []
                 ok = True
                 for j, fj in enumerate(flats):
@@ -137,8 +139,12 @@ class Combinators(CompilerBase):
         if isinstance(s, dict) and {k for k in s if k not in IGNORED_KEYWORDS} == {"not"}:
             return Holds(cj.child(s["not"], "not"), True)
         target = self.bare_ref_target(cj)
-        if isinstance(target.schema, dict) and _exact_object_not(target.schema, types):
-            return Holds(cj, False)
+        ts = target.schema
+        if isinstance(ts, dict) and _exact_object_not(ts, types):
+            props = ts.get("properties")
+            if not isinstance(props, dict) or all(self._value_negatable(target.child(v, "properties", k))
+                                                  for k, v in props.items()):
+                return Holds(cj, False)
         if fj is None or not self.negatable(cj, fj, types):
             return None
         return Holds(cj, False)
@@ -149,6 +155,16 @@ class Combinators(CompilerBase):
             return self.possible_types(ctx, 0)
         except (UnsupportedKeywordError, SchemaError):
             return None
+
+    def _value_negatable(self, ctx: Ctx) -> bool:
+        """Whether ``not: ctx`` on a property's value (of any type) has an exact form: the general
+        one, or one of the object forms."""
+        target = self.bare_ref_target(ctx)
+        if isinstance(target.schema, dict) and _exact_object_not(target.schema, set(ALL_TYPES)) \
+                and "properties" not in target.schema:
+            return True
+        f = self._absorbed(target)
+        return f is not None and self.negatable(target, f, set(ALL_TYPES))
 
     def bare_ref_target(self, ctx: Ctx) -> Ctx:
         """ctx, or where its schema is only a ``$ref`` (and annotations), what the reference leads
