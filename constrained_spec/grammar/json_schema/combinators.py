@@ -36,6 +36,8 @@ class Combinators(CompilerBase):
         finite branches exactly, or add "not branch j" where that negation is exact on the types
         branch i keeps within ``outer`` (the types the context allows; None: all).  Every value of
         restricted branch i fails every branch j."""
+        if outer is not None and not outer:
+            return branches  # the context admits no value: nothing to tell apart
         ctxs = [_branch_ctx(b) for b in branches]
         flats = [self._absorbed(c) for c in ctxs]
         possible = [self._possible_or_none(c) for c in ctxs]
@@ -157,14 +159,22 @@ class Combinators(CompilerBase):
             return None
 
     def _value_negatable(self, ctx: Ctx) -> bool:
-        """Whether ``not: ctx`` on a property's value (of any type) has an exact form: the general
-        one, or one of the object forms."""
-        target = self.bare_ref_target(ctx)
-        if isinstance(target.schema, dict) and _exact_object_not(target.schema, set(ALL_TYPES)) \
-                and "properties" not in target.schema:
-            return True
-        f = self._absorbed(target)
-        return f is not None and self.negatable(target, f, set(ALL_TYPES))
+        """Whether ``not: ctx`` on a property's value (of any type) compiles: :meth:`apply_not` tried
+        on a scratch leaf of every type (nothing recorded), and no constant left that the leaf
+        cannot exclude (objects, arrays, numbers)."""
+        flat, types = Flat(), set(ALL_TYPES)
+        mark = len(self.unenforced)
+        try:
+            self.apply_not(flat, ctx, types)
+        except UnsupportedKeywordError:
+            return False
+        finally:
+            recorded = len(self.unenforced) > mark
+            del self.unenforced[mark:]
+        if recorded:
+            return False
+        left = [v for _, vals in flat.excluded for v in vals]
+        return not any(type_of(v) in ("object", "array", "integer", "number") for v in left)
 
     def bare_ref_target(self, ctx: Ctx) -> Ctx:
         """ctx, or where its schema is only a ``$ref`` (and annotations), what the reference leads
