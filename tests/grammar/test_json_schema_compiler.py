@@ -229,14 +229,17 @@ def test_any_of_and_one_of():
         "oneOf": [{"required": ["a"]}, {"required": ["b"]}],
     }
     check(schema, good=[{"a": 1}, {"b": 2}], bad=[{"a": 1, "b": 2}, {}])
-    # overlapping branches cannot be enforced
+    # overlapping branches: each one minus the others (issue 49), exact
+    check({"oneOf": [{"type": "integer"}, {"type": "integer", "minimum": 2}]}, good=[1, -3], bad=[2, 3, "a", 1.5])
+    # partly overlapping branches: integers below 2 (not minimum 2) and non-numbers (not integers)
+    check({"oneOf": [{"type": "integer"}, {"minimum": 2}]}, good=["a", None, 1, -4], bad=[3, 2])
+    # overlapping where a negation cannot be written (object constraints) is refused by name
     with pytest.raises(UnsupportedKeywordError) as ei:
-        schema_to_regex({"oneOf": [{"type": "integer"}, {"type": "integer", "minimum": 2}]})
+        schema_to_regex({"oneOf": [{"type": "array", "minItems": 1}, {"type": "array", "maxItems": 3}]})
     assert ei.value.keyword == "oneOf"
-    # partly overlapping branches keep only what tells them apart: here non-numbers
-    check({"oneOf": [{"type": "integer"}, {"minimum": 2}]}, good=["a", None], bad=[1, 3, 2.5])
     # ... unless allow_unenforced
-    res = schema_to_regex({"oneOf": [{"type": "number"}, {"type": "integer"}]}, SchemaOptions(allow_unenforced=True))
+    res = schema_to_regex({"oneOf": [{"type": "array", "minItems": 1}, {"type": "array", "maxItems": 3}]},
+                          SchemaOptions(allow_unenforced=True))
     assert res.unenforced
 
 
@@ -511,8 +514,10 @@ def test_not_dependent_if_then_else():
         good=[{"kind": "x", "n": 1}],
         bad=[{"kind": "x"}],
     )
+    # not of a pattern: the strings it does not match (a DFA complement, issue 49)
+    check({"type": "string", "not": {"pattern": "^a"}}, good=["", "ba", "b"], bad=["a", "ab"])
     with pytest.raises(UnsupportedKeywordError) as ei:
-        schema_to_regex({"type": "string", "not": {"pattern": "^a"}})
+        schema_to_regex({"type": "array", "not": {"minItems": 2}})
     assert ei.value.keyword == "not"
 
 
@@ -678,7 +683,10 @@ def test_pattern_intersections_with_prefixes_and_formats():
         good=["ab", "cd"],
         bad=["e1", "abc", ""],
     )
-    with pytest.raises(UnsupportedKeywordError):
+    # any two patterns: intersected by a DFA (issue 49)
+    check({"type": "string", "allOf": [{"pattern": "^[a-z0-9]+$"}, {"pattern": "[0-9]"}]},
+          good=["a1", "9", "ab7c"], bad=["ab", "", "a-1"])
+    with pytest.raises(EmptyLanguageError):
         schema_to_regex({"type": "string", "allOf": [{"pattern": "^[a-z]+$"}, {"pattern": "[0-9]"}]})
 
 

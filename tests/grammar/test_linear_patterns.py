@@ -181,15 +181,23 @@ def test_if_with_a_pattern_disjoint_from_the_strings_keeps_the_else_side():
     assert re.fullmatch(regex, json.dumps("a" * 10 + "b"))
     assert jsonschema.Draft202012Validator(schema).is_valid("a" * 10 + "b")
     assert not re.fullmatch(regex, json.dumps("a" * 9 + "b"))  # negative control
-    # where the patterns overlap, the else side still needs a negation: dropped (a sound restriction)
+    # where the patterns overlap, the else side needs the negation of 'if': a DFA complement (issue 49)
     both = {"type": "string", "pattern": "^a+$", "if": {"pattern": "^a{3}$"}, "then": {"const": "aaa"}, "else": {"maxLength": 2}}
     regex = schema_to_regex(both).regex
-    accepted = [s for s in ("a", "aa", "aaa", "aaaa") if re.fullmatch(regex, json.dumps(s))]
-    assert accepted == ["aaa"] and all(jsonschema.Draft202012Validator(both).is_valid(s) for s in accepted)
+    for s in ("a", "aa", "aaa", "aaaa", "aaaaa"):
+        assert (re.fullmatch(regex, json.dumps(s)) is not None) == jsonschema.Draft202012Validator(both).is_valid(s), s
+    assert re.fullmatch(regex, json.dumps("a")) and not re.fullmatch(regex, json.dumps("aaaa"))
 
 
 def test_an_else_side_that_cannot_be_compiled_is_named_not_called_empty():
+    # the else side of a pattern 'if' is now the exact complement (issue 49): this schema admits no
+    # value at all (every string of the pattern starts with 'a' and is longer than 3), and says so
     schema = {"type": "string", "pattern": "^a{10}b$", "if": {"pattern": "^a"}, "then": {"maxLength": 3}}
-    with pytest.raises(UnsupportedKeywordError, match="'else' side") as info:
+    with pytest.raises(EmptyLanguageError):
         schema_to_regex(schema)
+    assert not jsonschema.Draft202012Validator(schema).is_valid("a" * 10 + "b")
+    # an else side that still cannot be written (the 'if' constrains arrays) is named, not called empty
+    arrays = {"type": "array", "maxItems": 3, "if": {"minItems": 1}, "then": {"maxItems": 0}}
+    with pytest.raises(UnsupportedKeywordError, match="'else' side") as info:
+        schema_to_regex(arrays)
     assert not isinstance(info.value, EmptyLanguageError)

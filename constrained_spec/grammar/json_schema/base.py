@@ -16,7 +16,7 @@ from typing import Any, NoReturn, Optional, Union
 from constrained_spec.errors import CompileLimitError, UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.context import Ctx, SchemaDocument
-from constrained_spec.grammar.json_schema.ir import Conjunct, Flat
+from constrained_spec.grammar.json_schema.ir import Conjunct, Flat, Group
 from constrained_spec.grammar.json_schema.options import SchemaOptions, whitespace_regex
 
 __all__ = ["CompilerBase", "ConjunctionKey", "RuleKey", "MemoKey"]
@@ -49,6 +49,7 @@ class CompilerBase:
         self.unenforced: list[str] = []
         #: 'if' pointers whose 'else' side was dropped (its negation of 'if' is not supported)
         self.dropped_else: list[str] = []
+        self.synthetic: list[dict[str, Any]] = []  # schema parts the compiler made (negations), kept alive
         self.ignored_formats: dict[str, str] = {}  # pointer -> format name
         self.active: dict[int, int] = {}  # id of a $ref target -> how many times it is being compiled now
         self.max_seen_depth = 0
@@ -119,6 +120,10 @@ class CompilerBase:
         return r
 
     # -- entry points the parts call on one another ------------------------------------------
+
+    def negation_group(self, ctx: Ctx) -> Optional[Group]:
+        """Combinators: ``not: ctx`` as an exact branch group where it is a disjunction on objects."""
+        raise NotImplementedError
 
     def absorb(self, flat: Flat, ctx: Ctx, positive: bool = True, depth: int = 0) -> None:
         """Add the constraints of ctx (or of its negation) to flat (:mod:`.compiler`)."""

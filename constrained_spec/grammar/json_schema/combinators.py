@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-from constrained_spec.errors import UnsupportedKeywordError
+from constrained_spec.errors import SchemaError, UnsupportedKeywordError
+from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
+from constrained_spec.grammar.json_schema.content_dfa import MAX_STATES, DfaTooLarge
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
-from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Holds, NarrowTypes, Require
+from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Group, Holds, NarrowTypes, Require
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS
+from constrained_spec.grammar.json_schema.negation import negation_keyword, plan_not
 from constrained_spec.grammar.json_schema.py_regex import py_pattern_ok, py_search
 from constrained_spec.grammar.json_schema.regex_ops import first_chars_disjoint
 from constrained_spec.grammar.json_schema.values import ALL_TYPES, intersect_types, type_of
@@ -26,12 +29,18 @@ __all__ = ["Combinators"]
 class Combinators(CompilerBase):
     """``oneOf`` disjointness, subschema disjointness tests and ``not``."""
 
-    def one_of_branches(self, branches: list[list[Action]], ptr: str) -> list[list[Action]]:
+    def one_of_branches(self, branches: list[list[Action]], ptr: str,
+                        outer: Optional[set[str]] = None) -> list[list[Action]]:
         """Make the branches of a oneOf pairwise disjoint by restricting each one: drop the
         types it cannot be told apart on, forbid/require discriminating properties, filter
-        finite branches exactly.  Every value of restricted branch i fails every branch j."""
+        finite branches exactly, or add "not branch j" where that negation is exact on the types
+        branch i keeps within ``outer`` (the types the context allows; None: all).  Every value of
+        restricted branch i fails every branch j."""
+        if outer is not None and not outer:
+            return branches  # the context admits no value: nothing to tell apart
         ctxs = [_branch_ctx(b) for b in branches]
         flats = [self._absorbed(c) for c in ctxs]
+        possible = [self._possible_or_none(c) for c in ctxs]
         out: list[list[Action]] = []
         kept_any = False
         for i, br in enumerate(branches):
@@ -46,17 +55,31 @@ class Combinators(CompilerBase):
                 kept_any = True
                 continue
             types_i = set(ALL_TYPES) if fi.types is None else set(fi.types)
+            pi = possible[i]
+            if pi is not None:  # the types its nested branches allow (exact: it admits no others)
+                types_i = intersect_types(types_i, pi)
+            neg_types = types_i if outer is None else intersect_types(types_i, outer)
             base = [t for t in types_i if not (t == "integer" and "number" in types_i)]
             keep: set[str] = set()
             extra: list[Action] = []
+            negated: dict[int, Action] = {}  # j -> "not branch j" (exactly one: i and none of the others)
             for t in base:
+                if outer is not None and not intersect_types({t}, outer):
+                    continue  # the context admits no value of type t: dropped below, as before
                 acts_t: list[Action] = []
                 ok = True
                 for j, fj in enumerate(flats):
                     if j == i:
                         continue
+                    pj = possible[j]
+                    if pj is not None and not intersect_types({t}, pj):
+                        continue  # branch j admits no value of type t
                     res = None if fj is None else self._exclude(t, fi, fj, ctxs[i], ctxs[j])
                     if res is None:
+                        neg = self._negated_branch(ctxs[j], fj, neg_types)
+                        if neg is not None:
+                            negated[j] = neg
+                            continue
                         ok = False
                         break
                     acts_t += res
@@ -69,11 +92,146 @@ class Combinators(CompilerBase):
                 kept_any = True
             if keep != types_i:
                 acts.append(NarrowTypes(frozenset(keep)))
-            acts += extra
+            acts += extra + [negated[j] for j in sorted(negated)]
             out.append(acts)
         if not kept_any:
             self.unsupported("oneOf", ptr, "the branches cannot be told apart (oneOf is enforced for disjoint branches only)")
             return branches
+        return out
+
+    def negation_group(self, ctx: Ctx) -> Optional[Group]:
+        """``not`` of a disjunction on objects as a branch group, exact: ``not: {required: [a, b]}``
+        is an object without a or without b; ``not: {properties: {p: S}, required: [p]}`` (the
+        discriminator of an ``if``) is an object without p, or with p failing S. None for other
+        forms (the leaf applies those, :meth:`apply_not`)."""
+        ctx = self.bare_ref_target(ctx)
+        s = ctx.schema
+        if not isinstance(s, dict):
+            return None
+        keys = {k for k in s if k not in IGNORED_KEYWORDS}
+        req = s.get("required")
+        if not isinstance(req, list) or not req or not all(isinstance(n, str) for n in req):
+            return None
+        obj = NarrowTypes(frozenset({"object"}))
+        ptr = ctx.ptr + "/not"
+        if keys == {"required"} and len(set(req)) > 1:
+            return ("anyOf", [[obj, Forbid(n)] for n in dict.fromkeys(req)], ptr)
+        props = s.get("properties")
+        if (
+            keys <= {"required", "properties", "type"}
+            and s.get("type", "object") == "object"
+            and isinstance(props, dict)
+            and len(props) == 1
+            and list(props) == list(dict.fromkeys(req))
+        ):
+            (p,) = props
+            part = {"properties": {p: props[p]}}
+            self.synthetic.append(part)  # kept alive: contexts are remembered by the schema's id
+            present_failing = Ctx(part, ctx.ptr, ctx.resolver)
+            branches: list[list[Action]] = [[obj, Forbid(p)], [Holds(present_failing, False)]]
+            if "type" in keys:  # S says "type": "object", so every non-object fails it
+                branches.append([NarrowTypes(frozenset(ALL_TYPES - {"object"}))])
+            return ("anyOf", branches, ptr)
+        return None
+
+    def _negated_branch(self, cj: Ctx, fj: Optional[Flat], types: set[str]) -> Optional[Action]:
+        """The action "branch j fails" where it can be written exactly on every type of ``types``:
+        ``not: {not: X}`` as X itself, else the general negation (:meth:`negatable`); None where not."""
+        s = cj.schema
+        if isinstance(s, dict) and {k for k in s if k not in IGNORED_KEYWORDS} == {"not"}:
+            return Holds(cj.child(s["not"], "not"), True)
+        target = self.bare_ref_target(cj)
+        ts = target.schema
+        if isinstance(ts, dict) and _exact_object_not(ts, types):
+            props = ts.get("properties")
+            if not isinstance(props, dict) or all(self._value_negatable(target.child(v, "properties", k))
+                                                  for k, v in props.items()):
+                return Holds(cj, False)
+        if fj is None or not self.negatable(cj, fj, types):
+            return None
+        return Holds(cj, False)
+
+    def _possible_or_none(self, ctx: Ctx) -> Optional[set[str]]:
+        """:meth:`possible_types`, None where a reference in the way cannot be followed."""
+        try:
+            return self.possible_types(ctx, 0)
+        except (UnsupportedKeywordError, SchemaError):
+            return None
+
+    def _value_negatable(self, ctx: Ctx) -> bool:
+        """Whether ``not: ctx`` on a property's value (of any type) compiles: :meth:`apply_not` tried
+        on a scratch leaf of every type (nothing recorded), and no constant left that the leaf
+        cannot exclude (objects, arrays, numbers)."""
+        flat, types = Flat(), set(ALL_TYPES)
+        mark = len(self.unenforced)
+        try:
+            self.apply_not(flat, ctx, types)
+        except UnsupportedKeywordError:
+            return False
+        finally:
+            recorded = len(self.unenforced) > mark
+            del self.unenforced[mark:]
+        if recorded:
+            return False
+        left = [v for _, vals in flat.excluded for v in vals]
+        return not any(type_of(v) in ("object", "array", "integer", "number") for v in left)
+
+    def bare_ref_target(self, ctx: Ctx) -> Ctx:
+        """ctx, or where its schema is only a ``$ref`` (and annotations), what the reference leads
+        to (followed up to 8 times; ctx itself where one cannot be followed)."""
+        target = ctx
+        for _ in range(8):
+            ts = target.schema
+            if not (isinstance(ts, dict) and {k for k in ts if k not in IGNORED_KEYWORDS} == {"$ref"}
+                    and isinstance(ts["$ref"], str)):
+                break
+            try:
+                target = self.doc.resolve_ref(target, ts["$ref"])
+            except (UnsupportedKeywordError, SchemaError):
+                return ctx
+        return target
+
+    def possible_types(self, ctx: Ctx, depth: int) -> Optional[set[str]]:
+        """The types a subschema can admit, read through ``$ref``, ``allOf``, ``anyOf``/``oneOf``,
+        ``type``, ``enum``/``const`` (a superset; None: any, or too deep to look)."""
+        if depth > 8:
+            return None
+        ctx = self.doc.enter(ctx)
+        s = ctx.schema
+        if s is False:
+            return set()
+        if not isinstance(s, dict):
+            return None
+        out: Optional[set[str]] = None
+
+        def meet(ts: Optional[set[str]]) -> None:
+            nonlocal out
+            if ts is not None:
+                out = set(ts) if out is None else intersect_types(out, ts)
+
+        if isinstance(s.get("type"), (str, list)):
+            t = s["type"]
+            named = {t} if isinstance(t, str) else set(t)
+            meet(named | ({"integer"} if "number" in named else set()))
+        for kw in ("enum", "const"):
+            if kw in s:
+                vals = s[kw] if kw == "enum" and isinstance(s[kw], list) else [s[kw]]
+                of_values = {type_of(v) for v in vals}
+                meet(of_values | ({"number"} if "number" in of_values else set()))
+        if isinstance(s.get("$ref"), str):
+            meet(self.possible_types(self.doc.resolve_ref(ctx, s["$ref"]), depth + 1))
+        for i, sub in enumerate(s.get("allOf") or []):
+            meet(self.possible_types(ctx.child(sub, "allOf", i), depth + 1))
+        for kw in ("anyOf", "oneOf"):
+            if isinstance(s.get(kw), list):
+                union: Optional[set[str]] = set()
+                for i, sub in enumerate(s[kw]):
+                    branch = self.possible_types(ctx.child(sub, kw, i), depth + 1)
+                    if branch is None or union is None:
+                        union = None
+                    else:
+                        union |= branch
+                meet(union)
         return out
 
     def _absorbed(self, ctx: Ctx) -> Optional[Flat]:
@@ -235,6 +393,7 @@ class Combinators(CompilerBase):
     def apply_not(self, flat: Flat, nctx: Ctx, types: set[str]) -> None:
         """Add ``not: nctx`` to flat (narrowing ``types`` in place) where the negation has a form
         the emitters support; refuse (or record) it otherwise."""
+        nctx = self.bare_ref_target(nctx)
         s = nctx.schema
         if s is True:
             types.clear()
@@ -310,7 +469,71 @@ class Combinators(CompilerBase):
                     flat.forbidden.add(b["required"][0])
                 types.intersection_update({"object"})
                 return
-        self.unsupported("not", nctx.ptr, "only 'not' of types, constants and required properties is supported")
+        if nf is not None and self.apply_general_not(flat, nctx, nf, types):
+            return
+        self.unsupported(
+            "not", nctx.ptr,
+            "'not' is enforced type by type where it excludes whole types, null/boolean values, a regular set "
+            "of strings or one number bound (and for a few object forms); this one constrains objects, arrays, "
+            "numeric constants or nests combinators",
+        )
+
+    def apply_general_not(self, flat: Flat, nctx: Ctx, nf: Flat, types: set[str]) -> bool:
+        """``not: nctx`` type by type (:func:`~.negation.plan_not`): applied and True where exact,
+        False (nothing changed) where not; a string language past the DFA state bound is refused
+        (or recorded) by name."""
+        try:
+            plan = plan_not(nf, types, lambda v: self.doc.valid(nctx, v))
+        except DfaTooLarge:
+            kw, ptr = negation_keyword(nctx.ptr)
+            self.unsupported(kw, ptr, f"the strings it excludes need a DFA of more than {MAX_STATES} states")
+            return True
+        except ecma.PatternError:
+            return False
+        if plan is None:
+            return False
+        for t in plan.drop:
+            types.discard(t)
+        if "number" in plan.drop:
+            types.discard("integer")
+        if plan.exclude:
+            flat.excluded = flat.excluded + [(nctx, plan.exclude)]
+        if plan.strings is not None:
+            flat.str_not = flat.str_not + [(nctx, plan.strings)]
+        if plan.upper is not None:
+            d, strict = plan.upper
+            if flat.hi is None or d < flat.hi or (d == flat.hi and strict):
+                flat.hi, flat.hi_strict = d, strict
+        if plan.lower is not None:
+            d, strict = plan.lower
+            if flat.lo is None or d > flat.lo or (d == flat.lo and strict):
+                flat.lo, flat.lo_strict = d, strict
+        return True
+
+    def negatable(self, ctx: Ctx, f: Flat, types: set[str]) -> bool:
+        """Whether :meth:`apply_general_not` can write ``not: ctx`` (flat ``f``) exactly on a leaf of
+        ``types`` (the DFA of its strings built within its bound)."""
+        try:
+            return plan_not(f, set(types), lambda v: self.doc.valid(ctx, v)) is not None
+        except (DfaTooLarge, ecma.PatternError):
+            return False
+
+
+def _exact_object_not(s: dict, types: set[str]) -> bool:
+    """Whether ``not: s`` on values of ``types`` is one of the object forms the compiler writes exactly: one property's
+    value failing (``{properties: {p: S}}``, no ``required``), one name absent (``{required: [a]}``),
+    or a branch group (:meth:`Combinators.negation_group`)."""
+    keys = {k for k in s if k not in IGNORED_KEYWORDS}
+    props, req = s.get("properties"), s.get("required")
+    if s.get("type", "object") != "object" or not keys or not keys <= {"properties", "required", "type"}:
+        return False
+    if "required" not in keys:  # the leaf keeps objects only: exact where S does not say "type" (or only objects are left)
+        return ("type" not in keys or types <= {"object"}) and isinstance(props, dict) and len(props) == 1
+    if not isinstance(req, list) or not req or not all(isinstance(n, str) for n in req):
+        return False
+    if "properties" not in keys:  # one name: forbidden at the leaf; several without "type": a group
+        return len(set(req)) == 1 or "type" not in keys
+    return isinstance(props, dict) and len(props) == 1 and list(props) == list(dict.fromkeys(req))
 
 
 def _branch_ctx(branch: list[Action]) -> Ctx:

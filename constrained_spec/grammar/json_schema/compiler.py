@@ -250,7 +250,14 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
         ctx = self.doc.enter(ctx)
         s = ctx.schema
         if not positive:
-            flat.nots.append(ctx)
+            if isinstance(s, dict) and set(s) - IGNORED_KEYWORDS == {"not"}:
+                self.absorb(flat, ctx.child(s["not"], "not"), True, depth + 1)  # not not X: X
+                return
+            group = self.negation_group(ctx)
+            if group is not None:
+                flat.groups.append(group)
+            else:
+                flat.nots.append(ctx)
             flat.sources.append((ctx, False))
             return
         flat.sources.append((ctx, True))
@@ -401,7 +408,7 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             rest = flat.copy()
             rest.groups = flat.groups[1:]
             if kind == "oneOf":
-                branches = self.one_of_branches(branches, ptr)
+                branches = self.one_of_branches(branches, ptr, rest.types)
             outs = []
             for bi, br in enumerate(branches):
                 f2 = rest.copy()

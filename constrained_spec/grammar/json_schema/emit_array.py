@@ -12,7 +12,11 @@ from constrained_spec.grammar.json_schema.options import MAX_UNIQUE_DOMAIN, UNRO
 from constrained_spec.grammar.json_schema.regex_text import SeqItem, expanded_size, group, rep, sequence, strip_opt
 from constrained_spec.grammar.json_schema.values import json_key, norm_numbers
 
-__all__ = ["ArrayEmitter"]
+__all__ = ["ArrayEmitter", "UNIQUE_SEQUENCE_CHARS"]
+
+#: most characters the exact regex of ``uniqueItems`` over a finite domain (every order) may take;
+#: past it the items keep one order (a sound part of the language)
+UNIQUE_SEQUENCE_CHARS = 20_000
 
 
 class ArrayEmitter(CompilerBase):
@@ -115,6 +119,45 @@ class ArrayEmitter(CompilerBase):
             return EMPTY
         return "\\[" + ws + members + ws + "\\]"
 
+    def distinct_sequences(self, items: list[str], m: int, M: Optional[int], sep: str) -> Optional[str]:
+        """The members (between the brackets) of the arrays of m..M distinct items in any order, each
+        item one of ``items`` (regexes of distinct values): arrays as sets, exact. A trie over the
+        sequences (one branch per unused item), so its size grows with their number; None where it
+        would pass :data:`UNIQUE_SEQUENCE_CHARS` (the caller keeps one order)."""
+        budget = [UNIQUE_SEQUENCE_CHARS]
+
+        def after(used: frozenset[int]) -> Optional[str]:
+            n = len(used)
+            alts = [""] if n >= m else []
+            if M is None or n < M:
+                for i, it in enumerate(items):
+                    if i in used:
+                        continue
+                    rest = after(used | {i})
+                    if rest is None:
+                        return None
+                    alts.append(sep + group(it) + rest)
+                    budget[0] -= len(alts[-1])
+                    if budget[0] < 0:
+                        return None
+            if alts == [""]:
+                return ""
+            body = "|".join(a for a in alts if a)
+            return "(" + body + ")" + ("?" if "" in alts else "")
+
+        firsts = []
+        for i, it in enumerate(items):
+            if M is not None and M < 1:
+                break
+            rest = after(frozenset({i}))
+            if rest is None:
+                return None
+            firsts.append(group(it) + rest)
+        if not firsts:
+            return "" if m == 0 else None
+        body = "(" + "|".join(firsts) + ")"
+        return self.check_size(body + "?" if m == 0 else body)
+
     def unique_array(self, flat: Flat, m: int, M: Optional[int]) -> Optional[str]:
         """Arrays of m..M distinct items: exact for finite item domains (strictly ordered
         subsequences), otherwise uniqueItems is refused (or recorded) and dropped."""
@@ -146,6 +189,9 @@ class ArrayEmitter(CompilerBase):
                         vals.append(v)
                 if m > len(vals):
                     return EMPTY
+                exact = self.distinct_sequences([self.value_regex(v) for v in vals], m, M, sep)
+                if exact is not None:
+                    return "\\[" + ws + exact + ws + "\\]"
                 if m <= 1:
                     if M is not None and M < len(vals):
                         vals = vals[:M]

@@ -32,6 +32,8 @@ class NumberEmitter(CompilerBase):
         mults = [m for m, _ in flat.multiple_of]
         if any(m <= 0 for m in mults):
             return EMPTY
+        if flat.non_integer and not integer and mults and all(m == m.to_integral_value() for m in mults):
+            return EMPTY  # multiples of an integer are integers, and 'not: {type: integer}' removes them
         if integer or (mults and all(m == m.to_integral_value() for m in mults)):
             # integers (a number that is a multiple of an integer is an integer)
             ilo, ihi = int_bounds(lo, lo_s, hi, hi_s)
@@ -43,7 +45,11 @@ class NumberEmitter(CompilerBase):
                 return integer_range(ilo, ihi)
             return self.int_multiples(k, ilo, ihi, flat.multiple_of[0][1])
         if flat.non_integer:
-            self.unsupported("not", "", "'not: {type: integer}' on numbers is not supported")
+            if lo is None and hi is None and not mults:
+                # the numbers that are not integers, each spelled without an exponent (every such
+                # value has that spelling: a narrowing of spellings, not of values)
+                return "-?(0|[1-9][0-9]*)\\.[0-9]*[1-9][0-9]*"
+            self.unsupported("not", "", "'not: {type: integer}' on bounded numbers or multiples is not supported")
         q: Optional[int] = None
         frac_set: Optional[set[str]] = None
         for m, ptr in flat.multiple_of:

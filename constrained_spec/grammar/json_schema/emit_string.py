@@ -9,9 +9,17 @@ from typing import Any, Literal, Optional, Union
 
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
+from constrained_spec.grammar.json_schema.content_dfa import Dfa, DfaTooLarge, to_node
 from constrained_spec.grammar.json_schema.emit_lark import placeholder
 from constrained_spec.grammar.json_schema.ir import EMPTY, Flat
 from constrained_spec.grammar.json_schema.length_cut import Inexact, cut
+from constrained_spec.grammar.json_schema.negation import (
+    Recipe,
+    negation_keyword,
+    own_strings_dfa,
+    recipe_dfa,
+    remembered_failure,
+)
 from constrained_spec.grammar.json_schema.regex_ops import deriv, finite_strings, grow, nullable_node, shrink, trim_unanchored
 from constrained_spec.grammar.json_schema.regex_text import alt, group, rep
 
@@ -34,6 +42,15 @@ def _other_chars_text(universe: ecma.Ranges, kids: str) -> Optional[str]:
     return ecma.emit_set(ecma.subtract(universe, ecma.norm([(ord(k), ord(k)) for k in kids])))
 
 
+@functools.lru_cache(maxsize=256)
+def _dfa_strings(patterns: tuple[str, ...], lo: int, hi: Optional[int], minus_words: tuple[str, ...],
+                 minus: tuple[Recipe, ...]) -> Optional[str]:
+    """The content regex :meth:`StringEmitter.strings_by_dfa` builds, remembered by the recipes of
+    what it subtracts (the most recent 256; None: no string)."""
+    node = to_node(own_strings_dfa(lo, hi, list(patterns), list(minus_words), [recipe_dfa(m) for m in minus]))
+    return None if node is None else ecma.emit(node)
+
+
 class StringEmitter(CompilerBase):
     """Strings: lengths, patterns and formats, excluded constants."""
 
@@ -45,6 +62,15 @@ class StringEmitter(CompilerBase):
         excluded = [(c, [v for v in vals if isinstance(v, str)]) for c, vals in flat.excluded]
         excluded = [(c, vals) for c, vals in excluded if vals]
         pats = flat.patterns
+        words = sorted({v for _, vals in excluded for v in vals})
+        if flat.str_not or (excluded and (pats or lo > 0 or hi is not None)):
+            kw, ptr = negation_keyword(flat.str_not[0][0].ptr if flat.str_not else excluded[0][0].ptr)
+            by_dfa = self.strings_by_dfa([p for p, _, _ in pats], lo, hi, words, [d for _, d in flat.str_not], ptr, kw)
+            if by_dfa is not False:
+                return by_dfa
+            f2 = flat.copy()  # recorded as unenforced: the strings without the negation
+            f2.str_not, f2.excluded = [], []
+            return self.compile_string(f2)
         if excluded:
             if pats:
                 self.unsupported("not", excluded[0][0].ptr, "excluding constants from patterned strings is not supported")
@@ -67,6 +93,33 @@ class StringEmitter(CompilerBase):
                 return self.exact_string_rule(out, wide, leaf)
         return out
 
+    def strings_by_dfa(self, patterns: list[str], lo: int, hi: Optional[int], minus_words: list[str],
+                       minus: list[Dfa], ptr: str, keyword: str) -> Union[str, None, Literal[False]]:
+        """The regex (quotes included) of the strings lo..hi long that match every pattern and are
+        none of ``minus_words`` nor in any ``minus`` language, through a bounded DFA over decoded
+        code points (:mod:`.content_dfa`; spelled canonically); None where there is none. Past the
+        DFA's bounds ``keyword`` is refused at ``ptr`` (or recorded, and then this answers False)."""
+        keys = tuple(d.key for d in minus)
+        if all(keys):
+            try:
+                args = (tuple(patterns), lo, hi, tuple(sorted(set(minus_words))), keys)
+                body = remembered_failure(("strings", args), _dfa_strings, *args)
+            except DfaTooLarge as e:
+                self.unsupported(keyword, ptr, f"the string language needs a DFA past its bounds ({e})")
+                return False
+            except ecma.PatternError as e:
+                self.refuse(keyword, ptr, str(e))
+        else:
+            try:
+                node = to_node(own_strings_dfa(lo, hi, patterns, minus_words, minus))
+            except DfaTooLarge as e:
+                self.unsupported(keyword, ptr, f"the string language needs a DFA past its bounds ({e})")
+                return False
+            except ecma.PatternError as e:
+                self.refuse(keyword, ptr, str(e))
+            body = None if node is None else ecma.emit(node)
+        return EMPTY if body is None else self.check_size('"' + body + '"')
+
     def exact_string_rule(self, narrow: Optional[str], wide: str, leaf: dict[str, Any]) -> str:
         """Grammar mode: a placeholder for a rule that reads one string of the schema ``leaf``
         (llguidance's own ``%json`` string: pattern and length bounds intersected exactly)."""
@@ -84,6 +137,9 @@ class StringEmitter(CompilerBase):
                 return EMPTY if body is None else '"' + body + '"'
             kws = [k for _, _, k in pats]
             kw = "pattern" if "pattern" in kws else "format"
+            by_dfa = self.strings_by_dfa([p for p, _, _ in pats], lo, hi, [], [], pats[1][1], kw)
+            if by_dfa is not False:
+                return by_dfa
             self.unsupported(kw, pats[1][1], "several patterns/formats on one string need a regex intersection")
             pats = pats[:1]
         p, ptr, kw = pats[0]

@@ -111,6 +111,8 @@ class Flat:
     min_len: int = 0
     max_len: Optional[int] = None
     patterns: list[tuple[str, str, str]] = field(default_factory=list)  # (pattern, ptr, keyword)
+    # decoded-string languages a general ``not`` removes: (ctx of the ``not``, its DFA)
+    str_not: list[tuple[Ctx, Any]] = field(default_factory=list)
 
     # -- arrays: ``prefixItems``/``items``/``additionalItems``/``unevaluatedItems`` (as
     # owners), ``minItems``, ``maxItems``, ``uniqueItems``, ``contains`` (+ min/maxContains)
