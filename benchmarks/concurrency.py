@@ -129,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None, help="torch threads, which llama.cpp's decodes use too (default: torch's)")
     p.add_argument("--runtime", default="auto", choices=("auto", "torch", "llamacpp"), help="the models' runtime (default auto)")
     p.add_argument("--no-serial", action="store_true", help="skip the one-at-a-time baseline")
+    p.add_argument("--workload", default="default", choices=("default", "heldout"),
+                   help="the prompts: the tuned benchmark workload (default) or the held-out one, never tuned on")
     p.add_argument("--out", default=None, help="output folder (default results/concurrency-<UTC timestamp>)")
     args = p.parse_args(list(argv) if argv is not None else None)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -140,7 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     clients = [int(c) for c in args.clients.split(",") if c.strip()]
-    base = load_workload(None)
+    if args.workload == "heldout":
+        from benchmarks.heldout import load_workload as load_heldout
+
+        base = load_heldout(None)
+    else:
+        base = load_workload(None)
     items = [base[i % len(base)] for i in range(args.prompts)]
     model, draft = args.model or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
     t0 = time.perf_counter()
@@ -157,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                "rss_after_load_mb": rss_loaded, "batch_cache_mb": cache_mb, "max_batch_size": batched.batch.slots,
                                "max_new_tokens": args.max_new_tokens, "settings": []}
     results["argv"] = list(argv) if argv is not None else sys.argv[1:]
+    results["workload"] = args.workload
     for c in clients:
         row: dict[str, Any] = {"clients": c}
         if not args.no_serial:
