@@ -127,6 +127,24 @@ def test_negative_controls_runtime_imports_are_caught(source: str) -> None:
     assert runtime_imports("from constrained_spec.models.protocol import SequenceModel\n", "constrained_spec.engine.batching") == []
 
 
+def mutual_imports(sources: dict[str, str]) -> list[tuple[str, str]]:
+    """Pairs of modules (name -> source) that import each other, at any level (function-level and
+    TYPE_CHECKING imports included: a circle there is still one the reader must hold)."""
+    graph = {m: {t for t, _ in imports(src, m, False)} for m, src in sources.items()}
+    return sorted((a, b) for a in graph for b in graph[a] if a < b and a in graph.get(b, ()))
+
+
+def test_no_two_engine_modules_import_each_other() -> None:
+    sources = {module_name(p): p.read_text() for p in (PACKAGE / "engine").glob("*.py") if p.name != "__init__.py"}
+    assert mutual_imports(sources) == []
+
+
+def test_negative_control_a_circle_is_caught() -> None:
+    sources = {"constrained_spec.engine.smc": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from constrained_spec.engine.request import X\n",
+               "constrained_spec.engine.request": "def f():\n    from constrained_spec.engine.smc import decode_smc\n"}
+    assert mutual_imports(sources) == [("constrained_spec.engine.request", "constrained_spec.engine.smc")]
+
+
 def test_the_engine_imports_nothing_from_serving_the_cli_or_the_api() -> None:
     for path in (PACKAGE / "engine").rglob("*.py"):
         for target, _ in imports(path.read_text(), module_name(path), path.name == "__init__.py"):

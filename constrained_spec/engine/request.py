@@ -28,10 +28,10 @@ import dataclasses
 import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from constrained_spec.config import DecodeConfig
+from constrained_spec.engine.decode_request import DecodeRequest
 from constrained_spec.engine.draft_length import AdaptiveDraftLength
 from constrained_spec.engine.draft_plan import default_gain
 from constrained_spec.engine.live_costs import LiveCosts, learned_costs
@@ -39,12 +39,11 @@ from constrained_spec.engine.loop import Drafting, SpeculativeDecoder, Verifier
 from constrained_spec.engine.plan_costs import HostCosts, gain_per_token
 from constrained_spec.engine.prefill import on_cpu
 from constrained_spec.engine.proposers import GrammarStringProposer, GrammarStrings, PromptLookupProposer, PromptText, Proposer
-from constrained_spec.engine.stats import DecodeHooks, DecodeResult
-from constrained_spec.grammar.matcher import GrammarMatcher
+from constrained_spec.engine.stats import DecodeResult
 from constrained_spec.grammar.vocab import TokenVocabulary
 from constrained_spec.lru import LRUCache
 from constrained_spec.models.protocol import SequenceModel
-from constrained_spec.sampling import SamplingPolicy, make_generator
+from constrained_spec.sampling import make_generator
 
 if TYPE_CHECKING:
     from constrained_spec.engine.batching import BatchCoordinator
@@ -54,25 +53,6 @@ __all__ = ["DecodeRequest", "RequestBuilder"]
 
 #: grammar-string tables a builder keeps (LRU), one per constraint
 STRINGS_CACHE_SIZE = 64
-
-
-@dataclass(frozen=True)
-class DecodeRequest:
-    """One request as the decode loop needs it: the prompt's ids, a fresh matcher per decode
-    (``new_matcher``), the sampling policy (its seed seeds the request's generator), the decode
-    config, the token budget and hooks, and what the proposers and the draft plan read of the
-    constraint: ``grammar_key`` (its grammar strings' cache key), ``kind`` ("json", "lark"...: the
-    draft's gain per token) and ``output_bound`` (the most UTF-8 bytes of an output; None: unbounded)."""
-
-    prompt_ids: list[int]
-    new_matcher: Callable[[], GrammarMatcher]
-    policy: SamplingPolicy
-    config: DecodeConfig
-    max_new_tokens: int
-    grammar_key: str
-    kind: str = "regex"
-    output_bound: int | None = None
-    hooks: DecodeHooks | None = None
 
 
 class RequestBuilder:

@@ -92,8 +92,8 @@ from constrained_spec.sampling.smc_weights import (
 from constrained_spec.sampling.verifier import takes_filters
 
 if TYPE_CHECKING:
+    from constrained_spec.engine.decode_request import DecodeRequest
     from constrained_spec.engine.proposers import Proposer
-    from constrained_spec.engine.request import DecodeRequest
     from constrained_spec.engine.smc_rows import ParticleRows
 
 __all__ = ["ALIGNMENTS", "ParticleText", "SMCDecoder", "SMCOptions", "SMCParticle", "SMCReport", "SMCResult", "Weigh", "check_smc_options", "decode_smc",
