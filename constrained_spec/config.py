@@ -11,11 +11,77 @@ construction, and shared by the Python API, the command line, the server and the
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from constrained_spec.errors import ConfigError
-from constrained_spec.models.sources import DEFAULT_DRAFT, DEFAULT_TARGET
+from constrained_spec.errors import ConfigError, ModelLoadError
+
+# -- the choices the configs validate (plain data: the model store and the runtimes import them from here) ----
+#: the default pair's short names (``models.sources`` pins their files)
+DEFAULT_DRAFT = "qwen2.5-coder-0.5b"
+DEFAULT_TARGET = "qwen2.5-coder-1.5b"
+
+#: the choices of ``runtime`` / ``--runtime`` (``models.runtime`` resolves ``auto``)
+RUNTIMES = ("auto", "torch", "llamacpp")
+
+#: what ``--device`` accepts, in words
+DEVICE_HELP = "auto (CUDA when torch sees a GPU, else the CPU), cpu, cuda or cuda:N"
+
+_DEVICE = re.compile(r"auto|cpu|cuda(?::(\d+))?")
+
+
+def normalize_device(device: Any) -> str:
+    """``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` for a string or a ``torch.device`` (None:
+    ``"auto"``); anything else is a :class:`~constrained_spec.errors.ConfigError` naming the choices.
+    Only the spelling is checked here: whether the device exists is ``models.devices.resolve_device``'s job."""
+    if device is None:
+        return "auto"
+    text = str(device).strip().lower()
+    if not _DEVICE.fullmatch(text):
+        raise ConfigError(f"unknown device {device!r}; choose {DEVICE_HELP}")
+    return text
+
+
+def is_cuda(device: str) -> bool:
+    """Whether a normalized device name is a CUDA device."""
+    return device.startswith("cuda")
+
+
+_DTYPE_NAMES = {
+    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32",
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
+    "fp16w": "fp16w", "fp16-weights": "fp16w", "packed": "fp16w", "packed-fp16": "fp16w",
+    "int8w": "int8w", "int8-weights": "int8w", "int8": "int8w", "packed-int8": "int8w",
+}
+
+#: tags whose linear weights are packed for fbgemm after loading the fp32 model, and how
+PACKED_TAGS = {"fp16w": "fp16", "int8w": "int8"}
+
+#: the ``--dtype`` values of every command
+DTYPE_CHOICES = ("auto", "fp32", "fp16w", "int8w", "bf16", "fp16")
+
+
+def normalize_dtype(dtype: Any) -> str:
+    """``"fp32"``, ``"bf16"``, ``"fp16"``, ``"fp16w"``, ``"int8w"`` or ``"auto"`` for a string or a
+    torch dtype.
+
+    ``fp16w`` / ``int8w``: fp32 model whose linear weights are rounded to fp16 / int8 and packed for
+    fbgemm (``models.packed_linear``); kept on disk in that form (``models.packed_cache``). ``int8w``
+    also quantizes activations per call: meant for drafts, where rounding costs only acceptance.
+    """
+    if dtype is None:
+        return "auto"
+    if not isinstance(dtype, str):
+        dtype = str(dtype).replace("torch.", "")
+    key = dtype.strip().lower()
+    if key == "auto":
+        return "auto"
+    if key not in _DTYPE_NAMES:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use {', '.join(DTYPE_CHOICES)}")
+    return _DTYPE_NAMES[key]
+
 
 #: the proposal sources a Generator can use: the draft model, strings the grammar forces, prompt lookup
 PROPOSERS = ("draft", "grammar", "lookup")
@@ -193,9 +259,6 @@ class ModelConfig:
     runtime: str = "auto"
 
     def __post_init__(self) -> None:
-        from constrained_spec.models.devices import is_cuda, normalize_device  # light: no torch import
-        from constrained_spec.models.dtypes import DTYPE_CHOICES, PACKED_TAGS, normalize_dtype
-
         for name in ("prefill_dtype", "draft_prefill_dtype"):
             value = getattr(self, name)
             _check((value is None and name == "draft_prefill_dtype") or value in PREFILL_DTYPES,
@@ -209,8 +272,6 @@ class ModelConfig:
                 normalize_dtype(value)
             except Exception:
                 raise ConfigError(f"unknown {name} {value!r}; choose from {', '.join(DTYPE_CHOICES)}") from None
-        from constrained_spec.models.runtime import RUNTIMES
-
         _check(self.runtime in RUNTIMES, f"unknown runtime {self.runtime!r}; choose from {', '.join(RUNTIMES)}")
         object.__setattr__(self, "device", normalize_device(self.device))
         if is_cuda(self.device):  # "auto" is checked when it resolves (models.devices.dtype_for_device)

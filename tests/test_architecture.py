@@ -23,7 +23,7 @@ ALLOWED = {
     "grammar": set(),
     "sampling": set(),
     "models": {"config"},
-    "config": {"models"},  # config reads the default model names and dtype choices (models.sources/dtypes: light)
+    "config": set(),  # plain data: the default pair's names and the device, dtype and runtime choices live here
     "engine": {"grammar", "models", "sampling", "config"},
     "api": {"engine", "grammar", "models", "sampling", "config", "streams", "prompts"},
     "streams": set(),  # stream / arun / astream over a Generator it is handed (duck-typed)

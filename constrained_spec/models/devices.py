@@ -7,35 +7,12 @@ torch is loaded); :func:`resolve_device` and :func:`dtype_for_device` import it 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from constrained_spec.config import DEVICE_HELP, is_cuda, normalize_device
 from constrained_spec.errors import ConfigError
 
 __all__ = ["DEVICE_HELP", "dtype_for_device", "is_cuda", "normalize_device", "resolve_device", "same_device"]
-
-#: what ``--device`` accepts, in words
-DEVICE_HELP = "auto (CUDA when torch sees a GPU, else the CPU), cpu, cuda or cuda:N"
-
-_DEVICE = re.compile(r"auto|cpu|cuda(?::(\d+))?")
-
-
-def normalize_device(device: Any) -> str:
-    """``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` for a string or a ``torch.device`` (None:
-    ``"auto"``); anything else is a :class:`~constrained_spec.errors.ConfigError` naming the choices.
-    Only the spelling is checked here: whether the device exists is :func:`resolve_device`'s job."""
-    if device is None:
-        return "auto"
-    text = str(device).strip().lower()
-    if not _DEVICE.fullmatch(text):
-        raise ConfigError(f"unknown device {device!r}; choose {DEVICE_HELP}")
-    return text
-
-
-def is_cuda(device: str) -> bool:
-    """Whether a normalized device name is a CUDA device."""
-    return device.startswith("cuda")
-
 
 def resolve_device(device: Any = "auto") -> str:
     """The concrete device a name means on this machine: ``"cpu"`` or ``"cuda:N"``.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from constrained_spec.config import DTYPE_CHOICES, PACKED_TAGS, normalize_dtype
 from constrained_spec.errors import ModelLoadError
 
 __all__ = [
@@ -20,42 +21,6 @@ __all__ = [
     "storage_dtype",
     "torch_dtype_of",
 ]
-
-_DTYPE_NAMES = {
-    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32",
-    "bf16": "bf16", "bfloat16": "bf16",
-    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
-    "fp16w": "fp16w", "fp16-weights": "fp16w", "packed": "fp16w", "packed-fp16": "fp16w",
-    "int8w": "int8w", "int8-weights": "int8w", "int8": "int8w", "packed-int8": "int8w",
-}
-
-#: tags whose linear weights are packed for fbgemm after loading the fp32 model, and how
-PACKED_TAGS = {"fp16w": "fp16", "int8w": "int8"}
-
-
-#: the ``--dtype`` values of every command
-DTYPE_CHOICES = ("auto", "fp32", "fp16w", "int8w", "bf16", "fp16")
-
-
-def normalize_dtype(dtype: Any) -> str:
-    """``"fp32"``, ``"bf16"``, ``"fp16"``, ``"fp16w"``, ``"int8w"`` or ``"auto"`` for a string or a
-    torch dtype.
-
-    ``fp16w`` / ``int8w``: fp32 model whose linear weights are rounded to fp16 / int8 and packed for
-    fbgemm (:mod:`constrained_spec.models.packed_linear`); kept on disk in that form
-    (:func:`~constrained_spec.models.packed_cache.load_packed`). ``int8w`` also quantizes activations per call: meant for drafts, where rounding costs only acceptance.
-    """
-    if dtype is None:
-        return "auto"
-    if not isinstance(dtype, str):
-        dtype = str(dtype).replace("torch.", "")
-    key = dtype.strip().lower()
-    if key == "auto":
-        return "auto"
-    if key not in _DTYPE_NAMES:
-        raise ModelLoadError(f"unknown dtype {dtype!r}; use {', '.join(DTYPE_CHOICES)}")
-    return _DTYPE_NAMES[key]
-
 
 def torch_dtype_of(tag: str) -> Any:
     """The torch dtype that a tag's model is loaded in (that of :func:`storage_dtype`)."""

@@ -9,14 +9,13 @@ import importlib.util
 import logging
 import os
 
+from constrained_spec.config import RUNTIMES
 from constrained_spec.errors import ConfigError
 
 __all__ = ["CPU_DEFAULT", "RUNTIMES", "gguf_spec", "llamacpp_installed", "resolve_runtime"]
 
 logger = logging.getLogger("constrained_spec")
 
-#: the choices of ``runtime`` / ``--runtime``
-RUNTIMES = ("auto", "torch", "llamacpp")
 
 #: what ``auto`` picks on the CPU for a GGUF-backed spec (a short offline name or a ``.gguf`` file),
 #: by measurement on the held-out workload (docs/llamacpp.md; 2026-12-03, 2 threads, greedy, one

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -94,8 +96,8 @@ ALIASES: dict[str, str] = {
     "smollm2-135m-instruct": SMOLLM2_135M.name,
 }
 
-DEFAULT_DRAFT = QWEN_CODER_05B.name
-DEFAULT_TARGET = QWEN_CODER_15B.name
+if (QWEN_CODER_05B.name, QWEN_CODER_15B.name) != (DEFAULT_DRAFT, DEFAULT_TARGET):  # config names the pair; the sources pin it
+    raise ImportError("config's default pair names no pinned source")
 DEFAULT_PAIR = (DEFAULT_DRAFT, DEFAULT_TARGET)
 
 
