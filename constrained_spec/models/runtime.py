@@ -45,8 +45,9 @@ def resolve_runtime(runtime: str, spec: str, device: str, dtype: str = "auto", b
 
     ``llamacpp`` asked for runs on the CPU only and takes the GGUF as stored (``dtype`` must stay
     ``auto``). ``auto`` picks :data:`CPU_DEFAULT` for a GGUF-backed spec on the CPU with ``dtype="auto"``
-    and no continuous batching (``batched``: rows on llama.cpp measured 0.62x one at a time at 8
-    clients on 2026-12-03, where torch's rows gain 3x), torch otherwise; where that default is ``llamacpp`` but llama-cpp-python is not installed, it
+    and no continuous batching (``batched``: at 8 clients on the held-out prompts, 2026-12-04, llama.cpp's
+    rows gave 5.80 tok/s against torch's 6.60, docs/results/2026-12-04-concurrency-heldout-llamacpp-vs-torch),
+    torch otherwise; where that default is ``llamacpp`` but llama-cpp-python is not installed, it
     falls back to torch with a one-line warning.
     """
     if runtime not in RUNTIMES:
