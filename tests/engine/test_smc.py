@@ -291,7 +291,7 @@ def z_matches(log_zs: list[float], z: float, label: str) -> bool:
     zs = [math.exp(v) for v in log_zs]
     mean = sum(zs) / len(zs)
     se = math.sqrt(sum((v - mean) ** 2 for v in zs) / (len(zs) - 1) / len(zs))
-    print(f"{label}: exact Z {z:.5f}, mean estimate {mean:.5g} +- {se:.3g} (standard error)")
+    print(f"{label}: exact Z {z:.5g}, mean estimate {mean:.5g} +- {se:.3g} (standard error)")
     return abs(mean - z) < 4 * se
 
 
