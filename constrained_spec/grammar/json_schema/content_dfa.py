@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.ecma_regex import Node, Ranges
-from constrained_spec.grammar.json_schema.lexeme_lang import NONE, Lang, Nodes, OverBudget
+from constrained_spec.grammar.json_schema.lexeme_lang import NONE, Lang, Nodes, OverBudget, partition_edges
 
 __all__ = ["Dfa", "DfaTooLarge", "dfa_of_node", "product", "to_node", "words_node", "MAX_STATES"]
 
@@ -48,12 +48,7 @@ class Dfa:
 
 def _cells(sets: list[Ranges]) -> list[Ranges]:
     """The cells (characters with the same membership in every set) inside the sets' union."""
-    bounds: set[int] = set()
-    for rs in sets:
-        for a, b in rs:
-            bounds.add(a)
-            bounds.add(b + 1)
-    edges = sorted(bounds)
+    edges = partition_edges(sets)
     groups: dict[tuple[bool, ...], list[tuple[int, int]]] = {}
     for k in range(len(edges) - 1):
         a, b = edges[k], edges[k + 1] - 1

@@ -328,17 +328,18 @@ class Lang:
         return out
 
 
-def cells(sets: list[ecma.Ranges]) -> list[int]:
-    """One representative code point per cell of the partition the range sets induce, for the
-    cells inside their union."""
+def partition_edges(sets: list[ecma.Ranges]) -> list[int]:
+    """The sorted code points where some set starts or ends (its last + 1): between two neighbours,
+    every character is in the same sets."""
     bounds: set[int] = set()
     for rs in sets:
         for a, b in rs:
             bounds.add(a)
             bounds.add(b + 1)
-    edges = sorted(bounds)
-    reps = []
-    for a in edges[:-1]:
-        if any(ecma.contains(rs, a) for rs in sets):
-            reps.append(a)
-    return reps
+    return sorted(bounds)
+
+
+def cells(sets: list[ecma.Ranges]) -> list[int]:
+    """One representative code point per cell of the partition the range sets induce, for the
+    cells inside their union."""
+    return [a for a in partition_edges(sets)[:-1] if any(ecma.contains(rs, a) for rs in sets)]
