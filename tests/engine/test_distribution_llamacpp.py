@@ -37,17 +37,28 @@ EOS = 50256
 SAMPLES = 600
 
 
+def letters_case(files, gpt2_tokenizer, regex: str) -> dict:
+    """Weights of a GGUF pair (n_ctx 64), ``regex``'s automaton over GPT-2's vocabulary, every token spelled with
+    the letters a, b, c (the only ones that can spell the language), and the prompt "Letters:" (shared with
+    ``tests/engine/test_smc_llamacpp.py``)."""
+    from constrained_spec.models.llamacpp import LlamaCppWeights
+
+    target_w, draft_w = (LlamaCppWeights(p, threads=1, n_ctx=64) for p in files)
+    vocab = build_vocabulary(gpt2_tokenizer, 50257)
+    automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(regex)
+    letters = {i: t for i, t in enumerate(gpt2_tokenizer.convert_ids_to_tokens(list(range(50257)))) if re.fullmatch(r"[abc]+", t)}
+    return dict(target_w=target_w, draft_w=draft_w, automaton=automaton, letters=letters, prompt=gpt2_tokenizer("Letters:")["input_ids"])
+
+
+def _models(case: dict) -> dict:
+    from constrained_spec.models.llamacpp import LlamaCppModel
+
+    return dict(case, target=LlamaCppModel(case["target_w"]), draft=LlamaCppModel(case["draft_w"]), oracle=LlamaCppModel(case["target_w"]))
+
+
 @pytest.fixture(scope="module")
 def setup(tiny_ggufs, gpt2_tokenizer):
-    from constrained_spec.models.llamacpp import LlamaCppModel, LlamaCppWeights
-
-    target_w, draft_w = (LlamaCppWeights(p, threads=1, n_ctx=64) for p in tiny_ggufs)
-    vocab = build_vocabulary(gpt2_tokenizer, 50257)
-    automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(REGEX)
-    letters = {i: t for i, t in enumerate(gpt2_tokenizer.convert_ids_to_tokens(list(range(50257)))) if re.fullmatch(r"[abc]+", t)}
-    prompt = gpt2_tokenizer("Letters:")["input_ids"]
-    return dict(target=LlamaCppModel(target_w), draft=LlamaCppModel(draft_w), oracle=LlamaCppModel(target_w),
-                automaton=automaton, letters=letters, prompt=prompt)
+    return _models(letters_case(tiny_ggufs, gpt2_tokenizer, REGEX))
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +68,7 @@ def quantized_setup(tmp_path_factory, gpt2_tokenizer):
     require_llamacpp()
     from tiny_gguf import quantize_gguf, write_tiny_gguf
 
-    from constrained_spec.models.llamacpp import LlamaCppModel, LlamaCppWeights, batch_invariant_build
+    from constrained_spec.models.llamacpp import batch_invariant_build
 
     if not batch_invariant_build():
         pytest.skip("llama-cpp-python without the batch-invariance patch (make install-llamacpp)")
@@ -65,14 +76,9 @@ def quantized_setup(tmp_path_factory, gpt2_tokenizer):
     files = [quantize_gguf(write_tiny_gguf(base / f"{name}.gguf", seed=seed, logit_scale=scale, n_embd=256, n_ff=512),
                            base / f"{name}-{ftype}.gguf", ftype)
              for name, seed, scale, ftype in (("target", 5, 0.18, "Q4_K_M"), ("draft", 6, 0.25, "Q8_0"))]
-    target_w, draft_w = (LlamaCppWeights(p, threads=1, n_ctx=64) for p in files)
-    assert target_w.batch_invariant
-    vocab = build_vocabulary(gpt2_tokenizer, 50257)
-    automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(REGEX)
-    letters = {i: t for i, t in enumerate(gpt2_tokenizer.convert_ids_to_tokens(list(range(50257)))) if re.fullmatch(r"[abc]+", t)}
-    prompt = gpt2_tokenizer("Letters:")["input_ids"]
-    return dict(target=LlamaCppModel(target_w), draft=LlamaCppModel(draft_w), oracle=LlamaCppModel(target_w),
-                automaton=automaton, letters=letters, prompt=prompt, one_token=True)
+    case = _models(letters_case(files, gpt2_tokenizer, REGEX))
+    assert case["target_w"].batch_invariant
+    return dict(case, one_token=True)
 
 
 def _oracle_logits(setup, seq: tuple[int, ...]) -> torch.Tensor:

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import regex as regex_pkg
 import torch
+from engine.test_distribution_llamacpp import letters_case
 from engine.test_smc import ignored_weights, total_variation, unmasked_mass_weights, z_matches
 from reference_probs import reference_probs
 from synthetic import make_decoder
@@ -30,8 +31,7 @@ from synthetic import make_decoder
 from constrained_spec.engine.batching import BatchCoordinator
 from constrained_spec.engine.smc import SMCDecoder, SMCOptions, default_weigh
 from constrained_spec.engine.smc_rows import ParticleRows
-from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler, AutomatonMatcher
-from constrained_spec.grammar.vocab import build_vocabulary
+from constrained_spec.grammar.backends.outlines_core import AutomatonMatcher
 from constrained_spec.sampling import SamplingPolicy, verify
 
 #: 20 outcomes on the tiny target, local masking at TV 0.54 from P(y | L). Chosen with care: over a 50k vocabulary
@@ -47,15 +47,9 @@ MAX_NEW = 8
 
 @pytest.fixture(scope="module")
 def case(tiny_ggufs, gpt2_tokenizer):
-    from constrained_spec.models.llamacpp import LlamaCppWeights
-
-    target_w, draft_w = (LlamaCppWeights(p, threads=1, n_ctx=64) for p in tiny_ggufs)
-    vocab = build_vocabulary(gpt2_tokenizer, 50257)
-    automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(REGEX)
-    letters = {i: t for i, t in enumerate(gpt2_tokenizer.convert_ids_to_tokens(list(range(50257)))) if re.fullmatch(r"[abc]+", t)}
-    prompt = gpt2_tokenizer("Letters:")["input_ids"]
-    cond, local, z = enumerate_language(target_w, prompt, letters)
-    return dict(target_w=target_w, draft_w=draft_w, automaton=automaton, prompt=prompt, cond=cond, local=local, z=z)
+    case = letters_case(tiny_ggufs, gpt2_tokenizer, REGEX)
+    cond, local, z = enumerate_language(case["target_w"], case["prompt"], case["letters"])
+    return dict(case, cond=cond, local=local, z=z)
 
 
 def enumerate_language(weights, prompt: list[int], letters: dict[int, str]):
