@@ -440,8 +440,8 @@ class LlamaCppRows:
             if self.weights.batch_invariant and c.head == "none":
                 self._defer(c.slot, c.start, list(c.tokens))
                 continue
-            self._settle(c.slot)
-            if c.start < self._ctx_length(c.slot):
+            self._settle(c.slot)  # the row's deferred prompt, if any, goes in first
+            if c.start < self.lengths[c.slot]:
                 self._ctx.seq_rm(c.slot, c.start)
             entries += [(c.slot, c.start + i, t, c.head == "all") for i, t in enumerate(c.tokens)]
         logits = self._ctx.decode(entries) if entries else None
@@ -456,11 +456,6 @@ class LlamaCppRows:
             else:
                 out.append(None)
         return out
-
-    def _ctx_length(self, slot: int) -> int:
-        """Positions the decode context holds for ``slot`` (a deferred prompt's are not there yet)."""
-        pending = self._pending.get(slot)
-        return pending[0] if pending is not None else self.lengths[slot]
 
     def _defer(self, slot: int, start: int, tokens: list[int]) -> None:
         """A prompt chunk of a batch-invariant row: kept, computed by :meth:`_settle`. Chunks that follow one
