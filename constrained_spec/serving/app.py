@@ -48,6 +48,7 @@ from constrained_spec.serving.protocol import (
 )
 from constrained_spec.serving.scheduler import Scheduler, watch_disconnect
 from constrained_spec.serving.schemas import check_typed
+from constrained_spec.serving.stopping import CancelledAsStopping
 from constrained_spec.serving.streaming import stream_completion
 
 __all__ = ["ServerConfig", "create_app", "public_model_id", "served_model_name"]
@@ -175,11 +176,13 @@ def create_app(generator: Any, config: ServerConfig | None = None) -> Any:
 
 
 def add_middleware(app: Any, served: Served) -> None:
-    """The API key and body limits (:class:`Guard`), then the metrics (``GET /metrics``; the
+    """The API key and body limits (:class:`Guard`), then requests cancelled at shutdown as 503s
+    (:class:`~constrained_spec.serving.stopping.CancelledAsStopping`), then the metrics (``GET /metrics``; the
     outermost middleware: it counts 401/413 too)."""
     config = served.config
     app.add_middleware(Guard, api_key=config.api_key, max_body_bytes=config.max_body_bytes, body_timeout=config.body_timeout,
                        max_body_readers=config.max_body_readers)
+    app.add_middleware(CancelledAsStopping)  # outside the guard (a body read cut by shutdown), inside the metrics (which count the 503)
     install_metrics(app, served.scheduler)
 
 

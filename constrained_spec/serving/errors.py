@@ -6,7 +6,7 @@ to one status and code (:data:`ERROR_CODES`): bad schemas, grammars, tools and p
 a value that fails post-validation 422, a model or sampling failure 500. The serving layer's own
 conditions (:data:`SERVING_ERRORS`) are 401 (two ``Authorization`` headers), 408 (a body too slow
 to arrive), 429 (full queue, full compile queue, a client's compiles, too many bodies being read at once; with
-``Retry-After``), 499 (client gone) and 504 (timeout). Anything else, a plain
+``Retry-After``), 499 (client gone), 503 (cancelled at shutdown) and 504 (timeout). Anything else, a plain
 ``ValueError`` included, is a bug: a 500 whose body names nothing internal, logged with its
 traceback.
 """
@@ -42,6 +42,7 @@ from constrained_spec.serving.refusals import (
     CompileQueueFull,
     QueueFull,
     QueueTimeout,
+    ServerStopping,
 )
 from constrained_spec.tools import ToolError
 
@@ -83,6 +84,7 @@ SERVING_ERRORS: dict[type[Exception], tuple[int, str, str]] = {
     BodyReadersFull: (429, RATE, "too_many_uploads"),
     Cancelled: (499, INVALID, "client_closed_request"),
     QueueTimeout: (504, "timeout_error", "timeout"),
+    ServerStopping: (503, SERVER, "server_shutting_down"),
 }
 #: the text before the exception's own message, per class of ERROR_CODES
 PREFIXES: dict[type[ConstrainedSpecError], str] = {

@@ -58,6 +58,7 @@ ERRORS = {
     422: "a value the constraint admitted failed its post-validation (output_validation_failed)",
     429: "the queue, the compile queue, this client's compiles or the body readers are full; Retry-After says when to retry",
     500: "the model or sampling failed (a broken model or a bug; never for a request's content); the body names nothing internal",
+    503: "the server shut down before the request finished (cancelled once shutdown_timeout ran out); retry it",
     504: "the request did not finish within request_timeout",
 }
 #: the error statuses of each operation (401 added when an API key is set)
@@ -67,7 +68,7 @@ OPERATION_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("/v1/models", "get"): (),
     ("/v1/models/{model_id}", "get"): (404,),
     ("/v1/responses", "post"): (404, 408, 413, 429),
-    (CHAT, "post"): (400, 404, 408, 413, 422, 429, 500, 504),
+    (CHAT, "post"): (400, 404, 408, 413, 422, 429, 500, 503, 504),
 }
 
 

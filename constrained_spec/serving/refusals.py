@@ -6,7 +6,7 @@ Each maps to one HTTP status and code in :mod:`.errors` (``SERVING_ERRORS``).
 from __future__ import annotations
 
 __all__ = ["AmbiguousCredentials", "BodyReadersFull", "BodyTimeout", "Cancelled", "ClientCompilesFull", "CompileQueueFull", "QueueFull", "QueueTimeout",
-           "ServingRefusal"]
+           "ServerStopping", "ServingRefusal"]
 
 
 class QueueFull(Exception):
@@ -63,3 +63,11 @@ class ClientCompilesFull(ServingRefusal):
     def __init__(self, limit: int) -> None:
         super().__init__(f"this client has {limit} constraint compiles under way already")
         self.limit = limit
+
+
+class ServerStopping(ServingRefusal):
+    """The server stopped before answering: the request was still running when the shutdown's
+    grace period (``shutdown_timeout``) ended and was cancelled (503; retry on another replica)."""
+
+    def __init__(self) -> None:
+        super().__init__("the server is shutting down; the request was cancelled before it finished, retry it")

@@ -40,7 +40,7 @@ def test_every_operation_documents_its_answers(doc):
     assert set(ops) == {("/health", "get"), ("/metrics", "get"), ("/v1/models", "get"), ("/v1/models/{model_id}", "get"),
                         ("/v1/responses", "post"), ("/v1/chat/completions", "post")}
     chat = ops[("/v1/chat/completions", "post")]
-    assert set(chat["responses"]) == {"200", "400", "404", "408", "413", "422", "429", "500", "504"}
+    assert set(chat["responses"]) == {"200", "400", "404", "408", "413", "422", "429", "500", "503", "504"}
     assert set(chat["responses"]["200"]["content"]) == {"application/json", "text/event-stream"}
     assert set(ops[("/v1/responses", "post")]["responses"]) == {"404", "408", "413", "429"}
     assert set(ops[("/metrics", "get")]["responses"]["200"]["content"]) == {"text/plain"}

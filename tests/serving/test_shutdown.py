@@ -139,7 +139,8 @@ def test_sigterm_with_requests_in_flight_exits_within_the_shutdown_timeout(model
     (about half a minute of work: the tiny models' context holds ~1000 tokens, so many requests make
     a long one); SIGTERM once the rows run: the server stops within ``--shutdown-timeout`` plus a
     few seconds, by the signal (uvicorn re-raises it once shut down), its log saying it cancelled
-    the requests. Before the timeout existed it waited for every request to finish."""
+    the requests, and the cancelled requests answered 503 (uvicorn's bare 500 before). Before the
+    timeout existed it waited for every request to finish."""
     import httpx
 
     port = _free_port()
@@ -191,3 +192,80 @@ def test_sigterm_with_requests_in_flight_exits_within_the_shutdown_timeout(model
     assert took < shutdown_timeout + 8, f"took {took:.1f} s to stop with {len(statuses)} of 42 answered\n{log[-3000:]}"
     assert "timeout graceful shutdown exceeded" in log  # uvicorn cancelled the requests left
     assert statuses.count(200) < 30  # most were still queued: cancelled, not drained
+    deadline = time.monotonic() + 10
+    while len(statuses) < 42 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    # the cancelled ones are told so (503 server_shutting_down), not answered uvicorn's bare 500 with a traceback logged
+    assert statuses.count(503) >= 10 and 500 not in statuses, sorted(statuses)
+    assert "Exception in ASGI application" not in log, log[-3000:]
+
+
+# ----------------------------------------------------------------------------- cancelled at shutdown: 503, not uvicorn's 500
+
+
+def _cancel_mid_request(app: Any) -> tuple[list[dict], BaseException | None]:
+    """Run ``app`` on one request, cancel its task once it waits (what uvicorn does when the
+    graceful-shutdown timeout ends); the messages it sent, and what the task raised."""
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def scenario() -> BaseException | None:
+        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+        task = asyncio.ensure_future(app(scope, receive, send))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        try:
+            await task
+        except BaseException as exc:  # noqa: BLE001 - what the task ended with is the result
+            return exc
+        return None
+
+    return sent, asyncio.run(scenario())
+
+
+def _hanging_app(stream_first: bool) -> Any:
+    async def app(scope: dict, receive: Any, send: Any) -> None:
+        if stream_first:
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
+            await send({"type": "http.response.body", "body": b'data: {"id": "x"}\n\n', "more_body": True})
+        await asyncio.sleep(3600)  # a generation still running
+
+    return app
+
+
+def test_a_request_cancelled_before_answering_gets_a_503_in_openais_shape() -> None:
+    """The middleware answers 503 ``server_shutting_down`` with Retry-After and OpenAI's error
+    body, and the task ends quietly; without it (the control) the cancellation reaches uvicorn,
+    which logs a traceback and answers 500."""
+    import json
+
+    from constrained_spec.serving.stopping import CancelledAsStopping
+
+    sent, raised = _cancel_mid_request(CancelledAsStopping(_hanging_app(False)))
+    assert raised is None
+    start, body = sent
+    assert start["status"] == 503 and (b"retry-after", b"1") in start["headers"]
+    error = json.loads(body["body"])["error"]
+    assert error["code"] == "server_shutting_down" and error["type"] == "server_error" and "shutting down" in error["message"]
+    sent, raised = _cancel_mid_request(_hanging_app(False))  # control: the bare app
+    assert isinstance(raised, asyncio.CancelledError) and sent == []
+
+
+def test_a_stream_cancelled_midway_ends_with_the_error_event() -> None:
+    """A stream under way when cancelled gets the 503's error body as its last event, then its end."""
+    import json
+
+    from constrained_spec.serving.stopping import CancelledAsStopping
+
+    sent, raised = _cancel_mid_request(CancelledAsStopping(_hanging_app(True)))
+    assert raised is None
+    assert [m["type"] for m in sent] == ["http.response.start"] + ["http.response.body"] * 3
+    last_event = sent[2]["body"]
+    assert last_event.startswith(b"data: ") and json.loads(last_event[6:])["error"]["code"] == "server_shutting_down"
+    assert sent[3] == {"type": "http.response.body", "body": b""}
