@@ -23,6 +23,8 @@ Every error the library raises on bad input or an impossible request derives fro
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ConstrainedSpecError(Exception):
     """Base class of every error raised by constrained-spec."""
@@ -103,16 +105,19 @@ class TokenBudgetExceeded(ConstrainedSpecError):
     """Generation hit max_new_tokens before the constraint reached a final state.
 
     ``partial_text`` holds what was generated; it is never returned as a value. The decode loop
-    that ran out also gives ``token_ids`` (the generated ids, EOS excluded) and ``prompt_tokens``
-    (the prompt's length); an SMC request gives no ids (``[]``).
+    that ran out also gives ``token_ids`` (the generated ids, EOS excluded; for SMC the longest
+    particle's, whose text ``partial_text`` is), ``prompt_tokens`` (the prompt's length) and
+    ``stats`` (the decoding stats so far, a :class:`~constrained_spec.engine.stats.DecodeStats`;
+    summed over particles for SMC).
     """
 
     def __init__(self, max_new_tokens: int, partial_text: str, *, token_ids: list[int] | None = None,
-                 prompt_tokens: int | None = None) -> None:
+                 prompt_tokens: int | None = None, stats: Any = None) -> None:
         self.max_new_tokens = max_new_tokens
         self.partial_text = partial_text
         self.token_ids = token_ids
         self.prompt_tokens = prompt_tokens
+        self.stats = stats
         preview = partial_text if len(partial_text) <= 200 else partial_text[:200] + "..."
         super().__init__(
             f"token budget of {max_new_tokens} new tokens ran out before the output was complete; "

@@ -219,7 +219,8 @@ class SpeculativeDecoder:
         terminated = self.matcher.is_terminated()
         self.stats.stop_reason = "eos" if terminated else "max_new_tokens"
         if not (terminated or self.matcher.is_accepting()):
-            raise TokenBudgetExceeded(self.max_new_tokens, self.matcher.vocab.decode(tokens), token_ids=tokens, prompt_tokens=self.prompt_len)
+            raise TokenBudgetExceeded(self.max_new_tokens, self.matcher.vocab.decode(tokens), token_ids=tokens, prompt_tokens=self.prompt_len,
+                                      stats=self.stats)
         return DecodeResult(token_ids=tokens, complete=True, stats=self.stats, eos_token_id=self._ended_with())
 
     def _ended_with(self) -> int | None:

@@ -402,7 +402,7 @@ class SMCDecoder:
                 self.on_round()
             weights = [p.log_weight for p in particles]
             if all(w == float("-inf") for w in weights):
-                self._all_dead(particles, eos, len(prompt_ids))
+                self._all_dead(particles, eos, len(prompt_ids), start)
             history.append(ess(weights))
             if any(p.state == "running" for p in particles) and history[-1] < self.threshold * self.n:
                 log_z += log_mean_exp(weights)
@@ -410,7 +410,7 @@ class SMCDecoder:
                 self.resamples += 1
         weights = [p.log_weight for p in particles]
         if all(w == float("-inf") for w in weights):
-            self._all_dead(particles, eos, len(prompt_ids))
+            self._all_dead(particles, eos, len(prompt_ids), start)
         log_z += log_mean_exp(weights)
         top = max(weights)
         total = sum(math.exp(w - top) for w in weights)
@@ -436,12 +436,15 @@ class SMCDecoder:
             p.decoder.gen.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self.gen)))
         self.rows.step(running, self._advance)
 
-    def _all_dead(self, particles: list[_Particle], eos: Callable[[int], bool], prompt_tokens: int) -> None:
+    def _all_dead(self, particles: list[_Particle], eos: Callable[[int], bool], prompt_tokens: int, start: float) -> None:
         if any(p.died_of_budget for p in particles):
             longest = max(particles, key=lambda p: len(p.tokens))
             ids = [t for t in longest.tokens if not eos(t)]
             vocab = self.new_matcher().vocab
-            raise TokenBudgetExceeded(self.max_new_tokens, vocab.decode(ids), token_ids=[], prompt_tokens=prompt_tokens)  # no ids: resampling drops a particle's
+            stats = _sum_stats(self._stats)
+            stats.wall_seconds = time.perf_counter() - start
+            stats.stop_reason = "max_new_tokens"
+            raise TokenBudgetExceeded(self.max_new_tokens, vocab.decode(ids), token_ids=ids, prompt_tokens=prompt_tokens, stats=stats)
         raise NoParticleLeftError("every SMC particle died: the grammar (within the top-k / top-p cut, where set) allowed nothing "
                             "the model could take; more particles may find a way")
 

@@ -315,7 +315,8 @@ async def generate_reply(served: Served, plan: Plan, output_type: Any, options: 
     try:
         result = await served.scheduler.generate(plan.prompt, output_type, options, cancel, timeout)
     except TokenBudgetExceeded as exc:
-        return partial_message(plan, exc.partial_text), "length", budget_usage(exc), {"stats": None, "mode": plan.mode}
+        return partial_message(plan, exc.partial_text), "length", budget_usage(exc), {"stats": exc.stats.as_dict() if exc.stats is not None else None,
+                                                                                 "mode": plan.mode}
     except Exception as exc:  # noqa: BLE001
         raise served.request_error(exc, plan) from exc
     message, finish = reply_message(plan, result)

@@ -70,3 +70,22 @@ def test_smc_request_on_a_batched_server_runs_its_particles_as_rows(tiny_generat
     for response in (r, plain["r"]):
         assert in_language(YES_NO, response.json()["choices"][0]["message"]["content"])
     assert max(gen.batch.metrics.rows_per_forward) >= 3  # the plain request alone is one row
+
+
+@pytest.mark.parametrize("alignment", ["local", "smc"])
+def test_a_budget_run_out_reports_its_tokens_and_stats(client, alignment):
+    """``max_tokens`` runs out before ``[ab]{200}`` is complete: finish reason ``length``, the
+    partial text, usage counting the tokens generated (SMC: the longest particle's, whose text is
+    returned; it said 0 before) and the decoding stats (``null`` before)."""
+    import re
+
+    smc = {"alignment": "smc", "particles": 3} if alignment == "smc" else {}
+    r = post(client, guided_regex="[ab]{200}", max_tokens=5, **smc)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    content = body["choices"][0]["message"]["content"]
+    assert body["choices"][0]["finish_reason"] == "length" and re.fullmatch("[ab]{1,199}", content)
+    assert 1 <= body["usage"]["completion_tokens"] <= 5
+    assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"]
+    stats = body["constrained_spec"]["stats"]
+    assert stats is not None and stats["stop_reason"] == "max_new_tokens" and stats["target_forwards"] >= 1
