@@ -1,7 +1,8 @@
 """A soak: a bounded loop of mixed traffic against a server this script starts on 127.0.0.1.
 
 ``python -m benchmarks.soak`` starts ``constrained-spec``'s server in a child process (the tiny
-random models the tests use, unless ``--model`` names one), then sends it, from ``--clients``
+random models the tests use, unless ``--model`` names one; ``--runtime llamacpp``: the tests' tiny
+GGUF pair on llama.cpp), then sends it, from ``--clients``
 threads, a mix of requests for ``--minutes`` (default 30):
 
 * JSON Schema replies (a few fixed schemas, and fresh ones that miss every cache), tools,
@@ -79,8 +80,10 @@ def serve_child(args: argparse.Namespace) -> None:
     if args.model:
         from constrained_spec import Generator
 
-        generator = Generator(args.model, None if args.draft in (None, "none") else args.draft, progress=False,
+        generator = Generator(args.model, None if args.draft in (None, "none") else args.draft, progress=False, runtime=args.runtime,
                               max_batch_size=args.max_batch_size, max_new_tokens=64)
+    elif args.runtime == "llamacpp":
+        generator = tiny_gguf_generator(args)
     else:
         sys.path.insert(0, str(ROOT / "examples"))
         from _models import make_generator  # type: ignore[import-not-found]
@@ -114,6 +117,26 @@ def serve_child(args: argparse.Namespace) -> None:
     app = create_app(generator, ServerConfig(model_name="soak", max_queue=args.max_queue, request_timeout=60.0, **options))
     logging.getLogger("constrained_spec").setLevel(logging.CRITICAL)  # 500s are counted by the client, not logged here
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="critical")
+
+
+def tiny_gguf_generator(args: argparse.Namespace) -> Any:
+    """The tests' tiny random GGUF pair (``tests/tiny_gguf.py``: GPT-2's vocabulary, float32) on the
+    llama.cpp runtime, written to a temporary folder."""
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    from constrained_spec import Generator
+    from constrained_spec.models.tokenizer_assets import ensure_vocab_tokenizer
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tiny_gguf import write_tiny_gguf  # type: ignore[import-not-found]
+
+    folder = Path(tempfile.mkdtemp(prefix="constrained-spec-soak-"))
+    target, draft = write_tiny_gguf(folder / "target.gguf", seed=1), write_tiny_gguf(folder / "draft.gguf", seed=2, logit_scale=0.5)
+    tokenizer = AutoTokenizer.from_pretrained(str(ensure_vocab_tokenizer("gpt-2")))
+    return Generator(str(target), str(draft), runtime="llamacpp", tokenizer=tokenizer, progress=False, cache_dir=folder / "cache",
+                     max_new_tokens=64, max_batch_size=args.max_batch_size)
 
 
 def free_port() -> int:
@@ -264,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--model", default=None, help="target model (default: the tests' tiny random models)")
     p.add_argument("--draft", default=None, help="draft model with --model, or 'none'")
     p.add_argument("--max-batch-size", type=int, default=8, help="batch rows, as serve's default (8)")
+    p.add_argument("--runtime", choices=["auto", "torch", "llamacpp"], default="auto",
+                   help="the runtime; llamacpp without --model: the tests' tiny GGUF pair (default auto: torch's tiny pair)")
     p.add_argument("--trim-interval", type=float, default=None,
                    help="the server's trim_interval (idle seconds before freed memory goes back; 0: never; default: the server's)")
     p.add_argument("--mmap-threshold", type=int, default=None,
@@ -284,6 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     child = [sys.executable, str(Path(__file__).resolve()), "--serve-child", "--port", str(port), "--out", args.out,
              "--max-batch-size", str(args.max_batch_size), "--max-queue", str(args.max_queue)]
     child += ["--model", args.model] if args.model else []
+    child += ["--runtime", args.runtime]
     child += ["--draft", args.draft] if args.draft else []
     child += ["--tracemalloc"] if args.tracemalloc else []
     child += ["--trim-interval", str(args.trim_interval)] if args.trim_interval is not None else []
