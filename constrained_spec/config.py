@@ -246,7 +246,13 @@ class ModelConfig:
     dequantized), ``"llamacpp"`` (llama.cpp through llama-cpp-python: a ``.gguf`` file or a short
     name's GGUF run as stored, memory-mapped, on the CPU; ``dtype`` and the prefill options do not
     apply) or ``"auto"`` (see :func:`~constrained_spec.models.runtime.resolve_runtime`). Target and
-    draft run on the same runtime."""
+    draft run on the same runtime.
+
+    ``prompt_cache_mb`` (llama.cpp runtime): prefilled prompts kept on disk under the cache folder,
+    up to this many MiB per model, so a later process whose prompt starts the same way (the same
+    system message or schema hint placed first) restores that prefix instead of computing it, with
+    bitwise the same cache (:mod:`~constrained_spec.models.prompt_states`); 0 (default): none kept.
+    The CLI's ``generate`` keeps 512 MiB."""
 
     model: Any = DEFAULT_TARGET
     draft: Any = DEFAULT_DRAFT
@@ -257,8 +263,11 @@ class ModelConfig:
     prefill_dtype: str = "same"
     draft_prefill_dtype: str | None = None
     runtime: str = "auto"
+    prompt_cache_mb: int = 0
 
     def __post_init__(self) -> None:
+        _check(isinstance(self.prompt_cache_mb, int) and self.prompt_cache_mb >= 0,
+               f"prompt_cache_mb must be a non-negative integer, not {self.prompt_cache_mb!r}")
         for name in ("prefill_dtype", "draft_prefill_dtype"):
             value = getattr(self, name)
             _check((value is None and name == "draft_prefill_dtype") or value in PREFILL_DTYPES,

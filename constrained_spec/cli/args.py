@@ -84,9 +84,18 @@ def add_model_arguments(p: argparse.ArgumentParser, allow_no_draft: bool = True)
                         "llama-cpp-python: make install-llamacpp) or auto (the faster measured here for GGUF-backed models on the CPU)")
 
 
+def add_prompt_cache_argument(p: argparse.ArgumentParser) -> None:
+    """--prompt-cache-mb: prefilled prompts kept on disk for later runs (llama.cpp runtime)."""
+    p.add_argument("--prompt-cache-mb", type=non_negative_int, default=512,
+                   help="llama.cpp runtime: keep prefilled prompts on disk (MiB per model, in the cache folder) so a later run "
+                        "whose prompt starts the same way (--schema-hint-place system) restores that part instead of computing it; "
+                        "bitwise the same cache either way (default 512; 0: none)")
+
+
 def model_config(args: argparse.Namespace) -> ModelConfig:
     """The :class:`ModelConfig` of the options :func:`add_model_arguments` added (``--draft none``: no draft)."""
     draft = None if str(args.draft).strip().lower() in {"none", ""} else args.draft
     return ModelConfig(model=args.model, draft=draft, dtype=args.dtype, draft_dtype=args.draft_dtype, cache_dir=args.cache_dir,
                        device=getattr(args, "device", "auto"), prefill_dtype=getattr(args, "prefill_dtype", "same"),
-                       draft_prefill_dtype=getattr(args, "draft_prefill_dtype", None), runtime=getattr(args, "runtime", "auto"))
+                       draft_prefill_dtype=getattr(args, "draft_prefill_dtype", None), runtime=getattr(args, "runtime", "auto"),
+                       prompt_cache_mb=getattr(args, "prompt_cache_mb", 0))

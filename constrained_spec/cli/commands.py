@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 from constrained_spec.cli.args import (
     DTYPE_CHOICES,
     add_model_arguments,
+    add_prompt_cache_argument,
     model_config,
     non_negative_float,
     non_negative_int,
@@ -369,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--batch-size", type=positive_int, default=None,
                    help="with --input: decode up to this many documents together as rows of one batch (default 1: one after another)")
     add_model_arguments(g)
+    add_prompt_cache_argument(g)
     g.add_argument("--num-draft-tokens", "-k", type=non_negative_int, default=NUM_DRAFT_TOKENS,
                    help=f"proposed tokens per step (0 = target only; default {NUM_DRAFT_TOKENS})")
     g.add_argument("--proposers", type=proposer_list, default=None,

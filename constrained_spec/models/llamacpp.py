@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from constrained_spec.errors import ConfigError, ModelLoadError
+from constrained_spec.models.prompt_states import PromptStates, model_key
 
 __all__ = ["DEFAULT_N_CTX", "LlamaCppModel", "LlamaCppRows", "LlamaCppWeights", "available", "batch_invariant_build",
            "gguf_tokenizer", "install_hint", "load_llamacpp"]
@@ -164,6 +165,8 @@ class LlamaCppWeights:
         self.handle = self._load()
         self._prefill_ctx: _Context | None = None
         self._prefill_lock = threading.Lock()
+        #: prefilled prompts saved on disk for later processes (:meth:`keep_prompt_states`); None: none kept
+        self.prompt_states: PromptStates | None = None
         self.vocab_size = int(lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.handle)))
         self.n_ctx_train = int(lib.llama_model_n_ctx_train(self.handle))
         self.threads = threads or default_threads()
@@ -184,9 +187,21 @@ class LlamaCppWeights:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model it supports?)")
         return model
 
+    def keep_prompt_states(self, cache_root: str | os.PathLike[str], max_bytes: int) -> PromptStates:
+        """Save prefilled prompts under ``cache_root/prompt-states/<model key>`` (up to ``max_bytes``) and
+        restore them in later prefills, in this process or the next (:mod:`~constrained_spec.models.prompt_states`)."""
+        from importlib.metadata import version
+
+        stat = os.stat(self.path)
+        key = model_key(path=self.path, size=stat.st_size, mtime=stat.st_mtime_ns, binding=version("llama_cpp_python"),
+                        patched=batch_invariant_build(), threads=self.threads, flash_attn=self.flash_attn, n_batch=N_BATCH)
+        self.prompt_states = PromptStates(Path(cache_root) / "prompt-states" / key, boundary=N_BATCH, max_bytes=max_bytes)
+        return self.prompt_states
+
     def prefilled_state(self, tokens: list[int]) -> bytes:
         """The cache of ``tokens`` as a fresh sequence, computed in the prefill context (the fast default paths)
-        and returned as ``llama_state_seq`` bytes for a decode context to take."""
+        and returned as ``llama_state_seq`` bytes for a decode context to take. With :attr:`prompt_states` the
+        longest saved prefix is restored first and the prompt's own is saved (the same bytes either way)."""
         with self._prefill_lock:
             if self._prefill_ctx is None:
                 self._prefill_ctx = _Context(self, self.n_ctx, 1, reference=False)
@@ -195,10 +210,35 @@ class LlamaCppWeights:
                 raise ValueError(f"{len(tokens)} tokens exceed the prefill context's {fast.n_ctx}")
             fast.clear()
             try:
-                fast.decode([(0, i, t, i == len(tokens) - 1) for i, t in enumerate(tokens)])
+                entries = [(0, i, t, i == len(tokens) - 1) for i, t in enumerate(tokens)]
+                start = 0 if self.prompt_states is None else self._restore_prefix(fast, tokens)
+                saved = 0 if self.prompt_states is None else self.prompt_states.usable_length(len(tokens))
+                if saved > start:  # compute up to the last boundary, save it, then the rest: the same ubatches as at once
+                    fast.decode(entries[start:saved])
+                    assert self.prompt_states is not None
+                    self.prompt_states.save(tokens[:saved], fast.seq_state(0))
+                    start = saved
+                fast.decode(entries[start:])
                 return fast.seq_state(0)
             finally:
                 fast.clear()
+
+    def _restore_prefix(self, fast: _Context, tokens: list[int]) -> int:
+        """Put the longest saved prefix of ``tokens`` into ``fast``'s sequence 0; how many tokens it covers."""
+        assert self.prompt_states is not None
+        hit = self.prompt_states.longest(tokens)
+        if hit is None:
+            return 0
+        try:
+            fast.set_seq_state(0, hit.state)
+            if fast.seq_length(0) < hit.length:
+                raise RuntimeError("the saved state is shorter than its tokens")
+            fast.seq_rm(0, hit.length)
+        except RuntimeError:
+            self.prompt_states.discard(hit.name)
+            fast.clear()
+            return 0
+        return hit.length
 
     def sequence_model(self) -> "LlamaCppModel":
         """A fresh single-sequence model (its own context and KV cache) over these weights."""

@@ -83,6 +83,10 @@ def load_model(spec: Any, tokenizer: Any, role: str, models: ModelConfig, progre
             from constrained_spec.models.llamacpp import gguf_tokenizer
 
             loaded.tokenizer = gguf_tokenizer(loaded.model.path, models.cache_dir)
+        if concrete == "llamacpp" and models.prompt_cache_mb > 0 and loaded.model.prompt_states is None:
+            from constrained_spec.paths import cache_root
+
+            loaded.model.keep_prompt_states(cache_root(models.cache_dir), models.prompt_cache_mb << 20)
         return wrap(loaded.model), tokenizer or loaded.tokenizer
     if tokenizer is None and not isinstance(spec, SequenceModel):
         raise ModelLoadError(f"a {role} model object needs its tokenizer: pass tokenizer=...")

@@ -1,0 +1,137 @@
+"""Prefilled prompts saved on disk for the next process (``models/prompt_states.py``) on the llama.cpp
+runtime, on a *quantized* tiny GGUF (Q4_K_M: the repacked and tiled paths whose rounding depends on the
+ubatch a position is computed in).
+
+The oracle is the prefill without any store: a prompt prefilled after restoring a saved prefix must
+give *bitwise* the same cache bytes. The negative control restores at a point off the ubatch boundary,
+which the same comparison rejects: so the boundary rule is what makes the store exact. Also: the store
+is bounded, a damaged entry is deleted and computed again, and a new process reuses what an earlier one
+saved (the CLI's case)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import require_llamacpp
+
+pytestmark = pytest.mark.xdist_group("llamacpp-invariance")
+
+
+@pytest.fixture(scope="module")
+def q4_path(tmp_path_factory):
+    require_llamacpp()
+    from tiny_gguf import quantize_gguf, write_tiny_gguf
+
+    base = tmp_path_factory.mktemp("gguf-states")
+    f32 = write_tiny_gguf(base / "wide-f32.gguf", seed=5, logit_scale=1.0, n_embd=256, n_ff=512)
+    return quantize_gguf(f32, base / "wide-Q4_K_M.gguf", "Q4_K_M")
+
+
+@pytest.fixture(scope="module")
+def weights(q4_path):
+    from constrained_spec.models.llamacpp import LlamaCppWeights
+
+    return LlamaCppWeights(q4_path, threads=2, n_ctx=1024)
+
+
+def _tokens(seed: int, n: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(50000) for _ in range(n)]
+
+
+def _plain(weights, tokens: list[int]) -> bytes:
+    kept, weights.prompt_states = weights.prompt_states, None
+    try:
+        return weights.prefilled_state(tokens)
+    finally:
+        weights.prompt_states = kept
+
+
+def test_a_restored_prefix_gives_bitwise_the_cache_of_a_prefill_from_scratch(weights, tmp_path) -> None:
+    """Cold store: the prompt's state is saved at its last boundary (512 of 600 tokens) and the bytes equal
+    the plain prefill's. Warm: a second prompt sharing 530 tokens restores 512 and computes the rest,
+    bitwise equal to its plain prefill. Control: a store whose restore points are multiples of 16 (off the
+    256-token ubatches) gives other bytes than the plain prefill of the same prompt."""
+    from constrained_spec.models.llamacpp import N_BATCH
+    from constrained_spec.models.prompt_states import PromptStates
+
+    first = _tokens(1, 600)
+    second = first[:530] + _tokens(2, 70)
+    store = weights.keep_prompt_states(tmp_path / "aligned", max_bytes=1 << 30)
+    try:
+        assert weights.prefilled_state(first) == _plain(weights, first)
+        assert store.misses == 1 and store.hits == 0 and len(store._names()) == 1
+        assert weights.prefilled_state(second) == _plain(weights, second)
+        assert store.hits == 1
+        hit = store.longest(second)
+        assert hit is not None and hit.length == 2 * N_BATCH
+
+        # the control: restore points every 16 tokens. The first prompt is saved at 592 (positions 512-591 computed as
+        # one 80-token ubatch); a prompt of its first 529 tokens restores 528 of them, where a prefill from scratch
+        # computes 512-528 as one 17-token ubatch: other kernels, other rounding, other bytes
+        weights.prompt_states = PromptStates(tmp_path / "off-boundary", boundary=16, max_bytes=1 << 30)
+        weights.prefilled_state(first)
+        third = first[:529]
+        assert weights.prompt_states.longest(third).length == 528
+        assert weights.prefilled_state(third) != _plain(weights, third)
+    finally:
+        weights.prompt_states = None
+
+
+def test_a_damaged_entry_is_deleted_and_computed_again(weights, tmp_path) -> None:
+    from constrained_spec.models.prompt_states import STATE_SUFFIX
+
+    tokens = _tokens(3, 300)
+    store = weights.keep_prompt_states(tmp_path, max_bytes=1 << 30)
+    try:
+        weights.prefilled_state(tokens)
+        (name,) = store._names()
+        (store.folder / (name + STATE_SUFFIX)).write_bytes(b"\0" * 64)  # truncated and wrong
+        assert weights.prefilled_state(tokens) == _plain(weights, tokens)
+        assert store.hits == 1  # found, refused by llama.cpp, deleted, then saved afresh
+        assert (store.folder / (name + STATE_SUFFIX)).stat().st_size > 64
+    finally:
+        weights.prompt_states = None
+
+
+def test_the_store_is_bounded_by_bytes_and_entries(weights, tmp_path) -> None:
+    """Three prompts' states where two fit: the least recently used one goes."""
+    tokens = [_tokens(10 + i, 300) for i in range(3)]
+    probe = weights.keep_prompt_states(tmp_path / "probe", max_bytes=1 << 30)
+    weights.prefilled_state(tokens[0])
+    one = probe.bytes
+    store = weights.keep_prompt_states(tmp_path / "bounded", max_bytes=2 * one + one // 2)
+    try:
+        for t in tokens:
+            weights.prefilled_state(t)
+        assert len(store._names()) == 2 and store.bytes <= store.max_bytes
+        assert store.longest(tokens[0]) is None and store.longest(tokens[2]) is not None
+        few = weights.keep_prompt_states(tmp_path / "few", max_bytes=1 << 30)
+        few.max_entries = 1
+        for t in tokens:
+            weights.prefilled_state(t)
+        assert len(few._names()) == 1
+    finally:
+        weights.prompt_states = None
+
+
+def test_a_later_process_reuses_what_an_earlier_one_saved(q4_path, tmp_path) -> None:
+    """Two processes, one after the other, with the same cache folder: the second restores the first's
+    prefix and gets bitwise the bytes the first computed from scratch for the same prompt."""
+    import subprocess
+    import sys
+
+    script = f"""
+import random, sys
+from constrained_spec.models.llamacpp import LlamaCppWeights
+w = LlamaCppWeights({str(q4_path)!r}, threads=2, n_ctx=1024)
+store = w.keep_prompt_states({str(tmp_path)!r}, max_bytes=1 << 30)
+rng = random.Random(7)
+tokens = [rng.randrange(50000) for _ in range(400)]
+digest = __import__("hashlib").sha256(w.prefilled_state(tokens)).hexdigest()
+sys.stdout.write(str(store.hits) + " " + digest)
+"""
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300) for _ in range(2)]
+    (hits1, digest1), (hits2, digest2) = (r.stdout.split() for r in runs)
+    assert (hits1, hits2) == ("0", "1") and digest1 == digest2, [r.stderr[-500:] for r in runs]
