@@ -3,8 +3,10 @@ ones included, read from the source with ``ast``; nothing is imported to check).
 
 Imports run one way: CLI and server -> API -> engine -> grammar, models, sampling. The engine
 imports nothing from serving or the CLI; serving imports only the public API; no module imports a
-private name (``_x``) of another module. Each rule has a negative control: the same checker run on a
-made-up source that breaks it.
+private name (``_x``) of another module. Inside ``models`` the offline store imports no runtime, the
+runtimes (``models.torch``, ``models.llamacpp``) import of ``models`` only themselves, the protocol and the
+store, and no ``models`` modules form a circle. Each rule has a negative control: the same checker run on
+a made-up source that breaks it.
 """
 
 from __future__ import annotations
