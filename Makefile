@@ -82,12 +82,12 @@ lint: install-test
 	$(PYTHON) -m mypy
 
 test: install-test install-llamacpp
-	$(PYTHON) -m constrained_spec.models.tokenizer_assets gpt-2 llama-bpe llama-spm qwen2 >/dev/null
+	$(PYTHON) -m constrained_spec.models.store.tokenizer_assets gpt-2 llama-bpe llama-spm qwen2 >/dev/null
 	CONSTRAINED_SPEC_REQUIRE_ASSETS=1 $(PYTHON) -m pytest -q $(PYTEST_PARALLEL)
 
 # The long statistical sweeps (marker slow), which `make test` leaves out; .ci/run runs them after it.
 test-slow: install-test install-llamacpp
-	$(PYTHON) -m constrained_spec.models.tokenizer_assets gpt-2 llama-bpe llama-spm qwen2 >/dev/null
+	$(PYTHON) -m constrained_spec.models.store.tokenizer_assets gpt-2 llama-bpe llama-spm qwen2 >/dev/null
 	CONSTRAINED_SPEC_REQUIRE_ASSETS=1 $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m 'slow and not real_models and not ray'
 
 FORCE:

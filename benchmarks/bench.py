@@ -540,9 +540,9 @@ def _peer_record(peer: PeerClient, item: Any, prompt_text: str, prompt_ids: list
 
 
 def transformers_model(model: Any) -> Any | None:
-    """The transformers model inside a loaded :class:`~constrained_spec.models.hf.HFModel`, else None
+    """The transformers model inside a loaded :class:`~constrained_spec.models.torch.hf.HFModel`, else None
     (no model, or another kind of :class:`~constrained_spec.models.protocol.SequenceModel`)."""
-    from constrained_spec.models.hf import HFModel
+    from constrained_spec.models.torch.hf import HFModel
 
     return model.model if isinstance(model, HFModel) else None
 
@@ -838,7 +838,7 @@ def summaries_by_workload(records: list[dict[str, Any]], modes: Sequence[Mode], 
 def _dtype_label(model: Any | None) -> str:
     """The weights' dtype of a transformers model, or ``fp16w`` / ``int8w`` where its linear layers
     are packed ("" for none)."""
-    from constrained_spec.models.packed_linear import PackedFp16Linear, PackedInt8Linear
+    from constrained_spec.models.torch.packed_linear import PackedFp16Linear, PackedInt8Linear
 
     if model is None:
         return ""
@@ -1239,8 +1239,8 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
         peer_device = str(getattr(generator.target, "device", "cpu"))  # the peer runs where the target does
         if model_path is None and isinstance(args.model, str):
             try:
-                from constrained_spec.models.devices import dtype_for_device
-                from constrained_spec.models.store import lookup_role, resolve_model_path
+                from constrained_spec.models.torch.devices import dtype_for_device
+                from constrained_spec.models.torch.resolve import lookup_role, resolve_model_path
 
                 tag = dtype_for_device(args.dtype, lookup_role(args.model, "target"), peer_device)
                 r = resolve_model_path(args.model, cache_dir=args.cache_dir, dtype=tag, progress=False)

@@ -2,7 +2,7 @@
 one-token decoding computes at the same positions.
 
 For each dtype, context length and block size: a prompt of ``context`` seeded random tokens is
-prefilled into :class:`~constrained_spec.models.hf.HFModel`; the reference logits come from feeding
+prefilled into :class:`~constrained_spec.models.torch.hf.HFModel`; the reference logits come from feeding
 the continuation one token at a time; then the cache is cropped back and the same continuation is fed
 in blocks of ``n`` tokens. Printed per case: max |Δlogit|, the largest logit, how many positions are
 bitwise equal, argmax agreement and the largest total variation between the two softmax distributions
@@ -56,7 +56,7 @@ def build_model(shape: str, dtype: str, device: str, attn: str, seed: int) -> An
         model = Qwen2ForCausalLM(config)
     model = model.to(DTYPES[dtype]).eval()
     if dtype in PACKED:
-        from constrained_spec.models.packed_linear import pack_linears
+        from constrained_spec.models.torch.packed_linear import pack_linears
 
         pack_linears(model, weights=PACKED[dtype])
     # random weights give logits near 1; real ones reach 15-30 (where a bf16 logit's last bit is 0.06-0.12):
@@ -86,7 +86,7 @@ def compare(ref: torch.Tensor, got: torch.Tensor) -> dict[str, float]:
 @torch.inference_mode()
 def sequence_case(model: Any, context: int, blocks: list[int], seed: int) -> list[dict[str, Any]]:
     """One sequence: blocks of each size against one-token decoding, after a ``context``-token prompt."""
-    from constrained_spec.models.hf import HFModel
+    from constrained_spec.models.torch.hf import HFModel
 
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
@@ -120,7 +120,7 @@ def batch_row_case(model: Any, context: int, n: int, neighbours: int, seed: int)
         ids[i, width - len(s):] = s
         mask[i, width - len(s):] = 1
     out = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[0, -n:]
-    from constrained_spec.models.hf import HFModel
+    from constrained_spec.models.torch.hf import HFModel
 
     seq = HFModel(model)  # row 0 alone, one token at a time on its cache
     seq.prefill(seqs[0][:context].tolist())

@@ -29,7 +29,7 @@ def _one_pass(cache: str, tokenizer: str) -> None:
     from constrained_spec.grammar import output_spec
     from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
     from constrained_spec.grammar.vocab import build_vocabulary
-    from constrained_spec.models.tokenizer_assets import ensure_vocab_tokenizer
+    from constrained_spec.models.store.tokenizer_assets import ensure_vocab_tokenizer
 
     vocab = build_vocabulary(AutoTokenizer.from_pretrained(str(ensure_vocab_tokenizer(tokenizer))))
     t0 = time.perf_counter()

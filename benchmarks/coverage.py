@@ -311,10 +311,10 @@ def check_case(
 
 def load_tokenizer(name: str):
     """A tokenizer by offline name (``gpt-2``, ``llama-spm``, ``llama-bpe``, ``qwen2``: fetched once by
-    :mod:`constrained_spec.models.tokenizer_assets`), folder or hub id."""
+    :mod:`constrained_spec.models.store.tokenizer_assets`), folder or hub id."""
     from transformers import AutoTokenizer
 
-    from constrained_spec.models.tokenizer_assets import VOCAB_TOKENIZERS, ensure_vocab_tokenizer
+    from constrained_spec.models.store.tokenizer_assets import VOCAB_TOKENIZERS, ensure_vocab_tokenizer
 
     path = ensure_vocab_tokenizer(name) if name in VOCAB_TOKENIZERS and not Path(name).exists() else Path(name)
     return AutoTokenizer.from_pretrained(str(path))

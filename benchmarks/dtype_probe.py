@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from constrained_spec.models.convert import META_FILE, converted_dir, ensure_converted  # noqa: E402
-from constrained_spec.models.dtypes import PACKED_TAGS, auto_dtype, torch_dtype_of  # noqa: E402
-from constrained_spec.models.sources import DEFAULT_PAIR  # noqa: E402
+from constrained_spec.models.store.sources import DEFAULT_PAIR  # noqa: E402
+from constrained_spec.models.torch.convert import META_FILE, converted_dir, ensure_converted  # noqa: E402
+from constrained_spec.models.torch.dtypes import PACKED_TAGS, auto_dtype, torch_dtype_of  # noqa: E402
 
 PROMPT = (
     "You are a careful assistant that answers with one JSON object and nothing else.\n"
@@ -64,7 +64,7 @@ def _load(name: str, dtype: str, cache_dir: str | None):
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, local_files_only=True).eval()
     if dtype in PACKED_TAGS:
-        from constrained_spec.models.packed_linear import pack_linears
+        from constrained_spec.models.torch.packed_linear import pack_linears
 
         pack_linears(model, weights=PACKED_TAGS[dtype])
     tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)

@@ -10,7 +10,7 @@ ratios against target-only (and the outlines peer when it ran), valid share, gre
 speed targets) and exits 1 when one of target-only, the default mode and the draft-forced mode is
 missing or a project output does not validate.
 Greedy identity and the speed targets are reported, not enforced: in bf16 a k+1-token verify can
-round differently from one-token forwards and flip a near-tie (see ``models.dtypes.auto_dtype``).
+round differently from one-token forwards and flip a near-tie (see ``models.torch.dtypes.auto_dtype``).
 """
 
 from __future__ import annotations

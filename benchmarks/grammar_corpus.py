@@ -577,7 +577,7 @@ def load_tokenizers(names: Iterable[str]) -> dict[str, tuple[Any, TokenVocabular
     from transformers import AutoTokenizer
 
     from constrained_spec.grammar.vocab import build_vocabulary
-    from constrained_spec.models.tokenizer_assets import ensure_vocab_tokenizer
+    from constrained_spec.models.store.tokenizer_assets import ensure_vocab_tokenizer
 
     out = {}
     for name in names:

@@ -149,7 +149,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from constrained_spec.api import Generator
-    from constrained_spec.models.fetch import gguf_path
+    from constrained_spec.models.store.fetch import gguf_path
 
     if args.workload == "heldout":
         from heldout import load_workload

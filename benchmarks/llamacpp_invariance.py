@@ -61,7 +61,7 @@ def sequence_blocks(weights: Any, prompt: list[int], cont: list[int], n: int) ->
 
 def row_blocks(weights: Any, prompts: list[list[int]], conts: list[list[int]], n: int) -> torch.Tensor:
     """Row 0's logits when every prompt is a row and all rows feed their continuation in blocks of ``n`` together."""
-    from constrained_spec.models.llamacpp import LlamaCppRows
+    from constrained_spec.models.llamacpp.model import LlamaCppRows
 
     width = max(len(p) + len(c) for p, c in zip(prompts, conts)) + 1
     rows = LlamaCppRows(weights, slots=len(prompts), max_length=width)
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     from heldout import load_workload
 
     from constrained_spec.api import Generator
-    from constrained_spec.models.llamacpp import LlamaCppWeights, load_llamacpp
+    from constrained_spec.models.llamacpp.model import LlamaCppWeights, load_llamacpp
 
     _, tokenizer = load_llamacpp(args.model, progress=False, n_ctx=2048)
     path = _.path

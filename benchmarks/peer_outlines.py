@@ -78,7 +78,7 @@ class PeakRSS:
 DTYPES = {"fp32": lambda: __import__("torch").float32, "bf16": lambda: __import__("torch").bfloat16,
           "fp16": lambda: __import__("torch").float16, "fp16w": lambda: __import__("torch").float32,
           "int8w": lambda: __import__("torch").float32}
-PACKED = {"fp16w": "fp16", "int8w": "int8"}  # as the project's models.dtypes.PACKED_TAGS
+PACKED = {"fp16w": "fp16", "int8w": "int8"}  # as the project's models.torch.dtypes.PACKED_TAGS
 
 
 def _pack(model: Any, weights: str) -> None:
@@ -97,7 +97,7 @@ def _pack(model: Any, weights: str) -> None:
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod
         spec.loader.exec_module(mod)
-    sys.modules["constrained_spec.models.packed_linear"].pack_linears(model, keep_head_weight=False, weights=weights)
+    sys.modules["constrained_spec.models.torch.packed_linear"].pack_linears(model, keep_head_weight=False, weights=weights)
 
 
 class Peer:

@@ -1,7 +1,7 @@
 """Prefill seconds by prefill weights and split, for the default pair (the ``prefill_dtype`` lever).
 
 For each model (target fp16w, draft int8w: the CPU defaults), each setting (``same``: the decode
-weights; ``bf16`` / ``fp32``: a twin of the linear weights in that dtype, ``models.prefill_twin``)
+weights; ``bf16`` / ``fp32``: a twin of the linear weights in that dtype, ``models.torch.prefill_twin``)
 and each split (0: one forward), it times ``HFModel.prefill`` of 100 / 500 / 1000 prompt tokens
 (real text: the held-out workload's prompts, tokenized and repeated), settings in alternation,
 and reports the median. It also reports how far the bf16 twin's keys/values and next-token logits
@@ -27,10 +27,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from constrained_spec.models.hf import HFModel  # noqa: E402
-from constrained_spec.models.prefill_twin import attach_prefill  # noqa: E402
-from constrained_spec.models.sources import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
-from constrained_spec.models.store import resolve_model  # noqa: E402
+from constrained_spec.models.store.sources import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
+from constrained_spec.models.torch.hf import HFModel  # noqa: E402
+from constrained_spec.models.torch.prefill_twin import attach_prefill  # noqa: E402
+from constrained_spec.models.torch.resolve import resolve_model  # noqa: E402
 
 
 def _prompt_ids(tokenizer, n: int) -> list[int]:

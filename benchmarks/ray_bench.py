@@ -33,7 +33,7 @@ def tiny_models(folder: Path) -> list[str]:
     from tiny_models import tiny_llama
     from transformers import AutoTokenizer
 
-    from constrained_spec.models.tokenizer_assets import ensure_vocab_tokenizer
+    from constrained_spec.models.store.tokenizer_assets import ensure_vocab_tokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_vocab_tokenizer("gpt-2")))
     dirs = []

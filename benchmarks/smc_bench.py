@@ -168,7 +168,7 @@ def run_tiny(particles: list[int], ks: list[int], runs: int, paths: list[str], t
     from transformers import AutoTokenizer
 
     from constrained_spec.api import Generator
-    from constrained_spec.models.tokenizer_assets import ensure_vocab_tokenizer
+    from constrained_spec.models.store.tokenizer_assets import ensure_vocab_tokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_vocab_tokenizer("gpt-2")))
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "minimum": 0,

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from constrained_spec.errors import ConfigError, ModelLoadError
 
 # -- the choices the configs validate (plain data: the model store and the runtimes import them from here) ----
-#: the default pair's short names (``models.sources`` pins their files)
+#: the default pair's short names (``models.store.sources`` pins their files)
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b"
 DEFAULT_TARGET = "qwen2.5-coder-1.5b"
 
@@ -34,7 +34,7 @@ _DEVICE = re.compile(r"auto|cpu|cuda(?::(\d+))?")
 def normalize_device(device: Any) -> str:
     """``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` for a string or a ``torch.device`` (None:
     ``"auto"``); anything else is a :class:`~constrained_spec.errors.ConfigError` naming the choices.
-    Only the spelling is checked here: whether the device exists is ``models.devices.resolve_device``'s job."""
+    Only the spelling is checked here: whether the device exists is ``models.torch.devices.resolve_device``'s job."""
     if device is None:
         return "auto"
     text = str(device).strip().lower()
@@ -68,7 +68,7 @@ def normalize_dtype(dtype: Any) -> str:
     torch dtype.
 
     ``fp16w`` / ``int8w``: fp32 model whose linear weights are rounded to fp16 / int8 and packed for
-    fbgemm (``models.packed_linear``); kept on disk in that form (``models.packed_cache``). ``int8w``
+    fbgemm (``models.torch.packed_linear``); kept on disk in that form (``models.torch.packed_cache``). ``int8w``
     also quantizes activations per call: meant for drafts, where rounding costs only acceptance.
     """
     if dtype is None:
@@ -107,7 +107,7 @@ RESTRICTED_HEAD_MAX_ROWS = 3000
 LOOKUP_MIN_NGRAM = 3
 #: prefill weights (``ModelConfig.prefill_dtype``): "same" (the decode weights; the default until a
 #: measurement says otherwise) or a second copy of the linear weights in bf16 / fp32 used only for
-#: prefill (``models.prefill_twin``); kept here too so the config imports no torch
+#: prefill (``models.torch.prefill_twin``); kept here too so the config imports no torch
 PREFILL_DTYPES = ("same", "bf16", "fp32")
 #: how the prompt's schema hint writes the schema (``Generator(schema_hint_style=...)``,
 #: ``prompts.schema_hint``): ``"full"`` as ``json.dumps`` does (the default, what the defaults were tuned
@@ -235,7 +235,7 @@ class ModelConfig:
 
     ``prefill_dtype`` (:data:`PREFILL_DTYPES`: "same", default; "bf16"; "fp32"): prompts are
     prefilled by a second copy of the linear weights in that dtype
-    (:mod:`~constrained_spec.models.prefill_twin`), decoding keeps the loaded weights. For the draft
+    (:mod:`~constrained_spec.models.torch.prefill_twin`), decoding keeps the loaded weights. For the draft
     this changes only speed; for the target it changes its numerics, the same way in target-only and
     speculative decoding. ``draft_prefill_dtype`` (None: "same") the same for the draft, where it
     changes only speed (an int8w draft prefills faster in int8 than in bf16 here: 3.3 s against 4.8 s
@@ -283,7 +283,7 @@ class ModelConfig:
                 raise ConfigError(f"unknown {name} {value!r}; choose from {', '.join(DTYPE_CHOICES)}") from None
         _check(self.runtime in RUNTIMES, f"unknown runtime {self.runtime!r}; choose from {', '.join(RUNTIMES)}")
         object.__setattr__(self, "device", normalize_device(self.device))
-        if is_cuda(self.device):  # "auto" is checked when it resolves (models.devices.dtype_for_device)
+        if is_cuda(self.device):  # "auto" is checked when it resolves (models.torch.devices.dtype_for_device)
             for name in ("dtype", "draft_dtype"):
                 value = getattr(self, name)
                 _check(value is None or normalize_dtype(value) not in PACKED_TAGS,

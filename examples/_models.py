@@ -47,7 +47,7 @@ def make_generator(args: argparse.Namespace, **options):
     if use_tiny(args):
         from transformers import AutoTokenizer
 
-        from constrained_spec.models.tokenizer_assets import ensure_vocab_tokenizer
+        from constrained_spec.models.store.tokenizer_assets import ensure_vocab_tokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(ensure_vocab_tokenizer("gpt-2")))
         options.setdefault("max_new_tokens", 200)
@@ -63,7 +63,7 @@ def load_transformers(args: argparse.Namespace):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if use_tiny(args):
-        from constrained_spec.models.tokenizer_assets import ensure_vocab_tokenizer
+        from constrained_spec.models.store.tokenizer_assets import ensure_vocab_tokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(ensure_vocab_tokenizer("gpt-2")))
         models = [tiny_model(len(tokenizer), 1), tiny_model(len(tokenizer), 2)]

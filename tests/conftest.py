@@ -18,14 +18,14 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def real_tokenizer(name: str):
-    """A real tokenizer from the offline cache (fetched by `python -m constrained_spec.models.tokenizer_assets`).
+    """A real tokenizer from the offline cache (fetched by `python -m constrained_spec.models.store.tokenizer_assets`).
 
     Skips with a reason when it cannot be had, unless CONSTRAINED_SPEC_REQUIRE_ASSETS=1 (set by CI),
     where a missing tokenizer is a failure.
     """
     from transformers import AutoTokenizer
 
-    from constrained_spec.models.tokenizer_assets import ensure_vocab_tokenizer
+    from constrained_spec.models.store.tokenizer_assets import ensure_vocab_tokenizer
 
     try:
         return AutoTokenizer.from_pretrained(str(ensure_vocab_tokenizer(name)))

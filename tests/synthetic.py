@@ -158,7 +158,7 @@ def make_decoder(target, draft, matcher, policy, *, num_draft_tokens: int = 4, m
 
 
 class BatchedPrefixModel:
-    """A :class:`~constrained_spec.models.batched.RowBackend` of :class:`PrefixModel` logits over
+    """A :class:`~constrained_spec.models.torch.batched.RowBackend` of :class:`PrefixModel` logits over
     ``slots`` token lists: each call's logits come from its slot's tokens up to its start, so a row
     fed at a wrong position gets another prefix's logits (and a distribution test fails)."""
 

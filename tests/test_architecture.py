@@ -3,8 +3,10 @@ ones included, read from the source with ``ast``; nothing is imported to check).
 
 Imports run one way: CLI and server -> API -> engine -> grammar, models, sampling. The engine
 imports nothing from serving or the CLI; serving imports only the public API; no module imports a
-private name (``_x``) of another module. Each rule has a negative control: the same checker run on a
-made-up source that breaks it.
+private name (``_x``) of another module. Inside ``models`` the offline store imports no runtime, the
+runtimes (``models.torch``, ``models.llamacpp``) import of ``models`` only themselves, the protocol and the
+store, and no ``models`` modules form a circle. Each rule has a negative control: the same checker run on
+a made-up source that breaks it.
 """
 
 from __future__ import annotations
@@ -118,8 +120,8 @@ def test_the_engine_imports_no_runtime(path: Path) -> None:
     assert runtime_imports(path.read_text(), module_name(path), path.name == "__init__.py") == []
 
 
-@pytest.mark.parametrize("source", ["from constrained_spec.models.hf import HFModel\n",
-                                    "def f():\n    from constrained_spec.models.llamacpp import LlamaCppRows\n",
+@pytest.mark.parametrize("source", ["from constrained_spec.models.torch.hf import HFModel\n",
+                                    "def f():\n    from constrained_spec.models.llamacpp.model import LlamaCppRows\n",
                                     "from constrained_spec.models import batched\n",
                                     "from ..models.hf import HFModel\n"])
 def test_negative_controls_runtime_imports_are_caught(source: str) -> None:
@@ -145,6 +147,128 @@ def test_negative_control_a_circle_is_caught() -> None:
     assert mutual_imports(sources) == [("constrained_spec.engine.request", "constrained_spec.engine.smc")]
 
 
+#: the rooms inside ``models``: each runtime, and the offline store; the rest (``protocol``, ``cost_cache``, the
+#: runtime choice ``runtime`` and ``loading``) sit at the top, where the engine and the API see them
+MODELS_RUNTIMES = {"torch", "llamacpp"}
+MODELS_STORE = "store"
+#: what a runtime may import of ``models`` besides itself: the protocol it implements and the store
+RUNTIME_MAY_IMPORT = {"constrained_spec.models.protocol"}
+
+
+def models_room(module: str) -> str | None:
+    """``torch``, ``llamacpp``, ``store``, ``top`` for another ``models`` module, None outside ``models``."""
+    parts = module.split(".")
+    if parts[:2] != ["constrained_spec", "models"]:
+        return None
+    if len(parts) > 2 and parts[2] in MODELS_RUNTIMES | {MODELS_STORE}:
+        return parts[2]
+    return "top"
+
+
+def models_room_violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    """Imports that break the rooms inside ``models``: the store imports no other ``models`` module (no runtime,
+    no protocol); a runtime imports of ``models`` only itself, :data:`RUNTIME_MAY_IMPORT` and the store."""
+    mine = models_room(module)
+    if mine not in MODELS_RUNTIMES | {MODELS_STORE}:
+        return []
+    problems = []
+    for target, names in imports(source, module, is_package):
+        targets = [f"{target}.{n}" for n in names] if target in {"constrained_spec.models", f"constrained_spec.models.{mine}"} and names else [target]
+        for full in targets:
+            theirs = models_room(full)
+            if theirs is None or theirs == mine:
+                continue
+            if mine == MODELS_STORE or not (theirs == MODELS_STORE or full in RUNTIME_MAY_IMPORT):
+                problems.append(f"{module} ({mine}) imports {full} ({theirs})")
+    return problems
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "models").rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_store_imports_no_runtime_and_runtimes_not_each_other(path: Path) -> None:
+    assert models_room_violations(path.read_text(), module_name(path), path.name == "__init__.py") == []
+
+
+@pytest.mark.parametrize("module, source", [
+    ("constrained_spec.models.store.fetch", "from constrained_spec.models.torch.dtypes import concrete_dtype\n"),
+    ("constrained_spec.models.store.cache", "def f():\n    from constrained_spec.models.llamacpp.model import load_llamacpp\n"),
+    ("constrained_spec.models.store.sources", "from constrained_spec.models.protocol import SequenceModel\n"),
+    ("constrained_spec.models.store.fetch", "from ..torch import hf\n"),
+    ("constrained_spec.models.torch.hf", "from constrained_spec.models.llamacpp.model import LlamaCppModel\n"),
+    ("constrained_spec.models.llamacpp.model", "def f():\n    from constrained_spec.models.torch import hf\n"),
+    ("constrained_spec.models.llamacpp.model", "from constrained_spec.models import loading\n"),
+    ("constrained_spec.models.torch.resolve", "from constrained_spec.models.runtime import resolve_runtime\n"),
+])
+def test_negative_controls_models_rooms_are_caught(module: str, source: str) -> None:
+    assert models_room_violations(source, module) != []
+
+
+def test_the_models_rooms_allow_what_they_should() -> None:
+    """The checker is not blind to allowed imports: a runtime may use the store and the protocol, the store itself."""
+    assert models_room_violations("from constrained_spec.models.store.fetch import fetch_gguf\n"
+                                  "from constrained_spec.models.protocol import SequenceModel\n"
+                                  "from constrained_spec.models.torch import packed_linear\n", "constrained_spec.models.torch.hf") == []
+    assert models_room_violations("from constrained_spec.models.store.cache import known_source\n", "constrained_spec.models.store.fetch") == []
+
+
+def import_cycles(sources: dict[str, str]) -> list[list[str]]:
+    """The circles among modules (name -> source), of any length: each strongly connected component of more than
+    one module, sorted (imports at any level count, as in :func:`mutual_imports`; an import of a package's name
+    list counts as one of each named submodule that is in ``sources``)."""
+    graph: dict[str, set[str]] = {}
+    for m, src in sources.items():
+        edges = set()
+        for target, names in imports(src, m, False):
+            edges |= {f"{target}.{n}" for n in names if f"{target}.{n}" in sources}
+            if target in sources:
+                edges.add(target)
+        graph[m] = edges - {m}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_no_circle_among_the_models_modules() -> None:
+    sources = {module_name(p): p.read_text() for p in (PACKAGE / "models").rglob("*.py") if p.name != "__init__.py"}
+    assert import_cycles(sources) == []
+
+
+def test_negative_control_a_models_circle_is_caught() -> None:
+    pair = {"constrained_spec.models.torch.hf": "def rows():\n    from constrained_spec.models.torch.batched import BatchedHFModel\n",
+            "constrained_spec.models.torch.batched": "from constrained_spec.models.torch.hf import HFModel\n"}
+    assert import_cycles(pair) == [["constrained_spec.models.torch.batched", "constrained_spec.models.torch.hf"]]
+    three = {"constrained_spec.models.a": "from constrained_spec.models import b\n",
+             "constrained_spec.models.b": "from constrained_spec.models.c import x\n",
+             "constrained_spec.models.c": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from constrained_spec.models.a import y\n",
+             "constrained_spec.models.d": "from constrained_spec.models.a import z\n"}
+    assert import_cycles(three) == [["constrained_spec.models.a", "constrained_spec.models.b", "constrained_spec.models.c"]]
+    assert mutual_imports(three) == []  # the pair check alone misses a circle of three
+
+
 def test_the_engine_imports_nothing_from_serving_the_cli_or_the_api() -> None:
     for path in (PACKAGE / "engine").rglob("*.py"):
         for target, _ in imports(path.read_text(), module_name(path), path.name == "__init__.py"):
@@ -155,7 +279,7 @@ def test_the_engine_imports_nothing_from_serving_the_cli_or_the_api() -> None:
     ("constrained_spec.engine.loop", "from constrained_spec.serving.app import create_app\n"),
     ("constrained_spec.engine.loop", "def f():\n    from constrained_spec.cli import commands\n"),
     ("constrained_spec.grammar.matcher", "from constrained_spec.engine.loop import SpeculativeDecoder\n"),
-    ("constrained_spec.sampling.acceptance", "from constrained_spec.models.hf import HFModel\n"),
+    ("constrained_spec.sampling.acceptance", "from constrained_spec.models.torch.hf import HFModel\n"),
     ("constrained_spec.serving.app", "from constrained_spec.engine.stats import DecodeStats\n"),
     ("constrained_spec.api", "from constrained_spec.grammar.backends.outlines_core import _build_tables\n"),
     ("constrained_spec.engine.block", "from ..grammar.automaton import _short\n"),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from constrained_spec.models.tokenizer_assets import ensure_vocab_tokenizer
+from constrained_spec.models.store.tokenizer_assets import ensure_vocab_tokenizer
 
 #: shapes of the tiny model: small, but with grouped-query attention and two layers like the real ones
 N_EMBD, N_FF, N_LAYER, N_HEAD, N_HEAD_KV = 64, 128, 2, 4, 2

@@ -179,11 +179,11 @@ def check_model_spec(spec: str, flag: str, role: str, args: argparse.Namespace) 
 
     Offline short names and hub ids are left to the loader (fetching, converting, the hub).
     """
-    from constrained_spec.models.sources import lookup
+    from constrained_spec.models.store.sources import lookup
 
     if lookup(spec) is not None and not os.path.exists(spec):
         return
-    from constrained_spec.models.store import resolve_model_path
+    from constrained_spec.models.torch.resolve import resolve_model_path
 
     try:  # a concrete dtype: "auto" would measure this machine (torch) for a tag the check ignores
         resolve_model_path(spec, args.cache_dir, "fp32", progress=False, role=role)
@@ -306,14 +306,14 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 def _cmd_fetch_models(args: argparse.Namespace) -> int:
     from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET
-    from constrained_spec.models.devices import resolve_device
     from constrained_spec.models.runtime import resolve_runtime
-    from constrained_spec.models.store import fetch_default_models
+    from constrained_spec.models.torch.devices import resolve_device
+    from constrained_spec.models.torch.resolve import fetch_default_models
 
     if resolve_runtime(args.runtime, DEFAULT_TARGET, resolve_device("auto"), args.dtype) == "llamacpp":
         # the GGUFs as stored and their tokenizers: nothing to convert on this runtime
-        from constrained_spec.models.fetch import fetch_gguf
-        from constrained_spec.models.llamacpp import gguf_tokenizer
+        from constrained_spec.models.llamacpp.model import gguf_tokenizer
+        from constrained_spec.models.store.fetch import fetch_gguf
 
         for name in (DEFAULT_DRAFT, DEFAULT_TARGET):
             path = fetch_gguf(name, args.cache_dir, True)

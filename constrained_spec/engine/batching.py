@@ -2,7 +2,7 @@
 
 Each request runs the ordinary single-sequence loop (:class:`~constrained_spec.engine.loop.SpeculativeDecoder`)
 on its own thread, over :class:`RowModel` views of the batched models: a row's ``extend``,
-``prefill`` and cut-head calls become :class:`~constrained_spec.models.batched.RowCall` jobs, and
+``prefill`` and cut-head calls become :class:`~constrained_spec.models.torch.batched.RowCall` jobs, and
 the :class:`BatchCoordinator` runs them together once every active row is waiting on one. So each
 row's algorithm, grammar, sampling options, RNG stream, proposers, draft length, budget and stop
 are its own, and the output distribution of a row cannot depend on the others; only the forward is

@@ -19,6 +19,7 @@ a seed gives the same sample on every device.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -36,7 +37,8 @@ from constrained_spec.engine.stats import DecodeHooks, DecodeResult, DecodeStats
 from constrained_spec.errors import ConfigError, ConstrainedSpecError, GrammarError, TokenBudgetExceeded
 from constrained_spec.grammar.matcher import GrammarMatcher
 from constrained_spec.models.protocol import CacheIntrospection, SequenceModel
-from constrained_spec.sampling import SamplingPolicy, VerifyResult, make_generator, verify
+from constrained_spec.sampling import SamplingPolicy, VerifyResult, make_generator, pack_bitmask, unpack_bitmask, verify
+from constrained_spec.sampling.smc_weights import filter_keep
 from constrained_spec.sampling.verifier import takes_filters
 
 Verifier = Callable[..., VerifyResult]
@@ -74,6 +76,38 @@ class Drafting:
     plan_source: str = "constant"
     allowed_mask: Callable[[GrammarMatcher], torch.Tensor] | None = None
     on_forward: Callable[[str, int, float], None] | None = None
+
+
+@dataclass(frozen=True)
+class StepRules:
+    """How a step treats the grammar (:meth:`SpeculativeDecoder.step`'s ``rules``). The loop takes the
+    defaults; SMC (``engine.smc``) steps its particles by :data:`WEIGHED_STEPS`, so that every committed
+    token has the logits its weight is read off.
+
+    ``forced_shortcut``: a grammar-forced token is committed without a forward, and drafted as a point mass
+    (False: the grammar never reports a forced token to the step; every token is committed by a verify).
+    ``cut_in_mask``: with top-k / top-p, the verify samples the cut of the whole vocabulary's distribution
+    (``filter_keep``) intersected with the grammar mask, the cut itself then off (where the two share no token
+    the grammar mask stays); the step's record keeps the grammar's own masks."""
+
+    forced_shortcut: bool = True
+    cut_in_mask: bool = False
+
+
+#: the rules SMC's particles step by
+WEIGHED_STEPS = StepRules(forced_shortcut=False, cut_in_mask=True)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one step committed (``tokens``, in order; EOS included once committed) and what it used: the
+    verify's target logits [k + 1, V] and the grammar's bitmasks [k + 1, W] at the same positions (the
+    block's positions, of which the first ``len(tokens)`` committed); both None for a forced token,
+    committed without a forward."""
+
+    tokens: list[int]
+    logits: torch.Tensor | None = None
+    masks: torch.Tensor | None = None
 
 
 class SpeculativeDecoder:
@@ -175,38 +209,15 @@ class SpeculativeDecoder:
     # -- the algorithm ---------------------------------------------------------------------
     def run(self, prompt_ids: list[int]) -> DecodeResult:
         """Generate until EOS, a final state at the budget, or the budget runs out (error)."""
-        if not prompt_ids:
-            raise ConfigError("the prompt must hold at least one token")
         start = time.perf_counter()
-        self.committed = list(prompt_ids)
-        self.prompt_len = len(prompt_ids)
-        window = self.config.draft_window
-        self.draft_offset = max(0, len(prompt_ids) - 1 - window) if window else 0
-        if self.model is not None:
-            self.model.offset = self.draft_offset
-        draft_tokens = draft_prefill_length(len(prompt_ids), self.draft_offset)
-        overlap = overlap_pays(self.target, self.draft, self.config.prefill_overlap, draft_tokens)
-        if self.model is not None and self.draft_cap is None:  # a batch row keeps its slot's draft rows in step
-            expected = expected_new_tokens(self.max_new_tokens, self.output_bound)
-            plan = plan_draft(self.config.draft_plan, draft_tokens, expected, overlap, on_cpu(self.target, self.draft),
-                              gain_per_token=self.draft_gain, prefill_per_token=self.draft_prefill_cost, source=self.plan_source)
-            self.stats.draft_plan_reason = plan.reason
-            if not plan.use_draft:
-                self._leave_out_draft()
-                overlap = False
-        times = prefill_pair(self.target, self.draft, prompt_ids, self.draft_offset, overlap)
-        self.stats.prefill_seconds = time.perf_counter() - start
-        self.stats.draft_prefill_seconds = times.draft_seconds
-        self.stats.prefill_overlapped = times.overlapped
-        if self.on_forward is not None and self.draft is not None and not times.overlapped:
-            self.on_forward("draft_prefill", draft_tokens, times.draft_seconds)
+        self.start(prompt_ids)
         while not self.matcher.is_terminated():
             remaining = self.max_new_tokens - self.stats.generated_tokens
             if remaining <= 0:
                 break
-            count = self.step(remaining)
+            record = self.step(remaining)
             if self.hooks.on_tokens is not None:
-                new = [t for t in self.committed[len(self.committed) - count :] if not self.matcher.is_eos(t)]
+                new = [t for t in record.tokens if not self.matcher.is_eos(t)]
                 if new:
                     self.hooks.on_tokens(new)
             if self.hooks.on_step is not None:
@@ -223,26 +234,76 @@ class SpeculativeDecoder:
                                       stats=self.stats)
         return DecodeResult(token_ids=tokens, complete=True, stats=self.stats, eos_token_id=self._ended_with())
 
+    def start(self, prompt_ids: list[int], plan: bool = True) -> None:
+        """Take the prompt: the committed tokens, the draft's window, and the prefill of both caches. With
+        ``plan``, the draft plan first (whether this request uses the draft model at all, and whether the
+        draft's prefill overlaps the target's); without (SMC's particles), the draft is used and prefilled after
+        the target."""
+        if not prompt_ids:
+            raise ConfigError("the prompt must hold at least one token")
+        start = time.perf_counter()
+        self.committed = list(prompt_ids)
+        self.prompt_len = len(prompt_ids)
+        window = self.config.draft_window
+        self.draft_offset = max(0, len(prompt_ids) - 1 - window) if window else 0
+        if self.model is not None:
+            self.model.offset = self.draft_offset
+        draft_tokens = draft_prefill_length(len(prompt_ids), self.draft_offset)
+        overlap = plan and overlap_pays(self.target, self.draft, self.config.prefill_overlap, draft_tokens)
+        if plan and self.model is not None and self.draft_cap is None:  # a batch row keeps its slot's draft rows in step
+            expected = expected_new_tokens(self.max_new_tokens, self.output_bound)
+            chosen = plan_draft(self.config.draft_plan, draft_tokens, expected, overlap, on_cpu(self.target, self.draft),
+                                gain_per_token=self.draft_gain, prefill_per_token=self.draft_prefill_cost, source=self.plan_source)
+            self.stats.draft_plan_reason = chosen.reason
+            if not chosen.use_draft:
+                self._leave_out_draft()
+                overlap = False
+        times = prefill_pair(self.target, self.draft, prompt_ids, self.draft_offset, overlap)
+        self.stats.prefill_seconds = time.perf_counter() - start
+        self.stats.draft_prefill_seconds = times.draft_seconds
+        self.stats.prefill_overlapped = times.overlapped
+        if plan and self.on_forward is not None and self.draft is not None and not times.overlapped:
+            self.on_forward("draft_prefill", draft_tokens, times.draft_seconds)
+
+    def fork(self, target: SequenceModel, draft: SequenceModel | None, matcher: GrammarMatcher,
+             make: Callable[[SequenceModel, SequenceModel | None, GrammarMatcher], SpeculativeDecoder]) -> SpeculativeDecoder:
+        """A decoder that continues from this one's state. ``target`` and ``draft``: forks of this one's caches
+        (``models.protocol.fork_model`` alone; a slot's copied rows in a batch); ``matcher``: a fresh matcher of
+        the same grammar, advanced here along this one's generated tokens (a replay); ``make`` builds the
+        decoder over them (its policy, proposers and generator). It takes the committed tokens, the prompt, the
+        draft's window, and copies of the lookup gate and the adaptive draft length."""
+        for token in self.generated:
+            matcher.advance(token)
+        child = make(target, draft, matcher)
+        child.committed = list(self.committed)
+        child.prompt_len = self.prompt_len
+        child.draft_offset = self.draft_offset
+        if child.model is not None and self.model is not None:
+            child.model.offset = self.model.offset
+        child.lookup_gate = copy.deepcopy(self.lookup_gate)
+        child.draft_length = copy.deepcopy(self.draft_length)
+        return child
+
     def _ended_with(self) -> int | None:
         """The EOS id the generated tokens end with, None where they end otherwise."""
         last = self.generated[-1:]
         return last[0] if last and self.matcher.is_eos(last[0]) else None
 
-    def step(self, remaining: int) -> int:
-        """One forced token, or one draft-verify-accept-rollback round; returns how many tokens it
-        committed."""
+    def step(self, remaining: int, rules: StepRules = StepRules()) -> StepRecord:
+        """One forced token, or one draft-verify-accept-rollback round, by ``rules``; returns what it
+        committed and the logits and grammar masks its verify used (:class:`StepRecord`)."""
         self.stats.steps += 1
-        forced = self.matcher.forced_token()
+        forced = self.matcher.forced_token() if rules.forced_shortcut else None
         if forced is not None:
             self._commit(forced)
             self.stats.forced_tokens += 1
-            return 1
+            return StepRecord([forced])
         before = len(self.committed)
         k = self.k if self.draft_cap is None or self.k == 0 else self.draft_cap(self.k)
-        block = self.propose(min(k, remaining - 1))
-        result = self.verify_block(block)
+        block = self.propose(min(k, remaining - 1), rules)
+        result, logits, masks = self.verify_block(block, rules)
         self.accept_and_rollback(block, result)
-        return len(self.committed) - before
+        return StepRecord(self.committed[before:], logits, masks)
 
     def _free_plan(self, ctx: DraftContext, room: int) -> tuple[list[Proposal], str]:
         """The first non-empty plan of the free proposers, in order; a lookup plan only where the
@@ -261,7 +322,7 @@ class SpeculativeDecoder:
             return plan, proposer.source
         return [], ""
 
-    def propose(self, k: int) -> DraftBlock:
+    def propose(self, k: int, rules: StepRules = StepRules()) -> DraftBlock:
         """Draft up to k tokens: a :class:`DraftBlock`; the matcher is left at the block's end.
 
         Per position: a grammar-forced single token, else the next token of a free proposer's plan
@@ -273,6 +334,8 @@ class SpeculativeDecoder:
         that follow, which cost only a verify row each. With adaptive k (``draft_length``), the
         block also ends where one more position is not worth its cost. A proposal the grammar
         forbids (a proposer that ignores the grammar) ends the block: the verifier rejects it.
+        ``rules.forced_shortcut`` off: no position is grammar-forced (forced strings still come as
+        free proposers' point masses).
         """
         t0 = time.perf_counter()
         mask_before = self.stats.mask_seconds  # grammar work inside drafting is booked as mask time
@@ -287,7 +350,7 @@ class SpeculativeDecoder:
         last_confidence: float | None = None
         ctx = DraftContext(matcher, list(self.committed), 0)
         for _ in range(k):
-            forced = matcher.forced_token()
+            forced = matcher.forced_token() if rules.forced_shortcut else None
             if forced is not None:  # q is a point mass: no draft forward needed
                 source = "forced"
             else:
@@ -347,8 +410,10 @@ class SpeculativeDecoder:
         self.stats.draft_seconds += time.perf_counter() - t0 - (self.stats.mask_seconds - mask_before)
         return block
 
-    def verify_block(self, block: DraftBlock) -> VerifyResult:
-        """One target forward over pending + drafted tokens, then the verify math."""
+    def verify_block(self, block: DraftBlock, rules: StepRules = StepRules()) -> tuple[VerifyResult, torch.Tensor, torch.Tensor]:
+        """One target forward over pending + drafted tokens, then the verify math; the result, and the
+        target's logits [k + 1, V] and the grammar's bitmasks [k + 1, W] it was given (before the
+        top-k / top-p cut that ``rules.cut_in_mask`` puts into the masks)."""
         drafted = block.tokens
         t0 = time.perf_counter()
         pending = self.committed[self.target.length :]
@@ -363,20 +428,35 @@ class SpeculativeDecoder:
         device, k = self.device, len(drafted)
         masks = torch.stack(block.masks).to(device, non_blocking=True)
         q, point_mass = block.draft_probs(self.vocab_size, device)
+        used, top_k, top_p, options = masks.unsqueeze(0), self.params.top_k, self.params.top_p, self.verify_options
+        if rules.cut_in_mask and (self.policy.top_k > 0 or self.policy.top_p < 1.0):
+            used = self._cut_into(logits.unsqueeze(0), used)
+            top_k, top_p = torch.zeros_like(top_k), torch.ones_like(top_p)
+            options = {name: False if name == "filters" else value for name, value in options.items()}
         result = self.verifier(
             logits.unsqueeze(0),
             q,
             torch.tensor([drafted], dtype=torch.long).reshape(1, k).to(device, non_blocking=True),
-            masks.unsqueeze(0),
+            used,
             self.params.temperature,
-            self.params.top_k,
-            self.params.top_p,
+            top_k,
+            top_p,
             self._uniform(k + 1, device).unsqueeze(0),
             point_mass=point_mass,
-            **self.verify_options,
+            **options,
         )
         self.stats.sampling_seconds += time.perf_counter() - t1
-        return result
+        return result, logits, masks
+
+    def _cut_into(self, logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+        """``bitmask`` [1, k + 1, W] intersected with the top-k / top-p cut of the whole vocabulary's
+        distribution at each position (``filter_keep``); where the two share no token, the grammar's own."""
+        p = self.policy
+        keep = filter_keep(logits, p.temperature, p.top_k, p.top_p)
+        allowed = unpack_bitmask(bitmask.to(logits.device), logits.shape[-1])
+        both = allowed & keep
+        both = torch.where(both.any(-1, keepdim=True), both, allowed)
+        return pack_bitmask(both).to(bitmask.device)
 
     def accept_and_rollback(self, block: DraftBlock, result: VerifyResult) -> None:
         """Commit the kept prefix and the next token; crop both caches and roll the matcher back

@@ -12,7 +12,7 @@ of the target's tempered distribution there (``sampling.smc_weights.allowed_log_
 logits the verify forward already computed: no extra forward. Over a finished sequence the product
 is P_T(y) 1[y in L] / Q(y), whatever path of draft blocks produced it. With top-k / top-p, P_T is
 the unconstrained sampler's cut distribution and the verify samples it masked (see
-``sampling.smc_weights`` and :class:`_RecordingVerifier`).
+``sampling.smc_weights`` and :class:`~constrained_spec.engine.loop.StepRules`' ``cut_in_mask``).
 
 **Rounds, not positions.** Speculative steps commit a random number of tokens, and the tokens a
 step commits are not Q-distributed given how many it committed; so time here is the round: each
@@ -28,8 +28,14 @@ is allowed in any round (adaptive, when the effective sample size falls under
 
 **Forced tokens.** The step-level shortcut that commits a grammar-forced token without a forward
 would leave that token without logits (its p_T is part of the weight): particles see their grammar
-through :class:`_NoForcedMatcher`, so every token is committed by a verify, whose logits weigh it
-(free proposers still draft forced strings as point masses, verified in blocks).
+by :data:`~constrained_spec.engine.loop.WEIGHED_STEPS`, which turn that shortcut off, so every token is
+committed by a verify, whose logits weigh it (free proposers still draft forced strings as point masses,
+verified in blocks).
+
+**The particles drive the decoder's own lifecycle** (:class:`~constrained_spec.engine.loop.SpeculativeDecoder`):
+``start`` (the prompt, without the draft plan), ``step`` (returning a
+:class:`~constrained_spec.engine.loop.StepRecord`: the tokens it committed, and the verify's logits and grammar
+masks, which the weights are read off) and ``fork``. Nothing wraps the verifier or the matcher.
 
 **Forks.** A resampled particle's copies fork: the target's and the draft's caches are copied
 (:func:`~constrained_spec.models.protocol.fork_model`: the runtime's own ``fork()`` over the shared
@@ -67,29 +73,26 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
 from constrained_spec.config import MAX_PARTICLES
 from constrained_spec.engine.batching import RowModel
-from constrained_spec.engine.loop import Drafting, SpeculativeDecoder
-from constrained_spec.engine.prefill import prefill_pair
+from constrained_spec.engine.loop import WEIGHED_STEPS, Drafting, SpeculativeDecoder
 from constrained_spec.engine.stats import DecodeStats
 from constrained_spec.errors import ConfigError, GrammarError, NoParticleLeftError, SamplingError, TokenBudgetExceeded
 from constrained_spec.grammar.matcher import GrammarMatcher
 from constrained_spec.models.protocol import SequenceModel, fork_model
-from constrained_spec.sampling import SamplingPolicy, VerifyResult, make_generator, pack_bitmask, unpack_bitmask
+from constrained_spec.sampling import SamplingPolicy, VerifyResult, make_generator, unpack_bitmask
 from constrained_spec.sampling.smc_weights import (
     allowed_log_mass,
     check_policy,
     draw_index,
     ess,
-    filter_keep,
     log_mean_exp,
     systematic_resample,
 )
-from constrained_spec.sampling.verifier import takes_filters
 
 if TYPE_CHECKING:
     from constrained_spec.engine.decode_request import DecodeRequest
@@ -130,63 +133,9 @@ def check_smc_options(alignment: str, particles: int, ess_threshold: float, poli
         check_policy(policy.temperature, policy.top_k, policy.top_p)
 
 
-class _NoForcedMatcher:
-    """A matcher that never reports a forced token (every token then goes through a verify, whose
-    logits weigh it); everything else is the inner matcher's."""
-
-    def __init__(self, inner: GrammarMatcher) -> None:
-        self.inner = inner
-        self.vocab = inner.vocab
-
-    def forced_token(self) -> int | None:
-        return None
-
-    @property
-    def length(self) -> int:
-        return self.inner.length
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-class _RecordingVerifier:
-    """The particle's verifier: runs the engine's and keeps its last call's target logits and
-    grammar masks. With top-k / top-p (``policy``) it verifies the proposal SMC weighs: the cut of
-    the whole vocabulary's distribution (``filter_keep``) intersected with the grammar mask, the
-    cut itself off (where the two share no token the grammar mask stays: the particle's weight is
-    0 there and it dies)."""
-
-    def __init__(self, inner: Callable[..., VerifyResult], policy: SamplingPolicy) -> None:
-        self.inner = inner
-        self.policy = policy
-        self.filters = policy.top_k > 0 or policy.top_p < 1.0
-        self.last: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    @property
-    def takes_filters(self) -> bool:
-        return takes_filters(self.inner)
-
-    def __call__(self, target_logits: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
-                 bitmask: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                 *args: Any, **options: Any) -> VerifyResult:
-        self.last = (target_logits[0], bitmask[0])
-        if self.filters:
-            p = self.policy
-            keep = filter_keep(target_logits, p.temperature, p.top_k, p.top_p)
-            allowed = unpack_bitmask(bitmask.to(target_logits.device), target_logits.shape[-1])
-            both = allowed & keep
-            both = torch.where(both.any(-1, keepdim=True), both, allowed)
-            bitmask = pack_bitmask(both).to(bitmask.device)
-            top_k, top_p = torch.zeros_like(top_k), torch.ones_like(top_p)
-            if "filters" in options:
-                options["filters"] = False
-        return self.inner(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, *args, **options)
-
-
 @dataclass
 class _Particle:
     decoder: SpeculativeDecoder | None  # None once finished or dead (its caches freed)
-    recorder: _RecordingVerifier | None
     tokens: list[int]  # generated so far (EOS included once committed)
     log_weight: float = 0.0
     state: str = "running"  # running, done, dead
@@ -277,47 +226,28 @@ class SMCDecoder:
         return self
 
     # -- particles -------------------------------------------------------------------------
-    def _decoder(self, target: SequenceModel, draft: SequenceModel | None, matcher: GrammarMatcher) -> tuple[SpeculativeDecoder, _RecordingVerifier]:
-        recorder = _RecordingVerifier(self.verifier, self.policy)
-        decoder = self.build(target, draft, _NoForcedMatcher(matcher), recorder)
+    def _decoder(self, target: SequenceModel, draft: SequenceModel | None, matcher: GrammarMatcher) -> SpeculativeDecoder:
+        decoder = self.build(target, draft, matcher, self.verifier)
         if self.rows is not None:  # its own stream, reseeded each round (``_round``)
             decoder.gen = torch.Generator()
         self._stats.append(decoder.stats)
-        return decoder, recorder
+        return decoder
 
     def _first(self, prompt_ids: list[int]) -> _Particle:
-        decoder, recorder = self._decoder(self.target, self.draft, self.new_matcher())
-        decoder.committed = list(prompt_ids)
-        decoder.prompt_len = len(prompt_ids)
-        window = decoder.config.draft_window
-        decoder.draft_offset = max(0, len(prompt_ids) - 1 - window) if window else 0
-        if decoder.model is not None:
-            decoder.model.offset = decoder.draft_offset
-        t0 = time.perf_counter()
-        prefill_pair(decoder.target, decoder.draft, prompt_ids, decoder.draft_offset, False)
-        decoder.stats.prefill_seconds = time.perf_counter() - t0
-        return _Particle(decoder, recorder, [])
+        decoder = self._decoder(self.target, self.draft, self.new_matcher())
+        decoder.start(prompt_ids, plan=False)
+        return _Particle(decoder, [])
 
     def _fork(self, src: _Particle) -> _Particle:
         if src.decoder is None:  # finished: its tokens are all there is
-            return _Particle(None, None, list(src.tokens), src.log_weight, src.state, src.died_of_budget)
+            return _Particle(None, list(src.tokens), src.log_weight, src.state, src.died_of_budget)
         parent = src.decoder
-        matcher = self.new_matcher()
-        for token in parent.generated:
-            matcher.advance(token)
         if self.rows is not None:
             target, draft = self.rows.fork(parent.target, parent.draft)
         else:
             target, draft = fork_model(parent.target), fork_model(parent.draft) if parent.draft is not None else None
-        decoder, recorder = self._decoder(target, draft, matcher)
-        decoder.committed = list(parent.committed)
-        decoder.prompt_len = parent.prompt_len
-        decoder.draft_offset = parent.draft_offset
-        if decoder.model is not None and parent.model is not None:
-            decoder.model.offset = parent.model.offset
-        decoder.lookup_gate = copy.deepcopy(parent.lookup_gate)
-        decoder.draft_length = copy.deepcopy(parent.draft_length)
-        return _Particle(decoder, recorder, list(src.tokens), src.log_weight)
+        decoder = parent.fork(target, draft, self.new_matcher(), self._decoder)
+        return _Particle(decoder, list(src.tokens), src.log_weight)
 
     def _finish(self, p: _Particle, state: str) -> None:
         p.state = state
@@ -331,12 +261,12 @@ class SMCDecoder:
             target = p.decoder.target
             assert isinstance(target, RowModel)
             self.rows.free(target.slot)
-        p.decoder, p.recorder = None, None
+        p.decoder = None
 
     def _advance(self, p: _Particle) -> None:
         """One engine step of a running particle, its weight times the masses of what it committed."""
-        decoder, recorder = p.decoder, p.recorder
-        assert decoder is not None and recorder is not None
+        decoder = p.decoder
+        assert decoder is not None
         eos = decoder.matcher.is_eos
         produced = sum(1 for t in p.tokens if not eos(t))
         remaining = self.max_new_tokens - produced
@@ -344,16 +274,13 @@ class SMCDecoder:
             p.died_of_budget = True
             self._finish(p, "dead")
             return
-        before = len(decoder.committed)
-        recorder.last = None
         try:
-            decoder.step(max(remaining, 1))
+            record = decoder.step(max(remaining, 1), WEIGHED_STEPS)
         except (SamplingError, GrammarError):  # nothing to sample here: a grammar dead end
             self._finish(p, "dead")
             return
-        new = decoder.committed[before:]
-        assert recorder.last is not None, "every SMC step verifies"
-        logits, masks = recorder.last
+        new, logits, masks = record.tokens, record.logits, record.masks
+        assert logits is not None and masks is not None, "every SMC step verifies"
         count = len(new)
         allowed = unpack_bitmask(masks[:count].to(logits.device), logits.shape[-1])
         increments = self.weigh(logits[:count], allowed, new, self.policy)

@@ -17,8 +17,8 @@ from typing import Any
 
 from constrained_spec.config import ModelConfig
 from constrained_spec.errors import ConfigError, ModelLoadError
-from constrained_spec.models.hf import wrap
 from constrained_spec.models.protocol import SequenceModel, restricted_head
+from constrained_spec.models.torch.hf import wrap
 
 __all__ = ["LoadedModel", "LoadedModels", "attach_prefill_twins", "context_length", "eos_token_ids", "load_model", "load_models",
            "load_shared", "set_draft_head"]
@@ -48,14 +48,14 @@ def load_shared(spec: str, role: str, cache_dir: Any, dtype: str, progress: bool
 
     ``role`` is part of the key: ``dtype="auto"`` and the packing of the output head depend on it.
     """
-    from constrained_spec.models.store import resolve_model
+    from constrained_spec.models.torch.resolve import resolve_model
 
     key = (spec, str(dtype), None if cache_dir is None else str(cache_dir), role, device, runtime)
     with _LOADED_LOCK:  # one load per key, even when two threads ask at once
         hit = _LOADED.get(key)
         if hit is None:
             if runtime == "llamacpp":
-                from constrained_spec.models.llamacpp import load_llamacpp
+                from constrained_spec.models.llamacpp.model import load_llamacpp
 
                 model, tok = load_llamacpp(spec, cache_dir=cache_dir, progress=progress, tokenizer=False)
             else:
@@ -70,8 +70,8 @@ def load_model(spec: Any, tokenizer: Any, role: str, models: ModelConfig, progre
     target, ``draft_dtype`` or else ``dtype`` for the draft), or a model object, left where it is (an
     explicit device that is not where the object lives is a ConfigError); and its tokenizer.
     ``keep`` receives the registry entries the caller must hold while it uses them."""
-    from constrained_spec.models.devices import normalize_device, resolve_device, same_device
     from constrained_spec.models.runtime import resolve_runtime
+    from constrained_spec.models.torch.devices import normalize_device, resolve_device, same_device
 
     dtype = models.draft_dtype if role == "draft" and models.draft_dtype is not None else models.dtype
     if isinstance(spec, str):
@@ -80,7 +80,7 @@ def load_model(spec: Any, tokenizer: Any, role: str, models: ModelConfig, progre
         loaded = load_shared(spec, role, models.cache_dir, dtype, progress, where, concrete)
         keep.append(loaded)  # the Generator's strong reference keeps the registry entry alive
         if tokenizer is None and loaded.tokenizer is None and concrete == "llamacpp":  # made on first need only
-            from constrained_spec.models.llamacpp import gguf_tokenizer
+            from constrained_spec.models.llamacpp.model import gguf_tokenizer
 
             loaded.tokenizer = gguf_tokenizer(loaded.model.path, models.cache_dir)
         if concrete == "llamacpp" and models.prompt_cache_mb > 0 and loaded.model.prompt_states is None:
@@ -124,7 +124,7 @@ def load_models(models: ModelConfig, tokenizer: Any = None, progress: bool = Tru
 def attach_prefill_twins(target: SequenceModel, draft: SequenceModel | None, models: ModelConfig, split: int) -> int:
     """Prefill twins (``models.prefill_dtype`` for the target, ``models.draft_prefill_dtype`` for
     the draft: "same", "bf16" or "fp32"; None is "same") and the prefill split; the twins' bytes."""
-    from constrained_spec.models.prefill_twin import attach_prefill
+    from constrained_spec.models.torch.prefill_twin import attach_prefill
 
     used = attach_prefill(target, models.prefill_dtype, split)
     if draft is not None:

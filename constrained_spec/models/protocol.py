@@ -5,7 +5,7 @@ tokens, get next-token logits, crop back to any earlier length (rollback is a le
 A :class:`ForkableModel` also makes an independent copy of its cache over the same weights (SMC
 particles). **Rows** (:class:`RowBackend`) run many sequences of one model in one forward
 (:class:`RowCall` each), with prefix copies between slots; a :class:`BatchableModel` makes them.
-Each runtime (``models.hf``: transformers/torch; ``models.llamacpp``: GGUF through llama.cpp)
+Each runtime (``models.torch.hf``: transformers/torch; ``models.llamacpp.model``: GGUF through llama.cpp)
 implements all of it; the engine imports this module, never a runtime.
 
 The optional capability :class:`RestrictedHeadModel` (compute the output head for some token ids

@@ -33,7 +33,7 @@ def llamacpp_installed() -> bool:
 
 def gguf_spec(spec: str) -> bool:
     """Whether ``spec`` names a GGUF: a short offline name (not shadowed by a local path) or a ``.gguf`` file."""
-    from constrained_spec.models.sources import lookup
+    from constrained_spec.models.store.sources import lookup
 
     if lookup(spec) is not None and not os.path.exists(spec):
         return True

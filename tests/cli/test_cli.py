@@ -221,7 +221,7 @@ def test_generate_json_and_generators_share_loaded_models(monkeypatch, tmp_path,
 
     from constrained_spec import api
     from constrained_spec.lru import LRUCache
-    from constrained_spec.models import store as model_store
+    from constrained_spec.models.torch import resolve as model_store
 
     loads: list[tuple[str, str, str]] = []
 
@@ -306,8 +306,10 @@ def test_draft_plan_flag(model_dirs, tmp_path, capsys, monkeypatch):
 def test_fetch_models_prepares_what_the_runtime_loads(capsys, monkeypatch, tmp_path, runtime, expected):
     """On the llama.cpp runtime fetch-models fetches the GGUFs and builds their tokenizers (nothing
     converted); on torch it converts (the control). The downloads are stubbed: no network here."""
-    from constrained_spec.models import fetch, llamacpp, store
     from constrained_spec.models import runtime as runtime_mod
+    from constrained_spec.models.llamacpp import model as llamacpp
+    from constrained_spec.models.store import fetch
+    from constrained_spec.models.torch import resolve as store
 
     calls: list[tuple[str, str]] = []
     monkeypatch.setattr(fetch, "fetch_gguf", lambda name, cache_dir=None, progress=True: calls.append(("gguf", name)) or tmp_path / f"{name}.gguf")

@@ -27,8 +27,8 @@ from constrained_spec.engine.batching import BatchCoordinator
 from constrained_spec.engine.draft_length import batch_draft_length
 from constrained_spec.engine.prefix_cache import PrefixCache, common_prefix
 from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
-from constrained_spec.models.batched import BatchedHFModel, RowCall
-from constrained_spec.models.hf import HFModel
+from constrained_spec.models.torch.batched import BatchedHFModel, RowCall
+from constrained_spec.models.torch.hf import HFModel
 from constrained_spec.sampling import SamplingPolicy, verify
 from constrained_spec.sampling.verifier import VerifyCall
 
@@ -210,7 +210,7 @@ def test_each_row_matches_a_fresh_forward_after_ragged_rejections(packed):
 def test_sdpa_outside_packed_forwards_is_unchanged():
     """Once the packed attention is installed, every other sdpa call is still plain sdpa: a model
     gives the logits of the same model with eager attention (which never goes through it)."""
-    from constrained_spec.models import ragged_attention
+    from constrained_spec.models.torch import ragged_attention
 
     assert ragged_attention.install() and ragged_attention.installed()
     sdpa = tiny_llama(300, seed=6)

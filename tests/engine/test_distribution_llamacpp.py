@@ -41,7 +41,7 @@ def letters_case(files, gpt2_tokenizer, regex: str) -> dict:
     """Weights of a GGUF pair (n_ctx 64), ``regex``'s automaton over GPT-2's vocabulary, every token spelled with
     the letters a, b, c (the only ones that can spell the language), and the prompt "Letters:" (shared with
     ``tests/engine/test_smc_llamacpp.py``)."""
-    from constrained_spec.models.llamacpp import LlamaCppWeights
+    from constrained_spec.models.llamacpp.model import LlamaCppWeights
 
     target_w, draft_w = (LlamaCppWeights(p, threads=1, n_ctx=64) for p in files)
     vocab = build_vocabulary(gpt2_tokenizer, 50257)
@@ -51,7 +51,7 @@ def letters_case(files, gpt2_tokenizer, regex: str) -> dict:
 
 
 def _models(case: dict) -> dict:
-    from constrained_spec.models.llamacpp import LlamaCppModel
+    from constrained_spec.models.llamacpp.model import LlamaCppModel
 
     return dict(case, target=LlamaCppModel(case["target_w"]), draft=LlamaCppModel(case["draft_w"]), oracle=LlamaCppModel(case["target_w"]))
 
@@ -68,7 +68,7 @@ def quantized_setup(tmp_path_factory, gpt2_tokenizer):
     require_llamacpp()
     from tiny_gguf import quantize_gguf, write_tiny_gguf
 
-    from constrained_spec.models.llamacpp import batch_invariant_build
+    from constrained_spec.models.llamacpp.model import batch_invariant_build
 
     if not batch_invariant_build():
         pytest.skip("llama-cpp-python without the batch-invariance patch (make install-llamacpp)")

@@ -21,7 +21,7 @@ from constrained_spec.engine.plan_costs import SIZES, HostCosts, calibrated_cost
 from constrained_spec.engine.request import RequestBuilder
 from constrained_spec.errors import ConfigError
 from constrained_spec.models import cost_cache
-from constrained_spec.models.hf import HFModel
+from constrained_spec.models.torch.hf import HFModel
 
 #: the calibration as the library has it (``tests/conftest.py`` turns it off for every other test)
 CALIBRATE_PLAN = RequestBuilder.calibrate_plan
@@ -208,7 +208,7 @@ def test_the_plan_weighs_the_measured_figures_and_the_user_gain_wins(tiny_genera
 def test_the_llamacpp_runtime_is_measured_and_keyed_as_such(tiny_ggufs, tmp_path):
     """On the llama.cpp runtime (tiny GGUFs) the calibration runs, its figures are positive, and
     the key names the runtime, its version, the GGUF files and llama.cpp's threads."""
-    from constrained_spec.models.llamacpp import LlamaCppModel, LlamaCppWeights
+    from constrained_spec.models.llamacpp.model import LlamaCppModel, LlamaCppWeights
 
     target, draft = (LlamaCppModel(LlamaCppWeights(path), n_ctx=256) for path in tiny_ggufs)
     costs, seen = calibrated_costs(target, draft, CONTEXT, tmp_path)

@@ -16,7 +16,7 @@ from constrained_spec.engine.prefill import overlap_pays, prefill_pair
 from constrained_spec.errors import ConfigError
 from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.grammar.vocab import build_vocabulary
-from constrained_spec.models.hf import HFModel
+from constrained_spec.models.torch.hf import HFModel
 from constrained_spec.sampling.distribution import SamplingPolicy
 
 

@@ -83,7 +83,7 @@ def enumerate_language(weights, prompt: list[int], letters: dict[int, str]):
 def smc_runs(case, particles: int, runs: int, *, k: int = 0, seed: int = 0, ess_threshold: float = 0.5, weigh=default_weigh,
              batched: bool = False):
     """``runs`` SMC requests on llama.cpp: (returned samples, blended output distribution, log Z estimates)."""
-    from constrained_spec.models.llamacpp import LlamaCppModel
+    from constrained_spec.models.llamacpp.model import LlamaCppModel
 
     policy = SamplingPolicy(temperature=1.0)
     gen = torch.Generator().manual_seed(seed)
@@ -154,7 +154,7 @@ def test_particles_converge_to_p_given_l_on_llamacpp_and_ignored_weights_do_not(
 
 
 def test_a_forked_llamacpp_sequence_continues_bitwise_alike_and_apart(case):
-    from constrained_spec.models.llamacpp import LlamaCppModel
+    from constrained_spec.models.llamacpp.model import LlamaCppModel
 
     model = LlamaCppModel(case["target_w"])
     model.extend([10, 20, 30])

@@ -19,8 +19,8 @@ from tiny_models import tiny_llama
 
 from constrained_spec.engine.batching import BatchCoordinator
 from constrained_spec.errors import ConfigError
-from constrained_spec.models.batched import BatchedHFModel, RowCall
-from constrained_spec.models.hf import HFModel
+from constrained_spec.models.torch.batched import BatchedHFModel, RowCall
+from constrained_spec.models.torch.hf import HFModel
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
@@ -51,7 +51,7 @@ def test_a_forked_llamacpp_row_shares_cells_and_each_side_continues_alone(tiny_g
     """llama.cpp: the fork shares the source's cells (``llama_memory_seq_cp``); the fork rolls
     back into the shared part and extends, then the source extends past it: both equal fresh
     decodes (a crop of one sequence leaves the other's cells)."""
-    from constrained_spec.models.llamacpp import LlamaCppRows, LlamaCppWeights
+    from constrained_spec.models.llamacpp.model import LlamaCppRows, LlamaCppWeights
 
     weights = LlamaCppWeights(tiny_ggufs[0], threads=1, n_ctx=256)
     rows = LlamaCppRows(weights, slots=2, max_length=64)

@@ -9,8 +9,8 @@ from tiny_models import tiny_llama
 
 from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.grammar.vocab import build_vocabulary
-from constrained_spec.models.hf import HFModel
-from constrained_spec.models.packed_linear import pack_linears, packing_available
+from constrained_spec.models.torch.hf import HFModel
+from constrained_spec.models.torch.packed_linear import pack_linears, packing_available
 from constrained_spec.sampling.distribution import SamplingPolicy
 
 PACKING = [False, pytest.param(True, marks=pytest.mark.skipif(not packing_available(), reason="no fbgemm"))]

@@ -12,8 +12,9 @@ from typing import Any
 import torch
 from tiny_models import tiny_llama
 
-from constrained_spec.models import hf
-from constrained_spec.models.hf import HFModel, cache_kwarg
+from constrained_spec.models.torch import hf
+from constrained_spec.models.torch.forward import cache_kwarg
+from constrained_spec.models.torch.hf import HFModel
 
 
 class OldStyleLM(torch.nn.Module):

@@ -9,8 +9,8 @@ from synthetic import make_decoder
 from tiny_models import tiny_llama
 
 from constrained_spec.errors import ModelLoadError
-from constrained_spec.models.hf import HFModel
-from constrained_spec.models.packed_linear import (
+from constrained_spec.models.torch.hf import HFModel
+from constrained_spec.models.torch.packed_linear import (
     PackedFp16Linear,
     PackedInt8Linear,
     pack_linears,

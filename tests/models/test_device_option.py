@@ -18,8 +18,8 @@ from cli_support import run_cli
 
 from constrained_spec.config import ModelConfig
 from constrained_spec.errors import ConfigError, ConstrainedSpecError
-from constrained_spec.models import devices
-from constrained_spec.models.dtypes import PACKED_TAGS, auto_dtype
+from constrained_spec.models.torch import devices
+from constrained_spec.models.torch.dtypes import PACKED_TAGS, auto_dtype
 
 HAS_CUDA = torch.cuda.is_available()
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
@@ -59,7 +59,7 @@ def test_a_cuda_index_past_the_last_device_is_a_config_error():
 
 
 def test_auto_dtype_follows_the_device():
-    from constrained_spec.models.packed_linear import packing_available
+    from constrained_spec.models.torch.packed_linear import packing_available
 
     cuda_pick = "bf16" if HAS_CUDA and torch.cuda.is_bf16_supported() else "fp16"
     assert auto_dtype("target", "cuda") == auto_dtype("draft", "cuda:0") == cuda_pick
@@ -105,7 +105,7 @@ def test_generator_built_on_cpu_decodes(tiny_generator):
 
 @pytest.mark.skipif(HAS_CUDA, reason="there is a CUDA device here")
 def test_generator_asked_for_cuda_without_cuda_fails_before_loading(model_dirs, tmp_path, monkeypatch):
-    import constrained_spec.models.store as store
+    import constrained_spec.models.torch.resolve as store
     from constrained_spec.api import Generator
 
     def no_load(*args, **kwargs):

@@ -1,4 +1,4 @@
-"""The llama.cpp runtime (models.llamacpp) on tiny random-weight GGUF files over GPT-2's vocabulary.
+"""The llama.cpp runtime (models.llamacpp.model) on tiny random-weight GGUF files over GPT-2's vocabulary.
 
 * blocks: logits of a block of tokens (one ``llama_decode``) equal those of the same tokens fed one
   at a time and those of a fresh decode, within a stated tolerance (the kernels differ by batch width);
@@ -37,7 +37,7 @@ SCHEMA = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0
 
 @pytest.fixture(scope="module")
 def weights(tiny_ggufs):
-    from constrained_spec.models.llamacpp import LlamaCppWeights
+    from constrained_spec.models.llamacpp.model import LlamaCppWeights
 
     return LlamaCppWeights(tiny_ggufs[0], threads=1, n_ctx=512), LlamaCppWeights(tiny_ggufs[1], threads=1, n_ctx=512)
 
@@ -89,7 +89,7 @@ def test_cache_matches_a_fresh_decode_after_random_rollbacks(weights):
 
 
 def test_speculative_runs_leave_both_caches_on_the_committed_tokens(weights, gpt2_tokenizer):
-    from constrained_spec.models.llamacpp import LlamaCppModel
+    from constrained_spec.models.llamacpp.model import LlamaCppModel
 
     vocab = build_vocabulary(gpt2_tokenizer, 50257)
     automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(r'\{"name":"[a-z ]{5,40}","n":[0-9]{1,6}\}')
@@ -140,8 +140,8 @@ def test_greedy_speculative_equals_target_only_on_this_runtime(generators):
 
 
 def test_batch_rows_equal_single_runs(weights):
-    from constrained_spec.models.batched import RowCall
-    from constrained_spec.models.llamacpp import LlamaCppRows
+    from constrained_spec.models.llamacpp.model import LlamaCppRows
+    from constrained_spec.models.torch.batched import RowCall
 
     target, _ = weights
     rows = LlamaCppRows(target, slots=3, max_length=64)

@@ -30,7 +30,7 @@ SPAN = 16
 @pytest.fixture(scope="module")
 def quantized(tmp_path_factory):
     require_llamacpp()
-    from constrained_spec.models.llamacpp import batch_invariant_build
+    from constrained_spec.models.llamacpp.model import batch_invariant_build
 
     if not batch_invariant_build():
         if os.environ.get("CONSTRAINED_SPEC_REQUIRE_ASSETS") == "1":
@@ -44,7 +44,7 @@ def quantized(tmp_path_factory):
 
 
 def _weights(path, invariant: bool):
-    from constrained_spec.models.llamacpp import LlamaCppWeights
+    from constrained_spec.models.llamacpp.model import LlamaCppWeights
 
     return LlamaCppWeights(path, threads=2, n_ctx=1024, batch_invariant=invariant)
 
@@ -111,7 +111,7 @@ def test_blocks_after_random_rollbacks_are_bitwise_a_fresh_one_token_run(invaria
 
 def test_a_batch_row_beside_other_rows_is_bitwise_one_token_decoding(invariant_weights):
     """Row 0 verifies blocks while rows 1 and 2 prefill, grow and roll back in the same forwards."""
-    from constrained_spec.models.llamacpp import LlamaCppRows
+    from constrained_spec.models.llamacpp.model import LlamaCppRows
 
     weights = invariant_weights["Q4_K_M"]
     rows = LlamaCppRows(weights, slots=3, max_length=320)
@@ -140,7 +140,7 @@ def test_a_batch_row_beside_other_rows_is_bitwise_one_token_decoding(invariant_w
 def _chunked_row_logits(weights, prompt: list[int], block: list[int], chunk: int, eager: bool) -> torch.Tensor:
     """A row's prompt fed in chunks of ``chunk`` (head "none", as the batch coordinator feeds it), then ``block``
     verified. ``eager``: each chunk computed when it comes (the control), else as the rows do it."""
-    from constrained_spec.models.llamacpp import LlamaCppRows
+    from constrained_spec.models.llamacpp.model import LlamaCppRows
 
     rows = LlamaCppRows(weights, slots=2, max_length=400)
     for start in range(0, len(prompt), chunk):

@@ -21,7 +21,7 @@ def test_blocks_and_rows_are_bitwise_one_token_decoding_on_the_real_target():
     require_llamacpp()
     import llamacpp_invariance as probe
 
-    from constrained_spec.models.llamacpp import LlamaCppWeights, batch_invariant_build, load_llamacpp
+    from constrained_spec.models.llamacpp.model import LlamaCppWeights, batch_invariant_build, load_llamacpp
 
     assert batch_invariant_build(), "llama-cpp-python without scripts/llamacpp-batch-invariant.patch"
     loaded, tokenizer = load_llamacpp("qwen2.5-coder-1.5b", progress=False, n_ctx=2048)

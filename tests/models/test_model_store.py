@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 
 from constrained_spec.errors import ModelLoadError
-from constrained_spec.models import cache as mcache
-from constrained_spec.models import convert as mc
-from constrained_spec.models import dtypes as md
-from constrained_spec.models import fetch as mf
-from constrained_spec.models import packed_cache as mp
-from constrained_spec.models import sources as src_mod
-from constrained_spec.models import store as ms
-from constrained_spec.models.packed_linear import packing_available
-from constrained_spec.models.sources import Chunk, ModelSource
+from constrained_spec.models.store import cache as mcache
+from constrained_spec.models.store import fetch as mf
+from constrained_spec.models.store import sources as src_mod
+from constrained_spec.models.store.sources import Chunk, ModelSource
+from constrained_spec.models.torch import convert as mc
+from constrained_spec.models.torch import dtypes as md
+from constrained_spec.models.torch import packed_cache as mp
+from constrained_spec.models.torch import resolve as ms
+from constrained_spec.models.torch.packed_linear import packing_available
 
 
 def _sha(data: bytes) -> str:
@@ -237,7 +237,7 @@ def test_normalize_dtype() -> None:
     assert md.normalize_dtype("bfloat16") == md.normalize_dtype(torch.bfloat16) == "bf16"
     assert md.normalize_dtype(None) == md.normalize_dtype("auto") == "auto"
     assert md.normalize_dtype("packed") == md.normalize_dtype("fp16w") == "fp16w"
-    from constrained_spec.models.packed_linear import packing_available
+    from constrained_spec.models.torch.packed_linear import packing_available
 
     packs = packing_available() and not torch.cuda.is_available()
     on_gpu = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if torch.cuda.is_available() else None
@@ -494,7 +494,7 @@ def packed_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def _fresh_packed(tag: str, tied: bool, keep_head: bool):
     """The oracle: the fp32 model packed in memory by pack_linears, with no cache involved."""
-    from constrained_spec.models.packed_linear import pack_linears
+    from constrained_spec.models.torch.packed_linear import pack_linears
 
     model, _ = _tiny_fp32(tied)
     pack_linears(model, keep_head_weight=keep_head, weights=md.PACKED_TAGS[tag])

@@ -15,9 +15,9 @@ import torch
 from tiny_models import tiny_llama
 
 from constrained_spec.errors import ConfigError
-from constrained_spec.models.hf import HFModel
-from constrained_spec.models.packed_linear import PackedFp16Linear, PackedInt8Linear, pack_linears
-from constrained_spec.models.prefill_twin import CastLinear, attach_prefill, prefill_twin
+from constrained_spec.models.torch.hf import HFModel
+from constrained_spec.models.torch.packed_linear import PackedFp16Linear, PackedInt8Linear, pack_linears
+from constrained_spec.models.torch.prefill_twin import CastLinear, attach_prefill, prefill_twin
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 IDS = list(range(7, 90))

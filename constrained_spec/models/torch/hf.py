@@ -2,35 +2,22 @@
 
 :class:`HFModel` wraps any transformers causal LM with a ``DynamicCache`` and has the restricted-head
 capability where the head is a plain linear map; tests add synthetic models with exactly enumerable
-distributions. Loading by name/folder/GGUF lives in ``models.store``; this module takes loaded objects.
+distributions. Loading by name/folder/GGUF lives in ``models.torch.resolve``; this module takes loaded objects.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from constrained_spec.errors import ModelLoadError
 from constrained_spec.models.protocol import SequenceModel
+from constrained_spec.models.torch.forward import cache_kwarg
 
 if TYPE_CHECKING:
-    from constrained_spec.models.batched import BatchedHFModel
-
-_CACHE_KWARG: dict[type, str] = {}
-
-
-def cache_kwarg(module: Any, cache: Any) -> dict[str, Any]:
-    """The keyword argument that hands ``cache`` to ``module``'s forward: ``cache`` in transformers 5.2x,
-    ``past_key_values`` before (an older release swallows an unknown ``cache=`` into its ``**kwargs`` and
-    runs without a cache, silently: seen with transformers 5.17)."""
-    kind = type(module)
-    if kind not in _CACHE_KWARG:
-        params = inspect.signature(kind.forward).parameters
-        _CACHE_KWARG[kind] = "cache" if "cache" in params else "past_key_values"
-    return {_CACHE_KWARG[kind]: cache}
+    from constrained_spec.models.torch.batched import BatchedHFModel
 
 
 class HFModel:
@@ -63,8 +50,8 @@ class HFModel:
         return clone
 
     def rows(self, slots: int, max_length: int) -> BatchedHFModel:
-        """``slots`` ragged rows over these weights (:class:`~constrained_spec.models.batched.BatchedHFModel`)."""
-        from constrained_spec.models.batched import BatchedHFModel
+        """``slots`` ragged rows over these weights (:class:`~constrained_spec.models.torch.batched.BatchedHFModel`)."""
+        from constrained_spec.models.torch.batched import BatchedHFModel
 
         return BatchedHFModel(self, slots, max_length)
 
@@ -88,7 +75,7 @@ class HFModel:
 
     def set_prefill(self, twin: Any = None, split: int = 0) -> None:
         """How :meth:`prefill` runs: through ``twin`` (the base model with its linear weights in
-        another dtype, :func:`~constrained_spec.models.prefill_twin.prefill_twin`; None: this
+        another dtype, :func:`~constrained_spec.models.torch.prefill_twin.prefill_twin`; None: this
         model itself) and in forwards of ``split`` tokens (0: one forward)."""
         if split < 0:
             raise ValueError(f"prefill split must be >= 0, got {split}")
@@ -118,7 +105,7 @@ class HFModel:
 
     @property
     def can_restrict_head(self) -> bool:
-        from constrained_spec.models.packed_linear import PACKED
+        from constrained_spec.models.torch.packed_linear import PACKED
 
         head = self.model.get_output_embeddings()
         plain = isinstance(head, torch.nn.Linear)
@@ -151,7 +138,7 @@ class HFModel:
         ones; a draft that proposes only among them reads a fraction of its head's weights. Returns
         False (and keeps nothing) where the head cannot be cut or ``n`` covers the vocabulary.
         """
-        from constrained_spec.models.packed_linear import PACKED
+        from constrained_spec.models.torch.packed_linear import PACKED
 
         self._prefix_head = None
         if n <= 0 or n >= self.vocab_size or not self.can_restrict_head:

@@ -57,11 +57,11 @@ def same_device(a: Any, b: Any) -> bool:
 def dtype_for_device(dtype: Any, role: str, device: str) -> str:
     """The concrete dtype tag a model of ``role`` loads in on the resolved ``device``.
 
-    ``auto`` follows :func:`~constrained_spec.models.dtypes.auto_dtype` for that device (bf16 or
+    ``auto`` follows :func:`~constrained_spec.models.torch.dtypes.auto_dtype` for that device (bf16 or
     fp16 on CUDA; fbgemm-packed on the CPU). The packed tags (``fp16w``, ``int8w``) are fbgemm
     layouts that run on the CPU only: asked for on CUDA they are a ConfigError naming the ones that work.
     """
-    from constrained_spec.models.dtypes import PACKED_TAGS, auto_dtype, normalize_dtype
+    from constrained_spec.models.torch.dtypes import PACKED_TAGS, auto_dtype, normalize_dtype
 
     tag = normalize_dtype(dtype)
     if tag == "auto":

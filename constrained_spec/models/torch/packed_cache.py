@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from constrained_spec.errors import ModelLoadError
-from constrained_spec.models.cache import cache_dir as _root
-from constrained_spec.models.cache import chmod_default, file_lock, known_source, publish
-from constrained_spec.models.convert import clear_quantizer, converted_ok
-from constrained_spec.models.dtypes import PACKED_TAGS, concrete_dtype
-from constrained_spec.models.fetch import fetch_gguf
-from constrained_spec.models.integrity import check_folder, check_room, fsync_tree, no_space, record_folder, refreshed, replace_json, write_error
-from constrained_spec.models.shared_tokenizers import shared_tokenizer
-from constrained_spec.models.sources import ModelSource
+from constrained_spec.models.store.cache import cache_dir as _root
+from constrained_spec.models.store.cache import chmod_default, file_lock, known_source, publish
+from constrained_spec.models.store.fetch import fetch_gguf
+from constrained_spec.models.store.integrity import check_folder, check_room, fsync_tree, no_space, record_folder, refreshed, replace_json, write_error
+from constrained_spec.models.store.shared_tokenizers import shared_tokenizer
+from constrained_spec.models.store.sources import ModelSource
+from constrained_spec.models.torch.convert import clear_quantizer, converted_ok
+from constrained_spec.models.torch.dtypes import PACKED_TAGS, concrete_dtype
 
 __all__ = ["PACKED_FILE", "PACKED_FORMAT", "PACKED_META", "ensure_packed", "load_packed", "packed_dir"]
 
@@ -109,7 +109,7 @@ def _save_packed(folder: Path, model: Any, tokenizer: Any, src: ModelSource, tag
     import torch
     import transformers
 
-    from constrained_spec.models.packed_linear import PACKED
+    from constrained_spec.models.torch.packed_linear import PACKED
 
     model.config.dtype = torch.float32
     kind = PACKED_TAGS[tag]
@@ -206,7 +206,7 @@ def _load_packed_folder(folder: Path, meta: dict[str, Any], keep_head_weight: bo
     import torch
     from safetensors import safe_open
 
-    from constrained_spec.models.packed_linear import PACKED, file_mappings, release_pages
+    from constrained_spec.models.torch.packed_linear import PACKED, file_mappings, release_pages
 
     cls = PACKED[meta["packing"]]
     model = _empty_model(folder)
@@ -338,7 +338,7 @@ def _drop_stale(folder: Path, src: ModelSource, tag: str) -> None:
 def _build_packed(folder: Path, src: ModelSource, tag: str, progress: bool) -> tuple[Any, Any]:
     """Make the packed folder from the fp32 weights (under the caller's lock); return the packed model
     (with the output head's fp16 copy kept) and the tokenizer."""
-    from constrained_spec.models.packed_linear import pack_linears
+    from constrained_spec.models.torch.packed_linear import pack_linears
 
     root = folder.parent.parent
     model, tokenizer, origin = _fp32_source(src, root, progress)

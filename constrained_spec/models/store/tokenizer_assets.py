@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 
 from constrained_spec.errors import ModelLoadError
-from constrained_spec.models.integrity import write_error
+from constrained_spec.models.store.integrity import write_error
 from constrained_spec.paths import cache_root
 
 logger = logging.getLogger("constrained_spec")

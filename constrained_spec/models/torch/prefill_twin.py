@@ -70,7 +70,7 @@ class CastLinear(torch.nn.Module):
 
 def _dense(layer: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The fp32 weight and bias of a plain or packed linear layer."""
-    from constrained_spec.models.packed_linear import PACKED
+    from constrained_spec.models.torch.packed_linear import PACKED
 
     if isinstance(layer, tuple(PACKED.values())):
         packed: Any = layer
@@ -81,7 +81,7 @@ def _dense(layer: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 def _is_linear(module: torch.nn.Module) -> bool:
-    from constrained_spec.models.packed_linear import PACKED
+    from constrained_spec.models.torch.packed_linear import PACKED
 
     return type(module) is torch.nn.Linear or isinstance(module, tuple(PACKED.values()))
 
@@ -128,10 +128,10 @@ def twin_bytes(twin: torch.nn.Module) -> int:
 
 
 def attach_prefill(model: Any, dtype: str, split: int = 0) -> int:
-    """Make ``model`` (a :class:`~constrained_spec.models.hf.HFModel`) prefill through a twin in
+    """Make ``model`` (a :class:`~constrained_spec.models.torch.hf.HFModel`) prefill through a twin in
     ``dtype`` ("same": its own weights) in forwards of ``split`` tokens (0: one); return the bytes
     the twin's weights hold (0 for "same"). A model that is not an HFModel takes only the defaults."""
-    from constrained_spec.models.hf import HFModel
+    from constrained_spec.models.torch.hf import HFModel
 
     if dtype not in PREFILL_DTYPES:
         raise ConfigError(f"unknown prefill dtype {dtype!r}; choose from {', '.join(PREFILL_DTYPES)}")

@@ -83,7 +83,7 @@ def auto_dtype(role: str = "target", device: str | None = None) -> str:
         raise ModelLoadError(f"unknown model role {role!r}; use 'draft' or 'target'")
     import torch
 
-    from constrained_spec.models.packed_linear import packing_available
+    from constrained_spec.models.torch.packed_linear import packing_available
 
     on_cuda = torch.cuda.is_available() if device is None else str(device).startswith("cuda")
     if on_cuda:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from constrained_spec.errors import ModelLoadError
-from constrained_spec.models.sources import MODELS, ModelSource, lookup
+from constrained_spec.models.store.sources import MODELS, ModelSource, lookup
 
 __all__ = ["CACHE_ENV", "cache_dir", "chmod_default", "file_lock", "known_source", "publish"]
 

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from constrained_spec.errors import ModelLoadError
-from constrained_spec.models.cache import cache_dir as _root
-from constrained_spec.models.cache import chmod_default, file_lock, known_source, publish
-from constrained_spec.models.dtypes import concrete_dtype, storage_dtype, torch_dtype_of
-from constrained_spec.models.fetch import fetch_gguf
-from constrained_spec.models.integrity import check_folder, check_room, fsync_tree, no_space, record_folder, refreshed, replace_json, write_error
-from constrained_spec.models.sources import ModelSource
+from constrained_spec.models.store.cache import cache_dir as _root
+from constrained_spec.models.store.cache import chmod_default, file_lock, known_source, publish
+from constrained_spec.models.store.fetch import fetch_gguf
+from constrained_spec.models.store.integrity import check_folder, check_room, fsync_tree, no_space, record_folder, refreshed, replace_json, write_error
+from constrained_spec.models.store.sources import ModelSource
+from constrained_spec.models.torch.dtypes import concrete_dtype, storage_dtype, torch_dtype_of
 
 __all__ = ["META_FILE", "clear_quantizer", "converted_dir", "converted_ok", "ensure_converted"]
 

@@ -4,7 +4,7 @@ The GGUF is the model: it is memory-mapped as stored (Q4_K_M stays Q4_K_M), noth
 or cached but its tokenizer (a saved transformers tokenizer folder, read in milliseconds later).
 :class:`LlamaCppWeights` holds the loaded ``llama_model``; each user of it gets its own context (KV
 cache): :class:`LlamaCppModel` is one sequence (:class:`~constrained_spec.models.protocol.SequenceModel`),
-:class:`LlamaCppRows` is many (:class:`~constrained_spec.models.batched.RowBackend`, one sequence id per
+:class:`LlamaCppRows` is many (:class:`~constrained_spec.models.torch.batched.RowBackend`, one sequence id per
 batch row, for continuous batching). Both decode through :meth:`_Context.decode`: one ``llama_decode``
 per batch (split at ``n_batch`` tokens), logits at every position that asks for them, rollback by
 ``llama_memory_seq_rm`` (a length change), prefix copies by ``llama_state_seq_get/set_data``.
@@ -444,7 +444,7 @@ class LlamaCppModel:
 
 class LlamaCppRows:
     """``slots`` sequences of up to ``max_length`` tokens in one llama.cpp context (sequence id = slot):
-    a :class:`~constrained_spec.models.batched.RowBackend`. Every call of a forward goes into one
+    a :class:`~constrained_spec.models.torch.batched.RowBackend`. Every call of a forward goes into one
     ``llama_decode`` batch; a row's ``start`` crops its sequence first (rollback is free)."""
 
     runtime = "llamacpp"
@@ -578,7 +578,7 @@ def gguf_tokenizer(path: str | os.PathLike[str], cache_dir: str | os.PathLike[st
     whose saved tokenizers are the same bytes (the default pair) get one object."""
     from transformers import AutoTokenizer
 
-    from constrained_spec.models.shared_tokenizers import shared_tokenizer
+    from constrained_spec.models.store.shared_tokenizers import shared_tokenizer
     from constrained_spec.paths import cache_root
 
     path = Path(path).expanduser().resolve()
@@ -603,12 +603,12 @@ def load_llamacpp(spec: str, cache_dir: str | os.PathLike[str] | None = None, pr
                   threads: int | None = None, n_ctx: int = DEFAULT_N_CTX, tokenizer: bool = True) -> tuple[LlamaCppWeights, Any]:
     """``(weights, tokenizer)`` of a short offline name (its GGUF fetched and verified if needed) or a
     ``.gguf`` path, for the llama.cpp runtime (``tokenizer=False``: None in its place)."""
-    from constrained_spec.models.sources import lookup
+    from constrained_spec.models.store.sources import lookup
 
     _lib()  # a missing binding is reported before any download
     src = lookup(str(spec))
     if src is not None and not os.path.exists(str(spec)):
-        from constrained_spec.models.fetch import fetch_gguf
+        from constrained_spec.models.store.fetch import fetch_gguf
 
         path = fetch_gguf(src.name, cache_dir, progress)
     else:

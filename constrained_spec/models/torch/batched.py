@@ -4,7 +4,7 @@ A :class:`RowCall` asks for one row: its slot, the position its tokens start at 
 whatever the slot held past it is overwritten) and what it wants back (every token's logits, the
 last position's logits through a cut head, or nothing for a prompt). :class:`BatchedHFModel` runs
 any number of calls as one forward: tokens padded to the widest row, position ids and a causal
-mask per row, keys and values written into :class:`~constrained_spec.models.ragged_cache.RaggedKVCache`
+mask per row, keys and values written into :class:`~constrained_spec.models.torch.ragged_cache.RaggedKVCache`
 at each row's own positions. Lengths are the caller's: rolling a row back costs nothing here.
 
 :class:`~constrained_spec.models.protocol.RowBackend` (the runtime protocol's rows) is what the batch
@@ -19,10 +19,10 @@ from typing import Any
 import torch
 
 from constrained_spec.errors import ConfigError
-from constrained_spec.models import ragged_attention
-from constrained_spec.models.hf import HFModel, cache_kwarg
 from constrained_spec.models.protocol import HeadKind, RowBackend, RowCall
-from constrained_spec.models.ragged_cache import RaggedKVCache
+from constrained_spec.models.torch import ragged_attention
+from constrained_spec.models.torch.forward import WrappedLM, cache_kwarg
+from constrained_spec.models.torch.ragged_cache import RaggedKVCache
 
 __all__ = ["BatchedHFModel", "HeadKind", "RowBackend", "RowCall"]
 
@@ -36,7 +36,7 @@ class BatchedHFModel:
     The cache is preallocated: ``slots * max_length`` positions per layer, reported by :attr:`cache_bytes`.
     """
 
-    def __init__(self, model: HFModel, slots: int, max_length: int) -> None:
+    def __init__(self, model: WrappedLM, slots: int, max_length: int) -> None:
         config = model.config
         if slots < 1 or max_length < 2:
             raise ConfigError("a batched model needs at least one slot of at least two positions")
@@ -52,7 +52,7 @@ class BatchedHFModel:
         self.cache = RaggedKVCache(config.num_hidden_layers, slots, getattr(config, "num_key_value_heads", heads),
                                    max_length + PAD_MARGIN, head_dim, dtype, self.device)
         self._eager = getattr(config, "_attn_implementation", "sdpa") == "eager"
-        #: rows run packed (no padding: see models.ragged_attention) where the model uses sdpa attention
+        #: rows run packed (no padding: see models.torch.ragged_attention) where the model uses sdpa attention
         self.packed = getattr(config, "_attn_implementation", None) == "sdpa" and ragged_attention.install()
 
     @property
