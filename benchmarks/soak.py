@@ -127,7 +127,7 @@ def tiny_gguf_generator(args: argparse.Namespace) -> Any:
     from transformers import AutoTokenizer
 
     from constrained_spec import Generator
-    from constrained_spec.models.tokenizer_assets import ensure_vocab_tokenizer
+    from constrained_spec.models.store.tokenizer_assets import ensure_vocab_tokenizer
 
     sys.path.insert(0, str(ROOT / "tests"))
     from tiny_gguf import write_tiny_gguf  # type: ignore[import-not-found]

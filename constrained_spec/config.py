@@ -251,7 +251,7 @@ class ModelConfig:
     ``prompt_cache_mb`` (llama.cpp runtime): prefilled prompts kept on disk under the cache folder,
     up to this many MiB per model, so a later process whose prompt starts the same way (the same
     system message or schema hint placed first) restores that prefix instead of computing it, with
-    bitwise the same cache (:mod:`~constrained_spec.models.prompt_states`); 0 (default): none kept.
+    bitwise the same cache (:mod:`~constrained_spec.models.llamacpp.prompt_states`); 0 (default): none kept.
     The CLI's ``generate`` keeps 512 MiB."""
 
     model: Any = DEFAULT_TARGET

@@ -1,4 +1,4 @@
-"""Prefilled prompts saved on disk for the next process (``models/prompt_states.py``) on the llama.cpp
+"""Prefilled prompts saved on disk for the next process (``models/llamacpp/prompt_states.py``) on the llama.cpp
 runtime, on a *quantized* tiny GGUF (Q4_K_M: the repacked and tiled paths whose rounding depends on the
 ubatch a position is computed in).
 
@@ -30,7 +30,7 @@ def q4_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def weights(q4_path):
-    from constrained_spec.models.llamacpp import LlamaCppWeights
+    from constrained_spec.models.llamacpp.model import LlamaCppWeights
 
     return LlamaCppWeights(q4_path, threads=2, n_ctx=1024)
 
@@ -53,8 +53,8 @@ def test_a_restored_prefix_gives_bitwise_the_cache_of_a_prefill_from_scratch(wei
     the plain prefill's. Warm: a second prompt sharing 530 tokens restores 512 and computes the rest,
     bitwise equal to its plain prefill. Control: a store whose restore points are multiples of 16 (off the
     256-token ubatches) gives other bytes than the plain prefill of the same prompt."""
-    from constrained_spec.models.llamacpp import N_BATCH
-    from constrained_spec.models.prompt_states import PromptStates
+    from constrained_spec.models.llamacpp.model import N_BATCH
+    from constrained_spec.models.llamacpp.prompt_states import PromptStates
 
     first = _tokens(1, 600)
     second = first[:530] + _tokens(2, 70)
@@ -80,7 +80,7 @@ def test_a_restored_prefix_gives_bitwise_the_cache_of_a_prefill_from_scratch(wei
 
 
 def test_a_damaged_entry_is_deleted_and_computed_again(weights, tmp_path) -> None:
-    from constrained_spec.models.prompt_states import STATE_SUFFIX
+    from constrained_spec.models.llamacpp.prompt_states import STATE_SUFFIX
 
     tokens = _tokens(3, 300)
     store = weights.keep_prompt_states(tmp_path, max_bytes=1 << 30)
@@ -124,7 +124,7 @@ def test_a_later_process_reuses_what_an_earlier_one_saved(q4_path, tmp_path) -> 
 
     script = f"""
 import random, sys
-from constrained_spec.models.llamacpp import LlamaCppWeights
+from constrained_spec.models.llamacpp.model import LlamaCppWeights
 w = LlamaCppWeights({str(q4_path)!r}, threads=2, n_ctx=1024)
 store = w.keep_prompt_states({str(tmp_path)!r}, max_bytes=1 << 30)
 rng = random.Random(7)

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from constrained_spec.errors import ConfigError, ModelLoadError
-from constrained_spec.models.prompt_states import PromptStates, model_key
+from constrained_spec.models.llamacpp.prompt_states import PromptStates, model_key
 
 __all__ = ["DEFAULT_N_CTX", "LlamaCppModel", "LlamaCppRows", "LlamaCppWeights", "available", "batch_invariant_build",
            "gguf_tokenizer", "install_hint", "load_llamacpp"]
@@ -189,7 +189,7 @@ class LlamaCppWeights:
 
     def keep_prompt_states(self, cache_root: str | os.PathLike[str], max_bytes: int) -> PromptStates:
         """Save prefilled prompts under ``cache_root/prompt-states/<model key>`` (up to ``max_bytes``) and
-        restore them in later prefills, in this process or the next (:mod:`~constrained_spec.models.prompt_states`)."""
+        restore them in later prefills, in this process or the next (:mod:`~constrained_spec.models.llamacpp.prompt_states`)."""
         from importlib.metadata import version
 
         stat = os.stat(self.path)
