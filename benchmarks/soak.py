@@ -81,14 +81,15 @@ def serve_child(args: argparse.Namespace) -> None:
         from constrained_spec import Generator
 
         generator = Generator(args.model, None if args.draft in (None, "none") else args.draft, progress=False, runtime=args.runtime,
-                              max_batch_size=args.max_batch_size, max_new_tokens=64)
+                              max_batch_size=args.max_batch_size, max_new_tokens=64, prefix_cache_mb=args.prefix_cache_mb)
     elif args.runtime == "llamacpp":
         generator = tiny_gguf_generator(args)
     else:
         sys.path.insert(0, str(ROOT / "examples"))
         from _models import make_generator  # type: ignore[import-not-found]
 
-        generator = make_generator(argparse.Namespace(tiny=True), max_new_tokens=64, max_batch_size=args.max_batch_size)
+        generator = make_generator(argparse.Namespace(tiny=True), max_new_tokens=64, max_batch_size=args.max_batch_size,
+                                   prefix_cache_mb=args.prefix_cache_mb)
     if args.tracemalloc:
         import tracemalloc
 
@@ -136,13 +137,24 @@ def tiny_gguf_generator(args: argparse.Namespace) -> Any:
     target, draft = write_tiny_gguf(folder / "target.gguf", seed=1), write_tiny_gguf(folder / "draft.gguf", seed=2, logit_scale=0.5)
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_vocab_tokenizer("gpt-2")))
     return Generator(str(target), str(draft), runtime="llamacpp", tokenizer=tokenizer, progress=False, cache_dir=folder / "cache",
-                     max_new_tokens=64, max_batch_size=args.max_batch_size)
+                     max_new_tokens=64, max_batch_size=args.max_batch_size, prefix_cache_mb=args.prefix_cache_mb)
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def prefix_cache_mib(port: int) -> float:
+    """MiB the server's prefix caches hold (``/metrics``' ``prefix_cache_bytes``, all models); 0 where unreadable."""
+    import httpx
+
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return 0.0
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("constrained_spec_prefix_cache_bytes{")) / 2**20
 
 
 def rss_mib(pid: int) -> float:
@@ -287,6 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--model", default=None, help="target model (default: the tests' tiny random models)")
     p.add_argument("--draft", default=None, help="draft model with --model, or 'none'")
     p.add_argument("--max-batch-size", type=int, default=8, help="batch rows, as serve's default (8)")
+    p.add_argument("--prefix-cache-mb", type=int, default=1024, help="the prefix cache per model, as serve's default (1024)")
     p.add_argument("--runtime", choices=["auto", "torch", "llamacpp"], default="auto",
                    help="the runtime; llamacpp without --model: the tests' tiny GGUF pair (default auto: torch's tiny pair)")
     p.add_argument("--trim-interval", type=float, default=None,
@@ -309,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     child = [sys.executable, str(Path(__file__).resolve()), "--serve-child", "--port", str(port), "--out", args.out,
              "--max-batch-size", str(args.max_batch_size), "--max-queue", str(args.max_queue)]
     child += ["--model", args.model] if args.model else []
-    child += ["--runtime", args.runtime]
+    child += ["--runtime", args.runtime, "--prefix-cache-mb", str(args.prefix_cache_mb)]
     child += ["--draft", args.draft] if args.draft else []
     child += ["--tracemalloc"] if args.tracemalloc else []
     child += ["--trim-interval", str(args.trim_interval)] if args.trim_interval is not None else []
@@ -334,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             codes, lat = stats.take()
             report = {"minute": round((time.monotonic() - start) / 60, 2), "served": stats.served, "interval": sum(codes.values()),
                       "codes": dict(sorted(codes.items())), "p50_s": round(percentile(lat, 0.5), 3), "p95_s": round(percentile(lat, 0.95), 3),
-                      "rss_mib": round(rss_mib(proc.pid), 1)}
+                      "rss_mib": round(rss_mib(proc.pid), 1), "prefix_cache_mib": round(prefix_cache_mib(port), 1)}
             reports.append(report)
             print(json.dumps(report), flush=True)
             if args.tracemalloc:
@@ -354,6 +367,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             change = (last["rss_mib"] - first["rss_mib"]) / first["rss_mib"] * 100 if first["rss_mib"] else float("nan")
             print(f"RSS at minute {first['minute']:g}: {first['rss_mib']:.0f} MiB; at minute {last['minute']:g}: {last['rss_mib']:.0f} MiB "
                   f"({change:+.1f}%)", flush=True)
+            held = last["prefix_cache_mib"] - first["prefix_cache_mib"]
+            net = (last["rss_mib"] - held - first["rss_mib"]) / first["rss_mib"] * 100 if first["rss_mib"] else float("nan")
+            print(f"the prefix cache (bounded by --prefix-cache-mb) grew {held:+.1f} MiB meanwhile; RSS growth without it {net:+.1f}%",
+                  flush=True)
         if args.json:
             path = Path(args.json) if os.path.isabs(args.json) else Path(args.out) / args.json
             path.write_text(json.dumps(reports, indent=1))
