@@ -213,7 +213,7 @@ def geomean(values: Sequence[float | None]) -> float | None:
 
 #: the named workloads of ``--workload`` (files in ``benchmarks/``): the one the defaults were tuned
 #: on, and the held-out one written before any tuning (never tuned on)
-WORKLOAD_FILES = {"default": "workload.py", "heldout": "heldout.py", "cfg": "cfg_workload.py"}
+WORKLOAD_FILES = {"default": "workload.py", "heldout": "heldout.py", "cfg": "cfg_workload.py", "quality": "quality.py"}
 
 
 class WorkItem:
@@ -1147,6 +1147,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--schema-hint", default="full", choices=["full", "compact", "types"],
                    help="how the prompt's schema hint writes the schema (default full)")
+    p.add_argument("--schema-hint-place", default="user", choices=["user", "system"],
+                   help="where the prompt writes the schema hint: after the user's text (default) or first, in a system message")
     p.add_argument("--no-lookup-gate", action="store_true",
                    help="propose every prompt-lookup plan, as before the lookup gate (DecodeConfig.lookup_gate=False)")
     p.add_argument("--grammar-engine", choices=("lazy", "automaton"), default="lazy",
@@ -1216,14 +1218,16 @@ def main(argv: Sequence[str] | None = None, *, generator: Any = None, workload: 
         generator = Generator(args.model, draft, cache_dir=args.cache_dir, dtype=args.dtype, draft_dtype=args.draft_dtype, device=args.device,
                               progress=progress,
                               max_new_tokens=args.max_new_tokens, num_draft_tokens=max(ks), schema_hint_style=args.schema_hint,
+                              schema_hint_place=args.schema_hint_place,
                               draft_window=args.draft_window, prefill_overlap=args.prefill_overlap, draft_plan=args.draft_plan, grammar_engine=args.grammar_engine,
                               prefill_dtype=args.prefill_dtype, draft_prefill_dtype=args.draft_prefill_dtype,
-                              prefill_split=args.prefill_split, lookup_gate=not args.no_lookup_gate)
+                              prefill_split=args.prefill_split, lookup_gate=not args.no_lookup_gate, runtime=args.runtime)
         config.extra["load_s"] = time.perf_counter() - t0
         config.extra["prefill"] = {"dtype": args.prefill_dtype, "draft_dtype": args.draft_prefill_dtype,
                                    "split": args.prefill_split, "twin_bytes": generator.prefill_twin_bytes}
     config.extra["grammar_engine"] = getattr(generator, "grammar_engine", None)
     config.extra["schema_hint"] = generator.schema_hint_style
+    config.extra["schema_hint_place"] = args.schema_hint_place
     config.extra["draft_window"] = generator.decode.draft_window
     config.extra["prefill_overlap"] = generator.decode.prefill_overlap
     config.extra["draft_plan"] = generator.decode.draft_plan

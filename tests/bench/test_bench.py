@@ -198,6 +198,31 @@ def test_heldout_workload_integrity():
                 assert value in w.prompt, f"{w.id}: {ptr} = {value!r} is not stated in the prompt"
 
 
+def test_quality_workload_integrity():
+    """The workload the schema hint is chosen on: its own prompts (none of the tuned or held-out ones),
+    every prompt scored, every expected value valid for its field and, where free text, stated in the prompt."""
+    import re
+
+    import jsonschema
+
+    module = bench.load_workload_module(bench.BENCH_DIR / "quality.py")
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", module.WRITTEN) and module.WRITTEN in module.__doc__
+    quality = bench.load_workloads("quality")
+    others = bench.load_workloads("default") + bench.load_workloads("heldout")
+    assert len(quality) >= 10 and len({w.id for w in quality}) == len(quality)
+    assert not {w.id for w in quality} & {w.id for w in others} and not {w.prompt for w in quality} & {w.prompt for w in others}
+    for w in quality:
+        assert w.kind == "extraction" and w.expected
+        for ptr, value in w.expected.items():
+            parts = [p.replace("~1", "/").replace("~0", "~") for p in ptr.split("/")[1:]]
+            subs = list(_subschemas(w.schema, parts))
+            assert subs, f"{w.id}: {ptr} names no field of its schema"
+            assert any(jsonschema.Draft202012Validator(s, format_checker=jsonschema.FormatChecker()).is_valid(value) for s in subs), \
+                f"{w.id}: expected {ptr} = {value!r} does not validate against its field"
+            if isinstance(value, str) and not any({"enum", "const", "format"} & set(s) for s in subs):
+                assert value in w.prompt, f"{w.id}: {ptr} = {value!r} is not stated in the prompt"
+
+
 def test_field_match_and_e2e_summary_math():
     def rec(prompt, mode, latency, prefill, text=None, ok=True):
         return {"prompt": prompt, "mode": mode, "setting": "greedy", "round": 0, "workload": "w", "ok": ok,
