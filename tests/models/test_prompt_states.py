@@ -135,3 +135,25 @@ sys.stdout.write(str(store.hits) + " " + digest)
     runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300) for _ in range(2)]
     (hits1, digest1), (hits2, digest2) = (r.stdout.split() for r in runs)
     assert (hits1, hits2) == ("0", "1") and digest1 == digest2, [r.stderr[-500:] for r in runs]
+
+
+def test_a_generator_keeps_prompt_states_when_asked(tiny_ggufs, gpt2_tokenizer, tmp_path) -> None:
+    """``Generator(prompt_cache_mb=...)`` on llama.cpp: two calls whose prompts share their first 300+
+    tokens (a long system message) restore the saved prefix on the second call, with the same greedy
+    output as a Generator without the store; ``prompt_cache_mb=0`` keeps nothing."""
+    from constrained_spec.api import Generator
+    from constrained_spec.grammar import Regex
+
+    target, draft = (str(p) for p in tiny_ggufs)
+    system = {"role": "system", "content": " ".join(f"rule {i}: be brief." for i in range(80))}
+    prompts = [[system, {"role": "user", "content": q}] for q in ("First question?", "Second question?")]
+
+    def outputs(cache_mb: int, folder) -> tuple[list[str], object]:
+        gen = Generator(target, draft, runtime="llamacpp", tokenizer=gpt2_tokenizer, progress=False, cache_dir=folder,
+                        prompt_cache_mb=cache_mb, draft_plan="always", max_new_tokens=12)
+        return [gen.run(p, Regex("[a-z ]{1,12}")).text for p in prompts], gen.target.weights.prompt_states
+
+    (texts, store) = outputs(64, tmp_path / "with")
+    assert store is not None and store.hits >= 1 and len(store._names()) >= 1
+    plain, none = outputs(0, tmp_path / "without")
+    assert texts == plain and none is None
