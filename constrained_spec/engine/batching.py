@@ -37,7 +37,7 @@ from constrained_spec.engine.prefix_cache import PrefixCache
 from constrained_spec.errors import ConfigError
 from constrained_spec.models.protocol import HeadKind, RowBackend, RowCall, SequenceModel, make_rows
 from constrained_spec.sampling import VerifyResult
-from constrained_spec.sampling.verifier import VerifyCall, takes_filters
+from constrained_spec.sampling.verifier import VerifyCall, takes_filters, verifier_of
 
 __all__ = ["BatchCoordinator", "BatchMetrics", "RowModel"]
 
@@ -372,16 +372,18 @@ class RowVerifier:
 
     def __init__(self, coordinator: BatchCoordinator) -> None:
         self.coordinator = coordinator
+        self._verify = verifier_of(self._submit, "row_verify")
 
     @property
     def takes_filters(self) -> bool:
         """Whether the batched verifier takes ``filters=`` (the loop then passes it)."""
         return takes_filters(self.coordinator._verifier)
 
-    def __call__(self, target_logits: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor, bitmask: torch.Tensor,
-                 temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, uniforms: torch.Tensor,
-                 point_mass: torch.Tensor | None = None, filters: bool | None = None) -> VerifyResult:
-        call = VerifyCall(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms, point_mass, filters)
+    def __call__(self, *args: Any, **kwargs: Any) -> VerifyResult:
+        """A verifier's call (:func:`~constrained_spec.sampling.verifier.verifier_of`) for this row."""
+        return self._verify(*args, **kwargs)
+
+    def _submit(self, call: VerifyCall) -> VerifyResult:
         return self.coordinator.submit(_Job(VERIFY, None, verify=call))
 
 

@@ -18,23 +18,15 @@ same function with the same contract.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from constrained_spec.sampling.distribution import draw, effective_probs, unpack_bitmask
+from constrained_spec.sampling.verifier import VerifyCall, VerifyResult, verifier_of
+
+__all__ = ["RESIDUAL_EPS", "VerifyResult", "acceptance_probs", "dense_draft_probs", "first_rejection", "residual", "verify", "verify_call"]
 
 #: Residual mass below this (relative) is treated as numerically zero: the draw falls back to p.
 RESIDUAL_EPS = 1e-7
-
-
-@dataclass
-class VerifyResult:
-    """Outcome of verifying one block per sequence."""
-
-    accepted: torch.Tensor  # long [B]: number of drafted tokens kept, 0..k
-    next_token: torch.Tensor  # long [B]: correction (accepted < k) or bonus (accepted == k)
-    accept_prob: torch.Tensor  # float32 [B, k]: min(1, p/q) of each drafted token
 
 
 def acceptance_probs(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, point_mass: torch.Tensor | None = None) -> torch.Tensor:
@@ -75,26 +67,19 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > RESIDUAL_EPS, r / mass.clamp_min(1e-30), p)
 
 
-def verify(
-    target_logits: torch.Tensor,
-    draft_probs: torch.Tensor,
-    draft_tokens: torch.Tensor,
-    bitmask: torch.Tensor,
-    temperature: torch.Tensor,
-    top_k: torch.Tensor,
-    top_p: torch.Tensor,
-    uniforms: torch.Tensor,
-    point_mass: torch.Tensor | None = None,
-) -> VerifyResult:
-    """Verify drafted blocks.
+def verify_call(call: VerifyCall) -> VerifyResult:
+    """Verify drafted blocks (``call``'s tensors: :class:`~.verifier.VerifyCall`).
 
     target_logits [B, k+1, V]; draft_probs [B, k, V] (the draft's effective, masked q);
     point_mass bool [B, k] (optional): rows drawn from a point mass at their drafted token, whose
     ``draft_probs`` row is not read (it may be any values, e.g. a broadcast zero row);
     draft_tokens long [B, k]; bitmask int32 [B, k+1, ceil(V/32)]; temperature/top_k/top_p [B];
     uniforms [B, k+1] in [0, 1): column i < k decides acceptance of token i, column k drives the
-    inverse-CDF draw of the next token. k may be 0 (plain constrained sampling).
+    inverse-CDF draw of the next token. k may be 0 (plain constrained sampling). ``filters`` is
+    not read (this path applies top-k / top-p wherever a row asks for them).
     """
+    target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms = call.args()
+    point_mass = call.point_mass
     batch, positions, vocab = target_logits.shape
     k = positions - 1
     allowed = unpack_bitmask(bitmask, vocab)
@@ -119,3 +104,8 @@ def verify(
         dist = p_at
     next_token = draw(dist, uniforms[:, k])
     return VerifyResult(accepted=accepted, next_token=next_token, accept_prob=accept_prob)
+
+
+#: the reference verifier: ``verify(target_logits, draft_probs, draft_tokens, bitmask, temperature,
+#: top_k, top_p, uniforms, point_mass=None)`` (:func:`verify_call` in the verifier convention)
+verify = verifier_of(verify_call)

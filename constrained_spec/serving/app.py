@@ -40,6 +40,7 @@ from constrained_spec.serving.protocol import (
     ChatCompletionRequest,
     budget_usage,
     check_messages,
+    check_typed,
     check_unsupported,
     check_values,
     completion_body,
@@ -47,7 +48,6 @@ from constrained_spec.serving.protocol import (
     usage,
 )
 from constrained_spec.serving.scheduler import Scheduler, watch_disconnect
-from constrained_spec.serving.schemas import check_typed
 from constrained_spec.serving.stopping import CancelledAsStopping
 from constrained_spec.serving.streaming import stream_completion
 

@@ -18,10 +18,10 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from constrained_spec.serving.config import ServerConfig
+from constrained_spec.serving.protocol import ChatRequestBody
 from constrained_spec.serving.schemas import (
     ChatCompletion,
     ChatCompletionChunk,
-    ChatRequestBody,
     ErrorBody,
     Health,
     ModelCard,

@@ -10,25 +10,42 @@ other undeclared field is unrecognized (400, as OpenAI does); vLLM's ``structure
 ``guided_grammar`` and ``guided_regex`` are declared (:mod:`.grammars`). Messages need a known
 ``role`` and text content (an assistant turn's ``tool_calls`` may be function or custom calls); text that is not valid Unicode (a lone surrogate) and NaN or Infinity anywhere in the
 body are a 400. What these checks let through is then held to the OpenAPI document's typed body
-(:func:`.schemas.check_typed`, strict JSON types). Integer fields take a float without a fraction
-(5.0, 1e18: JSON Schema's integers).
+(:data:`ChatRequestBody`, strict JSON types, :func:`check_typed`), which is made from the same
+declaration (:class:`ChatCompletionRequest`, its ``Typed`` marks), so the two cannot drift.
+Integer fields take a float without a fraction (5.0, 1e18: JSON Schema's integers).
 """
 
 from __future__ import annotations
 
 import math
 import uuid
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Callable, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from constrained_spec.config import MAX_DRAFT_TOKENS, MAX_PARTICLES
 from constrained_spec.errors import TokenBudgetExceeded
-from constrained_spec.serving.errors import APIError
-from constrained_spec.serving.schemas import INTEGRAL, SEED_MAX, SEED_MIN, TOP_K_MAX
+from constrained_spec.serving.errors import APIError, validation_error
+from constrained_spec.serving.schemas import (
+    INTEGRAL,
+    SEED_MAX,
+    SEED_MIN,
+    TOP_K_MAX,
+    JSONFalse,
+    Message,
+    NonBlank,
+    ResponseFormat,
+    StreamOptions,
+    StructuredOutputs,
+    Tool,
+    ToolChoice,
+    Typed,
+    Zero,
+    typed_body,
+)
 
-__all__ = ["ChatCompletionRequest", "REFUSED", "ROLES", "SEED_MAX", "SEED_MIN", "TOP_K_MAX", "budget_usage", "check_messages",
-           "check_unsupported", "check_values", "completion_body", "invalid_text", "non_finite_number", "new_call_id", "new_completion_id", "usage"]
+__all__ = ["ChatCompletionRequest", "ChatRequestBody", "REFUSED", "ROLES", "SEED_MAX", "SEED_MIN", "TOP_K_MAX", "budget_usage", "check_messages",
+           "check_typed", "check_unsupported", "check_values", "completion_body", "invalid_text", "non_finite_number", "new_call_id", "new_completion_id", "usage"]
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 #: fields OpenAI defines that this server cannot serve, and why (refused with a 400 when given)
@@ -47,15 +64,18 @@ REFUSED = {
 
 
 class ChatCompletionRequest(BaseModel):
-    """The body of ``POST /v1/chat/completions``; fields it does not declare are refused."""
+    """The body of ``POST /v1/chat/completions``, declared once: each field's type here is what the
+    named checks read (:func:`check_unsupported`, :func:`check_values`, :func:`check_messages`, so
+    they can name the fault); a :class:`~.schemas.Typed` mark gives the field's narrower type in the
+    typed body (:data:`ChatRequestBody`, the OpenAPI document's). Fields it does not declare are refused."""
 
     model_config = ConfigDict(extra="allow")
 
-    model: str | None = None
-    messages: list[dict[str, Any]] = Field(min_length=1)
-    response_format: dict[str, Any] | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    model: str | None = Field(default=None, description="the served model's id (another is a 404)")
+    messages: Annotated[list[dict[str, Any]], Typed(list[Message])] = Field(min_length=1)
+    response_format: Annotated[dict[str, Any] | None, Typed(ResponseFormat | None)] = None
+    tools: Annotated[list[dict[str, Any]] | None, Typed(list[Tool] | None)] = None
+    tool_choice: Annotated[str | dict[str, Any] | None, Typed(ToolChoice | None)] = None
     parallel_tool_calls: bool | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
@@ -63,25 +83,29 @@ class ChatCompletionRequest(BaseModel):
     seed: Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX), INTEGRAL] | None = None
     max_tokens: Annotated[int, Field(ge=1), INTEGRAL] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1), INTEGRAL] | None = None
-    n: Annotated[int, INTEGRAL] | None = None
+    n: Annotated[Annotated[int, INTEGRAL] | None, Typed(Annotated[int, Field(ge=1, le=1), INTEGRAL] | None)] = Field(
+        default=None, description="one choice only")
     stream: bool = False
-    stream_options: dict[str, Any] | None = None
-    stop: str | list[str] | None = None
-    logprobs: bool | None = None
-    top_logprobs: Annotated[int, INTEGRAL] | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    logit_bias: dict[str, Any] | None = None
-    modalities: list[str] | None = None
-    num_draft_tokens: Annotated[int, Field(ge=0, le=MAX_DRAFT_TOKENS), INTEGRAL] | None = None
+    stream_options: Annotated[dict[str, Any] | None, Typed(StreamOptions | None)] = None
+    stop: Annotated[str | list[str] | None, Typed(Union[Literal[""], Annotated[list[str], Field(max_length=0)]] | None)] = Field(
+        default=None, description="no stop sequences: the output ends where its constraint is complete")
+    logprobs: Annotated[bool | None, Typed(JSONFalse | None)] = None
+    top_logprobs: Annotated[Annotated[int, INTEGRAL] | None, Typed(Annotated[int, Field(ge=0, le=0), INTEGRAL] | None)] = None
+    presence_penalty: Annotated[float | None, Typed(Zero | None)] = None
+    frequency_penalty: Annotated[float | None, Typed(Zero | None)] = None
+    logit_bias: Annotated[dict[str, Any] | None, Typed(Annotated[dict[str, Any], Field(max_length=0)] | None)] = Field(
+        default=None, description="only {}")
+    modalities: Annotated[list[str] | None, Typed(Annotated[list[Literal["text"]], Field(max_length=1)] | None)] = None
+    num_draft_tokens: Annotated[int, Field(ge=0, le=MAX_DRAFT_TOKENS), INTEGRAL] | None = Field(
+        default=None, description="draft tokens per step (this server's extension)")
     # sequence-level alignment (docs/smc.md): "local" (default) or "smc" with this many particles
-    alignment: Literal["local", "smc"] | None = None
-    particles: Annotated[int, Field(ge=1, le=MAX_PARTICLES), INTEGRAL] | None = None
-    schema_in_prompt: bool | None = None
+    alignment: Literal["local", "smc"] | None = Field(default=None, description="sequence-level alignment (this server's extension)")
+    particles: Annotated[int, Field(ge=1, le=MAX_PARTICLES), INTEGRAL] | None = Field(default=None, description="SMC particles (this server's extension)")
+    schema_in_prompt: bool | None = Field(default=None, description="whether the schema is shown in the prompt (this server's extension)")
     # vLLM's grammar parameters (see :mod:`.grammars`): a Lark grammar or a regex for the content
-    structured_outputs: dict[str, Any] | None = None
-    guided_grammar: str | None = None
-    guided_regex: str | None = None
+    structured_outputs: Annotated[dict[str, Any] | None, Typed(StructuredOutputs | None)] = None
+    guided_grammar: Annotated[str | None, Typed(NonBlank | None)] = Field(default=None, description="vLLM's older Lark grammar parameter")
+    guided_regex: Annotated[str | None, Typed(NonBlank | None)] = Field(default=None, description="vLLM's older regex parameter")
     # accepted and ignored: they do not change the output
     user: Any = None
     metadata: Any = None
@@ -89,6 +113,23 @@ class ChatCompletionRequest(BaseModel):
     service_tier: Any = None
     prompt_cache_key: Any = None
     safety_identifier: Any = None
+
+
+#: the typed body of ``POST /v1/chat/completions`` (the OpenAPI document's, in strict JSON types),
+#: made from :class:`ChatCompletionRequest`: its fields, with each :class:`~.schemas.Typed` type
+ChatRequestBody: type[BaseModel] = typed_body(
+    ChatCompletionRequest, "ChatRequestBody",
+    "The body of ``POST /v1/chat/completions``. Fields OpenAI defines that would change what the\n"
+    "    constraint guarantees or the sampled distribution are accepted only at their neutral value.")
+
+
+def check_typed(body: dict[str, Any]) -> None:
+    """``body`` (a request the named checks passed) against :data:`ChatRequestBody`; a 400 naming
+    the first fault otherwise."""
+    try:
+        ChatRequestBody.model_validate(body)
+    except ValidationError as exc:
+        raise validation_error([dict(e) for e in exc.errors(include_url=False)]) from None
 
 
 def check_unsupported(req: ChatCompletionRequest) -> None:

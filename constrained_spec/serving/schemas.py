@@ -1,26 +1,27 @@
 """The typed shapes of the server's OpenAPI document: each operation's request and answers.
 
-:class:`ChatRequestBody` is what ``POST /v1/chat/completions`` accepts, field by field (messages
-by role with their content parts, each ``response_format`` variant, function and custom tools,
-``tool_choice``, vLLM's ``structured_outputs`` / ``guided_*``), in strict JSON types: a request
-that passes the protocol's own checks (:mod:`.protocol`, which name the fault) is validated
-against it too (:func:`check_typed`), so the document says no more and no less than the server
-takes. What a shape cannot say is answered 400 with a named code: a JSON Schema or grammar that
-does not compile, a ``tool_choice`` naming no listed tool, a prompt over the context. The answers
-(:class:`ChatCompletion`, :class:`ChatCompletionChunk`, :class:`ErrorBody`, ...) are the shapes
-:mod:`.protocol`, :mod:`.completion` and :mod:`.streaming` write; only the document uses them.
+The chat request's typed body (:data:`.protocol.ChatRequestBody`) is made by :func:`typed_body`
+from the one declaration of the request (:class:`.protocol.ChatCompletionRequest`), with the
+shapes here for its structured fields (messages by role with their content parts, each
+``response_format`` variant, function and custom tools, ``tool_choice``, vLLM's
+``structured_outputs`` / ``guided_*``), in strict JSON types: a request that passes the protocol's
+own checks (which name the fault) is validated against it too, so the document says no more and no
+less than the server takes. What a shape cannot say is answered 400 with a named code: a JSON
+Schema or grammar that does not compile, a ``tool_choice`` naming no listed tool, a prompt over the
+context. The answers (:class:`ChatCompletion`, :class:`ChatCompletionChunk`, :class:`ErrorBody`,
+...) are the shapes :mod:`.protocol`, :mod:`.completion` and :mod:`.streaming` write; only the
+document uses them.
 """
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, create_model, model_validator
 
-from constrained_spec.config import MAX_DRAFT_TOKENS, MAX_PARTICLES
-from constrained_spec.serving.errors import validation_error
-
-__all__ = ["ChatCompletion", "ChatCompletionChunk", "ChatRequestBody", "ErrorBody", "Health", "INTEGRAL", "ModelCard", "ModelList", "check_typed"]
+__all__ = ["ChatCompletion", "ChatCompletionChunk", "ErrorBody", "Health", "INTEGRAL", "ModelCard", "ModelList", "Typed", "typed_body"]
 
 #: the seeds a random generator takes (a signed or unsigned 64-bit integer)
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
@@ -48,6 +49,8 @@ def _false(value: bool) -> bool:
 INTEGRAL = BeforeValidator(_integral)
 #: ``false`` (a bool; 0 is not one)
 JSONFalse = Annotated[bool, AfterValidator(_false), WithJsonSchema({"const": False})]
+#: a text with something in it (a grammar or a regex)
+NonBlank = Annotated[str, Field(pattern=NON_BLANK)]
 
 
 class Open(BaseModel):
@@ -202,7 +205,7 @@ class FunctionTool(Open):
 
 class GrammarDefinition(Open):
     syntax: Literal["lark", "regex"]
-    definition: Annotated[str, Field(pattern=NON_BLANK)]
+    definition: NonBlank
 
 
 class TextInput(Open):
@@ -216,7 +219,7 @@ class GrammarInput(Open):
     type: Literal["grammar"]
     grammar: GrammarDefinition | None = None
     syntax: Literal["lark", "regex"] | None = None
-    definition: Annotated[str, Field(pattern=NON_BLANK)] | None = None
+    definition: NonBlank | None = None
 
 
 class CustomSpec(Open):
@@ -263,8 +266,8 @@ class StructuredOutputs(Closed):
     """vLLM's ``structured_outputs``: one of ``grammar`` (Lark) or ``regex``; its JSON options are
     accepted and ignored."""
 
-    grammar: Annotated[str, Field(pattern=NON_BLANK)] | None = None
-    regex: Annotated[str, Field(pattern=NON_BLANK)] | None = None
+    grammar: NonBlank | None = None
+    regex: NonBlank | None = None
     disable_fallback: Any = None
     disable_any_whitespace: Any = None
     disable_additional_properties: Any = None
@@ -282,55 +285,25 @@ class StreamOptions(Open):
 Zero = Annotated[float, Field(ge=0, le=0, description="only 0 (the sampled distribution is never changed)")]
 
 
-class ChatRequestBody(Closed):
-    """The body of ``POST /v1/chat/completions``. Fields OpenAI defines that would change what the
-    constraint guarantees or the sampled distribution are accepted only at their neutral value."""
+@dataclass(frozen=True)
+class Typed:
+    """A request field's type in the typed body (``Annotated[loose, Typed(typed)]``), where it is
+    narrower than the type the protocol's named checks read."""
 
-    model: str | None = Field(default=None, description="the served model's id (another is a 404)")
-    messages: list[Message] = Field(min_length=1)
-    response_format: ResponseFormat | None = None
-    tools: list[Tool] | None = None
-    tool_choice: ToolChoice | None = None
-    parallel_tool_calls: bool | None = None
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: Annotated[int, Field(ge=0, le=TOP_K_MAX), INTEGRAL] | None = None
-    seed: Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX), INTEGRAL] | None = None
-    max_tokens: Annotated[int, Field(ge=1), INTEGRAL] | None = None
-    max_completion_tokens: Annotated[int, Field(ge=1), INTEGRAL] | None = None
-    n: Annotated[int, Field(ge=1, le=1), INTEGRAL] | None = Field(default=None, description="one choice only")
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    stop: Union[Literal[""], Annotated[list[str], Field(max_length=0)]] | None = Field(
-        default=None, description="no stop sequences: the output ends where its constraint is complete")
-    logprobs: JSONFalse | None = None
-    top_logprobs: Annotated[int, Field(ge=0, le=0), INTEGRAL] | None = None
-    presence_penalty: Zero | None = None
-    frequency_penalty: Zero | None = None
-    logit_bias: Annotated[dict[str, Any], Field(max_length=0)] | None = Field(default=None, description="only {}")
-    modalities: Annotated[list[Literal["text"]], Field(max_length=1)] | None = None
-    num_draft_tokens: Annotated[int, Field(ge=0, le=MAX_DRAFT_TOKENS), INTEGRAL] | None = Field(default=None, description="draft tokens per step (this server's extension)")
-    alignment: Literal["local", "smc"] | None = Field(default=None, description="sequence-level alignment (this server's extension)")
-    particles: Annotated[int, Field(ge=1, le=MAX_PARTICLES), INTEGRAL] | None = Field(default=None, description="SMC particles (this server's extension)")
-    schema_in_prompt: bool | None = Field(default=None, description="whether the schema is shown in the prompt (this server's extension)")
-    structured_outputs: StructuredOutputs | None = None
-    guided_grammar: Annotated[str, Field(pattern=NON_BLANK)] | None = Field(default=None, description="vLLM's older Lark grammar parameter")
-    guided_regex: Annotated[str, Field(pattern=NON_BLANK)] | None = Field(default=None, description="vLLM's older regex parameter")
-    user: Any = None
-    metadata: Any = None
-    store: Any = None
-    service_tier: Any = None
-    prompt_cache_key: Any = None
-    safety_identifier: Any = None
+    annotation: Any
 
 
-def check_typed(body: dict[str, Any]) -> None:
-    """``body`` (a request the protocol's checks passed) against :class:`ChatRequestBody`; a 400
-    naming the first fault otherwise."""
-    try:
-        ChatRequestBody.model_validate(body)
-    except ValidationError as exc:
-        raise validation_error([dict(e) for e in exc.errors(include_url=False)]) from None
+def typed_body(model: type[BaseModel], name: str, doc: str) -> type[BaseModel]:
+    """``model``'s fields as a :class:`Closed` model named ``name`` (strict JSON types, undeclared
+    keys refused), each of the type its :class:`Typed` mark gives (of its own type without one);
+    defaults, bounds and descriptions as ``model`` declares them."""
+    fields: dict[str, Any] = {}
+    for field, info in model.model_fields.items():
+        marks = [m for m in info.metadata if isinstance(m, Typed)]
+        kept = copy.copy(info)
+        kept.metadata = [m for m in info.metadata if not isinstance(m, Typed)]
+        fields[field] = (marks[0].annotation if marks else info.annotation, kept)
+    return create_model(name, __base__=Closed, __doc__=doc, __module__=model.__module__, **fields)
 
 
 # -- answers -----------------------------------------------------------------------------------

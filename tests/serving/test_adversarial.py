@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
+from live_server import port_of, serving  # noqa: E402
 
 from constrained_spec.engine.stats import DecodeStats  # noqa: E402
 from constrained_spec.serving.app import ServerConfig, create_app  # noqa: E402
@@ -271,21 +272,6 @@ def test_freed_memory_is_given_back_once_the_server_is_idle():
 # -- item 3: a body arrives in bounded time, from a bounded number of senders ----------------
 
 
-@contextlib.contextmanager
-def served(app):
-    """``app`` on a real uvicorn server on 127.0.0.1 (a free port), in a thread; yields the port."""
-    uvicorn = pytest.importorskip("uvicorn")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: server.started, timeout=10)
-        yield server.servers[0].sockets[0].getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(10)
-
-
 def open_body(port: int, declared: int, sent: int) -> socket.socket:
     """A connection that sent the headers and ``sent`` of ``declared`` body bytes, then nothing."""
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -307,7 +293,9 @@ def read_answer(s: socket.socket, timeout: float) -> bytes:
 
 def test_a_body_that_stops_arriving_is_a_408_and_the_connection_closes():
     app = create_app(SpinCompileGenerator(), ServerConfig(body_timeout=1.0))
-    with served(app) as port:
+    pytest.importorskip("uvicorn")
+    with serving(app) as url:
+        port = port_of(url)
         start = time.monotonic()
         s = open_body(port, 1_048_576, 1_048_000)
         try:
@@ -324,7 +312,9 @@ def test_a_body_that_stops_arriving_is_a_408_and_the_connection_closes():
 
 def test_bodies_read_at_once_are_bounded_with_a_429():
     app = create_app(SpinCompileGenerator(), ServerConfig(body_timeout=5.0, max_body_readers=2))
-    with served(app) as port:
+    pytest.importorskip("uvicorn")
+    with serving(app) as url:
+        port = port_of(url)
         slow = [open_body(port, 1000, 10) for _ in range(2)]
         try:
             time.sleep(0.3)

@@ -8,10 +8,8 @@ counters for "rows really ran together"; prometheus-client's parser for ``/metri
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import socket
 import threading
 import time
 from typing import Any, Iterator
@@ -25,6 +23,7 @@ httpx = pytest.importorskip("httpx")
 parser = pytest.importorskip("prometheus_client.parser")
 
 from fastapi.testclient import TestClient  # noqa: E402
+from live_server import serving  # noqa: E402
 
 from constrained_spec.serving.app import ServerConfig, create_app  # noqa: E402
 
@@ -67,29 +66,6 @@ def reference_outputs(tiny_generator):
     app = create_app(tiny_generator(max_new_tokens=200, num_draft_tokens=3), ServerConfig(model_name="tiny"))
     with TestClient(app) as c:
         return [c.post("/v1/chat/completions", json=body_for(i, False)).json()["choices"][0]["message"]["content"] for i in range(CLIENTS)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """``app`` under uvicorn on a free loopback port, on a thread; its base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{server.config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def sse_events(lines: Iterator[str]) -> list[Any]:
@@ -143,7 +119,7 @@ def test_eight_concurrent_clients_are_batched_and_all_answered(batched, referenc
         except Exception as exc:  # noqa: BLE001 - reported below, per client
             results[i] = ("failed", repr(exc))
 
-    with serve(app) as url:
+    with serving(app, lifespan="on") as url:
         threads = [threading.Thread(target=client, args=(i, url)) for i in range(CLIENTS)]
         for t in threads:
             t.start()
@@ -186,7 +162,7 @@ LONG = {"structured_outputs": {"regex": "[a-z]{600}"}}
 
 def test_a_cancelled_stream_frees_its_row(batched):
     app = create_app(batched, ServerConfig(model_name="tiny", max_queue=4))
-    with serve(app) as url, httpx.Client(base_url=url, timeout=30) as http:
+    with serving(app, lifespan="on") as url, httpx.Client(base_url=url, timeout=30) as http:
         body = {"messages": [{"role": "user", "content": "Letters."}], "temperature": 0.0, "max_tokens": 800, "stream": True, **LONG}
         with http.stream("POST", "/v1/chat/completions", json=body) as r:
             assert r.status_code == 200
@@ -231,7 +207,7 @@ def test_the_queue_bound_counts_beyond_the_running_rows(batched):
     app = create_app(gen, ServerConfig(model_name="tiny", max_queue=1, request_timeout=30))
     queue = app.state.queue
     results: list[Any] = []
-    with serve(app) as url, httpx.Client(base_url=url, timeout=30) as http:
+    with serving(app, lifespan="on") as url, httpx.Client(base_url=url, timeout=30) as http:
         def client(i: int) -> None:
             with httpx.Client(base_url=url, timeout=30) as own:
                 results.append(own.post("/v1/chat/completions", json=body_for(i, False)))

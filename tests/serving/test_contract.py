@@ -34,6 +34,7 @@ hypothesis_jsonschema = pytest.importorskip("hypothesis_jsonschema", reason="hyp
 import httpx  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from live_server import serving  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 from constrained_spec.serving.app import ServerConfig, create_app  # noqa: E402
@@ -49,26 +50,6 @@ PHASES = ("examples", "coverage", "fuzzing", "stateful")
 #: the 400 codes that name why a response_format is not served
 NAMED_CODES = {"invalid_schema", "unsupported_schema_keyword", "compile_limit", "empty_language", "schema_too_large", "grammar_error",
                "constraint_error", "context_length_exceeded"}
-
-
-@contextmanager
-def serving(app: Any, log_level: str = "warning") -> Iterator[str]:
-    """``app`` served by uvicorn on a free local port (in a thread); its base URL."""
-    import uvicorn
-
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level=log_level))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 def schemathesis_run(url: str, report: Path, max_examples: int = MAX_EXAMPLES, seed: int = SEED) -> tuple[dict, str, float]:

@@ -117,3 +117,29 @@ def test_a_tool_turn_without_tool_call_id_after_a_custom_call_is_not_a_500(clien
                 {"role": "tool", "content": "done"}]
     r = client.post("/v1/chat/completions", json={"messages": messages})
     assert r.status_code == 200, r.text
+
+
+def test_the_typed_body_is_made_from_the_one_request_declaration():
+    """The document's body has the request model's fields, each of its ``Typed`` mark's type in strict JSON types;
+    a field without a mark keeps its own type and bounds (the control: the request model itself takes the loose values)."""
+    from typing import Annotated, Any
+
+    from pydantic import BaseModel, Field, ValidationError
+
+    from constrained_spec.serving.protocol import ChatCompletionRequest, ChatRequestBody
+    from constrained_spec.serving.schemas import Typed, typed_body
+
+    assert list(ChatRequestBody.model_fields) == list(ChatCompletionRequest.model_fields)
+
+    class Loose(BaseModel):
+        a: Annotated[dict[str, Any] | None, Typed(Annotated[dict[str, Any], Field(max_length=0)] | None)] = Field(default=None, description="d")
+        b: int = Field(default=1, ge=1)
+
+    Strict = typed_body(Loose, "Strict", "doc")
+    assert Loose.model_validate({"a": {"k": 1}, "b": "2"}).b == 2  # the loose declaration takes both
+    for bad in ({"a": {"k": 1}}, {"b": "2"}, {"b": 0}, {"c": 1}):
+        with pytest.raises(ValidationError):
+            Strict.model_validate(bad)
+    assert Strict.model_validate({"a": {}, "b": 3}).model_dump() == {"a": {}, "b": 3}
+    schema = Strict.model_json_schema()
+    assert schema["properties"]["a"]["description"] == "d" and schema["description"] == "doc"

@@ -59,8 +59,9 @@ from typing import Any
 import torch
 
 from constrained_spec.errors import ConstrainedSpecError
-from constrained_spec.sampling.acceptance import RESIDUAL_EPS, VerifyResult, dense_draft_probs
-from constrained_spec.sampling.acceptance import verify as torch_verify
+from constrained_spec.sampling.acceptance import RESIDUAL_EPS, dense_draft_probs
+from constrained_spec.sampling.acceptance import verify_call as torch_verify_call
+from constrained_spec.sampling.verifier import VerifyCall, VerifyResult, verifier_of
 
 try:  # triton is optional: the torch path works without it
     import triton
@@ -428,38 +429,22 @@ def uses_filters(top_k: torch.Tensor, top_p: torch.Tensor) -> bool:
     return bool(filtering_rows(top_k, top_p).any())
 
 
-def verify(
-    target_logits: torch.Tensor,
-    draft_probs: torch.Tensor,
-    draft_tokens: torch.Tensor,
-    bitmask: torch.Tensor,
-    temperature: torch.Tensor,
-    top_k: torch.Tensor,
-    top_p: torch.Tensor,
-    uniforms: torch.Tensor,
-    point_mass: torch.Tensor | None = None,
-    *,
-    filters: bool | None = None,
-    block: int = DEFAULT_BLOCK,
-    chunk: int = DEFAULT_CHUNK,
-    draw_block: int = DEFAULT_DRAW_BLOCK,
-) -> VerifyResult:
-    """Same contract as :func:`constrained_spec.sampling.acceptance.verify`, fused in two Triton launches.
+def verify_call(call: VerifyCall, *, block: int = DEFAULT_BLOCK, chunk: int = DEFAULT_CHUNK, draw_block: int = DEFAULT_DRAW_BLOCK) -> VerifyResult:
+    """Same contract as :func:`constrained_spec.sampling.acceptance.verify_call`, fused in two Triton launches.
 
-    ``filters``: whether any row uses top-k / top-p. ``None`` inspects ``top_k`` / ``top_p``
+    ``call.filters``: whether any row uses top-k / top-p. ``None`` inspects ``top_k`` / ``top_p``
     (a sync if they are on the GPU); ``True`` sends the rows that filter to the torch reference
     and the others to the kernels (reading which rows filter: a sync); ``False`` asserts that no
     row filters (the caller's promise; the values are then not read).
     """
     _require_triton()
-    args = (target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k, top_p, uniforms)
-    if filters is None or filters:
-        rows = filtering_rows(top_k, top_p).cpu()
+    if call.filters is None or call.filters:
+        rows = filtering_rows(call.top_k, call.top_p).cpu()
         if bool(rows.all()):
-            return torch_verify(*args, point_mass=point_mass)
+            return torch_verify_call(call)
         if bool(rows.any()):
-            return _split_verify(args, point_mass, rows, block=block, chunk=chunk, draw_block=draw_block)
-    return _fused_verify(*args, point_mass=point_mass, block=block, chunk=chunk, draw_block=draw_block)
+            return _split_verify(call, rows, block=block, chunk=chunk, draw_block=draw_block)
+    return _fused_verify(call, block=block, chunk=chunk, draw_block=draw_block)
 
 
 def _take_rows(t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -467,22 +452,15 @@ def _take_rows(t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return t[rows.to(t.device)]
 
 
-#: verify's eight tensor arguments, in its order
-_Args = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-def _split_verify(args: _Args, point_mass: torch.Tensor | None, rows: torch.Tensor, *, block: int, chunk: int,
-                  draw_block: int) -> VerifyResult:
+def _split_verify(call: VerifyCall, rows: torch.Tensor, *, block: int, chunk: int, draw_block: int) -> VerifyResult:
     """A batch whose ``rows`` (bool [B], on the CPU) filter: those rows by the torch reference, the
     others by the kernels; each row's results are those of its own path alone.
 
     The kernels run over the whole batch (their programs are per row; the outputs of the rows
     that filter are replaced), so only the filtering rows are gathered."""
-    fused = _fused_verify(*args, point_mass=point_mass, block=block, chunk=chunk, draw_block=draw_block)
+    fused = _fused_verify(call, block=block, chunk=chunk, draw_block=draw_block)
     picked = rows.nonzero().flatten()
-    logits, q, tokens, mask, temp, top_k, top_p, unif = (_take_rows(t, picked) for t in args)
-    flags = None if point_mass is None else _take_rows(point_mass, picked)
-    ref = torch_verify(logits, q, tokens, mask, temp, top_k, top_p, unif, point_mass=flags)
+    ref = torch_verify_call(call.map(lambda t: _take_rows(t, picked)))
     return VerifyResult(accepted=_put_rows(fused.accepted, picked, ref.accepted), next_token=_put_rows(fused.next_token, picked, ref.next_token),
                         accept_prob=_put_rows(fused.accept_prob, picked, ref.accept_prob))
 
@@ -493,23 +471,10 @@ def _put_rows(out: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) -> to
     return out
 
 
-def _fused_verify(
-    target_logits: torch.Tensor,
-    draft_probs: torch.Tensor,
-    draft_tokens: torch.Tensor,
-    bitmask: torch.Tensor,
-    temperature: torch.Tensor,
-    top_k: torch.Tensor,
-    top_p: torch.Tensor,
-    uniforms: torch.Tensor,
-    point_mass: torch.Tensor | None = None,
-    *,
-    block: int = DEFAULT_BLOCK,
-    chunk: int = DEFAULT_CHUNK,
-    draw_block: int = DEFAULT_DRAW_BLOCK,
-) -> VerifyResult:
-    """The two kernel launches over every row, top-k / top-p not applied (see :func:`verify`)."""
-    draft_probs = dense_draft_probs(draft_probs, draft_tokens, point_mass)  # the kernel reads dense q
+def _fused_verify(call: VerifyCall, *, block: int = DEFAULT_BLOCK, chunk: int = DEFAULT_CHUNK, draw_block: int = DEFAULT_DRAW_BLOCK) -> VerifyResult:
+    """The two kernel launches over every row, top-k / top-p not applied (see :func:`verify_call`)."""
+    target_logits, draft_probs, draft_tokens, bitmask, temperature, _, _, uniforms = call.args()
+    draft_probs = dense_draft_probs(draft_probs, draft_tokens, call.point_mass)  # the kernel reads dense q
 
     batch, positions, vocab = target_logits.shape
     k = positions - 1
@@ -561,4 +526,8 @@ def _fused_verify(
     return VerifyResult(accepted=accepted, next_token=next_token, accept_prob=accept_prob)
 
 
+#: the fused verifier: ``verify(target_logits, draft_probs, draft_tokens, bitmask, temperature, top_k,
+#: top_p, uniforms, point_mass=None, *, filters=None, block=..., chunk=..., draw_block=...)``
+#: (:func:`verify_call` in the verifier convention)
+verify = verifier_of(verify_call)
 verify.takes_filters = True  # type: ignore[attr-defined]  # see kernels._auto_verify
