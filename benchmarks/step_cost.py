@@ -43,7 +43,7 @@ class TimedDecode:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--prompts", type=int, default=3, help="held-out prompts (default 3)")
-    p.add_argument("--max-new-tokens", type=int, default=160)
+    p.add_argument("--max-new-tokens", type=int, default=400)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=str(ROOT / "results" / "step-cost"))
     args = p.parse_args(argv)
@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from heldout import load_workload
 
     from constrained_spec.api import Generator
+    from constrained_spec.errors import TokenBudgetExceeded
 
     gen = Generator(runtime="llamacpp", draft=None, progress=False, max_new_tokens=args.max_new_tokens)
     out: list[dict[str, Any]] = []
@@ -63,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         timed = TimedDecode(lib.llama_decode)
         lib.llama_decode = timed
         try:
-            result = gen.run(prompt.prompt, prompt.schema, num_draft_tokens=0, on_step=lambda: stamps.append(time.perf_counter()))
+            stats = gen.run(prompt.prompt, prompt.schema, num_draft_tokens=0, on_step=lambda: stamps.append(time.perf_counter())).stats
+        except TokenBudgetExceeded as exc:  # the steps ran all the same: their costs count
+            stats = exc.stats
         finally:
             lib.llama_decode = timed.decode
         steps = [b - a for a, b in zip(stamps, stamps[1:])]  # from one step's end to the next's: one whole step
@@ -71,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         forward_ms = statistics.median(one_token) * 1e3
         step_ms = statistics.median(steps) * 1e3
         ours = step_ms - forward_ms
-        row = {"prompt": prompt.id, "steps": len(steps), "tokens": result.stats.generated_tokens, "forward_ms": round(forward_ms, 2),
+        row = {"prompt": prompt.id, "steps": len(steps), "tokens": stats.generated_tokens, "forward_ms": round(forward_ms, 2),
                "step_ms": round(step_ms, 2), "ours_ms": round(ours, 2), "ours_share": round(ours / forward_ms, 4),
-               "mask_ms_per_step": round(result.stats.mask_seconds / max(1, result.stats.steps) * 1e3, 3),
-               "sampling_ms_per_step": round(result.stats.sampling_seconds / max(1, result.stats.steps) * 1e3, 3)}
+               "mask_ms_per_step": round(stats.mask_seconds / max(1, stats.steps) * 1e3, 3),
+               "sampling_ms_per_step": round(stats.sampling_seconds / max(1, stats.steps) * 1e3, 3)}
         out.append({**row, "forward_s": one_token, "step_s": steps})
         print(json.dumps(row), flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
