@@ -347,10 +347,10 @@ class GeneratorConfig:
     batch: BatchConfig = field(default_factory=BatchConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
     max_new_tokens: int = 512
-    schema_hint_style: str = "full"
+    schema_hint_style: str = "types"
     eos_token_ids: tuple[int, ...] | None = None
     progress: bool = True
-    schema_hint_place: str = "user"
+    schema_hint_place: str = "system"
 
     def __post_init__(self) -> None:
         _check(self.schema_hint_style in SCHEMA_HINT_STYLES,

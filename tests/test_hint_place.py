@@ -50,19 +50,20 @@ def test_a_system_hint_goes_before_the_callers_own_system_text():
 
 
 def test_the_place_is_checked():
-    assert GeneratorConfig().schema_hint_place == "user"
+    assert GeneratorConfig().schema_hint_place == "system"  # chosen on benchmarks/quality.py (docs/cli.md)
     with pytest.raises(ConfigError, match="schema hint place"):
         GeneratorConfig(schema_hint_place="assistant")
 
 
 def test_a_generator_places_the_hint_as_configured(tiny_generator):
     """``Generator(schema_hint_place="system")`` writes each call's prompt with the hint first."""
-    gen = tiny_generator(draft=False, schema_hint_place="system")
+    gen = tiny_generator(draft=False, schema_hint_place="system", schema_hint_style="full")
     spec = gen.compile(SCHEMA).spec
     ids = [gen.prompt_ids(p, spec) for p in PROMPTS]
     assert json.dumps(SCHEMA) in gen.tokenizer.decode(ids[0][:shared(*ids)])
-    assert ids[0] == prompt_token_ids(gen.tokenizer, PROMPTS[0], SCHEMA, hint_place="system")
-    assert ids[0] != prompt_token_ids(gen.tokenizer, PROMPTS[0], SCHEMA)
+    style = gen.schema_hint_style
+    assert ids[0] == prompt_token_ids(gen.tokenizer, PROMPTS[0], SCHEMA, hint_place="system", hint_style=style)
+    assert ids[0] != prompt_token_ids(gen.tokenizer, PROMPTS[0], SCHEMA, hint_place="user", hint_style=style)
 
 
 def test_serve_takes_the_place_and_refuses_it_with_ray(monkeypatch, capsys):
@@ -86,6 +87,10 @@ def test_serve_takes_the_place_and_refuses_it_with_ray(monkeypatch, capsys):
     with pytest.raises(Loaded) as loaded:
         serve.main(["--schema-hint-place", "system", "--model", "m", "--draft", "none"])
     assert loaded.value.args[0]["schema_hint_place"] == "system"
+    for given, placed in (([], "system"), (["--schema-hint-place", "user"], "user")):  # system is the default without --ray
+        with pytest.raises(Loaded) as loaded:
+            serve.main([*given, "--model", "m", "--draft", "none"])
+        assert loaded.value.args[0]["schema_hint_place"] == placed and loaded.value.args[0]["schema_hint_style"] == "types"
 
 
 def test_with_batch_rows_the_system_hint_is_reused_from_the_prefix_cache(tiny_generator):
@@ -97,7 +102,8 @@ def test_with_batch_rows_the_system_hint_is_reused_from_the_prefix_cache(tiny_ge
               "required": ["city", "temp_c"], "additionalProperties": False}  # a short output on random weights
     reused, hint_tokens = {}, 0
     for place in ("system", "user"):
-        gen = tiny_generator(draft=False, schema_hint_place=place, max_batch_size=2, batch_max_tokens=512, max_new_tokens=40)
+        gen = tiny_generator(draft=False, schema_hint_place=place, schema_hint_style="full", max_batch_size=2, batch_max_tokens=512,
+                             max_new_tokens=40)
         if place == "system":
             spec = gen.compile(schema).spec
             hint_tokens = shared(*(gen.prompt_ids(p, spec) for p in PROMPTS))

@@ -399,12 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON Schema draft of a schema without $schema (default 2020-12; a $schema in the schema wins)")
     g.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"], help="verify kernel")
     g.add_argument("--no-schema-in-prompt", action="store_true", help="do not append the schema to the prompt")
-    g.add_argument("--schema-hint", default="full", choices=SCHEMA_HINT_STYLES,
-                   help="how the prompt writes the schema: full (json.dumps, the default), compact (no spaces) or types "
-                        "(a short type sketch: keys, types, values, bounds, descriptions; about half the prompt tokens)")
-    g.add_argument("--schema-hint-place", default="user", choices=SCHEMA_HINT_PLACES,
-                   help="where the prompt writes the schema: user (after the prompt's text, the default) or system (first, in "
-                        "a system message: prompts with the same schema then share their first tokens)")
+    g.add_argument("--schema-hint", default="types", choices=SCHEMA_HINT_STYLES,
+                   help="how the prompt writes the schema: types (a short type sketch: keys, types, values, bounds, descriptions; "
+                        "about half the prompt tokens; the default), full (json.dumps) or compact (no spaces)")
+    g.add_argument("--schema-hint-place", default="system", choices=SCHEMA_HINT_PLACES,
+                   help="where the prompt writes the schema: system (first, in a system message: prompts with the same schema "
+                        "share their first tokens; the default) or user (after the prompt's text)")
     g.add_argument("--debug-checks", action="store_true", help="check cache/automaton invariants after every step")
     g.add_argument("--stats", action="store_true", help="print decoding stats to stderr")
     g.add_argument("--progress", action="store_true",

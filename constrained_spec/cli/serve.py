@@ -40,12 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens (prompt + output) one batch row holds; its KV cache is preallocated (default 4096)")
     p.add_argument("--prefix-cache-mb", type=int, default=1024,
                    help="MiB per model kept for prompt prefixes that later requests reuse (0: none; default 1024)")
-    p.add_argument("--schema-hint", default="full", choices=SCHEMA_HINT_STYLES,
-                   help="how prompts write a response_format schema: full (json.dumps, the default), compact or types (a short type sketch)")
-    p.add_argument("--schema-hint-place", default="user", choices=SCHEMA_HINT_PLACES,
-                   help="where prompts write that schema: user (after the messages' text, the default) or system (first, in a "
-                        "system message: requests with the same schema share their first tokens, which --prefix-cache-mb reuses; "
-                        "not with --ray yet)")
+    p.add_argument("--schema-hint", default="types", choices=SCHEMA_HINT_STYLES,
+                   help="how prompts write a response_format schema: types (a short type sketch, the default), full (json.dumps) "
+                        "or compact")
+    p.add_argument("--schema-hint-place", default=None, choices=SCHEMA_HINT_PLACES,
+                   help="where prompts write that schema: system (first, in a system message: requests with the same schema "
+                        "share their first tokens, which --prefix-cache-mb reuses; the default) or user (after the messages' "
+                        "text; the default with --ray, whose replicas do not take system yet)")
     p.add_argument("--timeout", type=float, default=SERVER_DEFAULTS.request_timeout, help="seconds per request, waiting included (504 after)")
     p.add_argument("--model-name", default=None, help="the model id reported by /v1/models and in responses")
     p.add_argument("--api-key", default=None,
@@ -99,8 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Load the models, then run uvicorn until interrupted."""
     parser = build_parser()
     args = parser.parse_args(argv)  # before the heavy imports: --help and bad arguments stay fast
-    if args.ray and args.schema_hint_place != "user":
+    if args.ray and args.schema_hint_place == "system":
         parser.error("--schema-hint-place system is not passed to Ray replicas yet; leave it out with --ray")
+    args.schema_hint_place = args.schema_hint_place or ("user" if args.ray else "system")
     config = server_config(args)
     if args.ray:  # the replicas load the models; this process only deploys them
         from constrained_spec.cli.ray_serve import run_ray

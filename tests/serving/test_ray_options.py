@@ -99,7 +99,7 @@ def test_serve_ray_hands_the_schema_hint_to_the_replicas(monkeypatch):
     real = ray_app.ReplicaOptions
     monkeypatch.setattr(ray_app, "ReplicaOptions", lambda **kw: seen.append(real(**kw)) or seen[-1])
     monkeypatch.setattr(ray_app, "import_ray_serve", stop)
-    for argv, want in ((["--ray", "--schema-hint", "types"], "types"), (["--ray"], "full")):
+    for argv, want in ((["--ray", "--schema-hint", "full"], "full"), (["--ray"], "types")):
         with pytest.raises(RuntimeError, match="stop before Ray"):
             run_ray(build_parser().parse_args(argv + ["--model", "m", "--draft", "none"]), {})
         assert seen[-1].schema_hint == want
