@@ -43,6 +43,7 @@ from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRU
 from constrained_spec.grammar.json_schema.options import (
     DECLARED_PROPERTIES_NOTE,
     HOIST_CHARS,
+    HOIST_CHARS_SMALL,
     MAX_BRANCH_COMBINATIONS,
     MAX_REF_CHAIN,
     NO_REGEX_NOTE,
@@ -115,11 +116,15 @@ def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start
         if result is None:
             raise error
         return result
-    lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS, doc=first.doc)
+    # JSON-token terminals (``build_lark(split=True)``) only where nothing else answers: a schema
+    # that had a regex keeps the grammar it had
+    lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS, doc=first.doc, split=result is None)
     if result is not None:
         if lark is None and (recursive or result.narrowed):
             lark, _ = _schema_grammar(schema, options, start, doc=first.doc)
         return dataclasses.replace(result, lark=lark) if lark is not None else result
+    if lark is None:  # the last try: smaller rules (a schema that had an answer never comes here)
+        lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS_SMALL, doc=first.doc, split=True)
     if lark is None or gcomp is None:
         raise error
     return SchemaRegex(
@@ -133,11 +138,13 @@ def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start
 
 
 def _schema_grammar(schema: Union[dict[str, Any], bool], options: SchemaOptions, start: float,
-                    hoist: Optional[int] = None, doc: Optional[SchemaDocument] = None) -> tuple[Optional[str], Optional["Compiler"]]:
+                    hoist: Optional[int] = None, doc: Optional[SchemaDocument] = None,
+                    split: bool = False) -> tuple[Optional[str], Optional["Compiler"]]:
     """The Lark grammar of a recursive or narrowed schema (rules for the conjunctions met inside
     themselves, large all-optional objects and, with ``hoist``, every conjunction whose regex passes
     that many characters) and the compiler that wrote it; (None, None) where it cannot be built
-    exactly (:func:`~.emit_lark.build_lark`) or in time."""
+    exactly (:func:`~.emit_lark.build_lark`, with JSON-token terminals as its last try where
+    ``split``) or in time."""
     budget = options.time_budget_s
     if budget is not None:
         budget -= time.monotonic() - start
@@ -150,7 +157,8 @@ def _schema_grammar(schema: Union[dict[str, Any], bool], options: SchemaOptions,
         root = comp.compile([(comp.doc.root_ctx(), True)])
         if root is None or not comp.rule_bodies:
             return None, None
-        lark = build_lark(root, comp.rule_bodies, comp.and_lexemes, scaled=hoist is not None, deadline=comp.deadline)
+        lark = build_lark(root, comp.rule_bodies, comp.and_lexemes, scaled=hoist is not None, deadline=comp.deadline,
+                          split=split)
     except (CompileLimitError, UnsupportedKeywordError, EmptyLanguageError, RecursionError):
         return None, None
     return (lark, comp) if lark is not None else (None, None)
