@@ -124,7 +124,8 @@ def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start
             lark, _ = _schema_grammar(schema, options, start, doc=first.doc)
         return dataclasses.replace(result, lark=lark) if lark is not None else result
     if lark is None:  # the last try: smaller rules (a schema that had an answer never comes here)
-        lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS_SMALL, doc=first.doc, split=True)
+        lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS_SMALL, doc=first.doc, split=True,
+                                      split_only=True)
     if lark is None or gcomp is None:
         raise error
     return SchemaRegex(
@@ -139,12 +140,12 @@ def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start
 
 def _schema_grammar(schema: Union[dict[str, Any], bool], options: SchemaOptions, start: float,
                     hoist: Optional[int] = None, doc: Optional[SchemaDocument] = None,
-                    split: bool = False) -> tuple[Optional[str], Optional["Compiler"]]:
+                    split: bool = False, split_only: bool = False) -> tuple[Optional[str], Optional["Compiler"]]:
     """The Lark grammar of a recursive or narrowed schema (rules for the conjunctions met inside
     themselves, large all-optional objects and, with ``hoist``, every conjunction whose regex passes
     that many characters) and the compiler that wrote it; (None, None) where it cannot be built
     exactly (:func:`~.emit_lark.build_lark`, with JSON-token terminals as its last try where
-    ``split``) or in time."""
+    ``split``; with those alone where ``split_only``) or in time."""
     budget = options.time_budget_s
     if budget is not None:
         budget -= time.monotonic() - start
@@ -158,7 +159,7 @@ def _schema_grammar(schema: Union[dict[str, Any], bool], options: SchemaOptions,
         if root is None or not comp.rule_bodies:
             return None, None
         lark = build_lark(root, comp.rule_bodies, comp.and_lexemes, scaled=hoist is not None, deadline=comp.deadline,
-                          split=split)
+                          split=split, split_only=split_only)
     except (CompileLimitError, UnsupportedKeywordError, EmptyLanguageError, RecursionError):
         return None, None
     return (lark, comp) if lark is not None else (None, None)

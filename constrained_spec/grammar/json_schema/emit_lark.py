@@ -473,6 +473,39 @@ def _refs(e: Expr, out: set[str]) -> set[str]:
     return out
 
 
+def _renamed(e: Expr, names: dict[str, str]) -> Expr:
+    """e with each rule reference r renamed names[r] (where names has it)."""
+    kind = e[0]
+    if kind == "R":
+        return ("R", names.get(e[1], e[1]))
+    if kind in ("seq", "alt"):
+        return (kind, [_renamed(x, names) for x in e[1]])
+    if kind == "rep":
+        return ("rep", _renamed(e[1], names), e[2], e[3])
+    return e
+
+
+def _merged(root: Expr, rules: dict[str, Expr]) -> tuple[Expr, dict[str, Expr]]:
+    """The grammar with each class of rules that are the same up to the names of the rules they use
+    (the coarsest such partition, refined from one class as a DFA is minimised) written once: the
+    rules of one class derive the same texts (their bodies are the same with each rule standing for
+    a rule of its class), so naming one for all keeps the language."""
+    order = sorted(rules, key=lambda r: int(r[1:]))
+    cls = {r: 0 for r in order}
+    while True:
+        names = {r: "c%d" % c for r, c in cls.items()}
+        sigs: dict[tuple[int, str], int] = {}
+        new = {r: sigs.setdefault((cls[r], _render(_renamed(rules[r], names))), len(sigs)) for r in order}
+        if len(sigs) == len(set(cls.values())):
+            break
+        cls = new
+    first: dict[int, str] = {}
+    for r in order:
+        first.setdefault(cls[r], r)
+    names = {r: first[cls[r]] for r in order}
+    return _renamed(root, names), {r: _renamed(rules[r], names) for r in order if first[cls[r]] == r}
+
+
 class _Flow:
     """FIRST sets, nullability, the terminals that may follow each terminal, and the sets of
     terminals that may start at one point."""
@@ -641,7 +674,7 @@ def _render(e: Expr) -> str:
 
 def build_lark(root: str, rules: dict[int, Optional[str]],
                and_lexemes: Optional[dict[int, tuple[str, str]]] = None, scaled: bool = False,
-               deadline: Optional[float] = None, split: bool = False) -> Optional[str]:
+               deadline: Optional[float] = None, split: bool = False, split_only: bool = False) -> Optional[str]:
     """The Lark grammar of ``root`` (a regex with placeholders) and the rule bodies ``rules``
     (rule number -> regex with placeholders); None where it cannot be built or llguidance's
     greedy lexer could lose strings of it. Terminals are as long as the regexes allow first; where
@@ -661,7 +694,8 @@ def build_lark(root: str, rules: dict[int, Optional[str]],
     ``split``: where both of those fail, a third try with JSON-token terminals (``_Builder.split``:
     every punctuation character of ``{}[],:`` outside string literals a terminal of its own, the
     structure around it grammar rules), checked the same way. The language is the same in all three;
-    only where the lexemes end differs."""
+    only where the lexemes end differs (and, with JSON-token terminals, rules that are the same up to
+    the names of the rules they use are written once: :func:`_merged`). ``split_only``: that try alone."""
     ands = and_lexemes or {}
     parsed: dict[str, ecma.Node] = {}  # both passes read the same texts: each is parsed once
     groups = ecma.GroupTable()  # the groups of every text of this grammar, each parsed once
@@ -673,6 +707,9 @@ def build_lark(root: str, rules: dict[int, Optional[str]],
         return node
 
     memo = _NodeMemo()  # both passes ask about the same parsed nodes
+    if split_only:
+        return _build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse, memo=memo,
+                           split=True)
     return (_build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse, memo=memo)
             or _build_lark(root, rules, ands, fine=True, scaled=scaled, deadline=deadline, parse=parse, memo=memo)
             or (_build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse, memo=memo,
@@ -731,6 +768,8 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
         todo.extend(sorted(_refs(kept[r], set()) - set(kept)))
     if not kept:
         return None  # nothing recursive is left: the regex says it all
+    if split:
+        root_e, kept = _merged(root_e, kept)
     flow = _Flow(root_e, kept)
     used = set(flow.follows)
     terminals = {name: node for name, node in b.nodes.items() if name in used}
