@@ -101,34 +101,37 @@ class Combinators(CompilerBase):
 
     def negation_group(self, ctx: Ctx) -> Optional[Group]:
         """``not`` of a disjunction on objects as a branch group, exact: ``not: {required: [a, b]}``
-        is an object without a or without b; ``not: {properties: {p: S}, required: [p]}`` (the
-        discriminator of an ``if``) is an object without p, or with p failing S. None for other
-        forms (the leaf applies those, :meth:`apply_not`)."""
+        is an object without a or without b; ``not: {properties: {p: S_p, ...}, required: [...]}``
+        (e.g. the discriminator of an ``if``) is an object without one of the required names, or
+        with one of the properties p present and failing S_p (and, with ``type: object``, any
+        other type). None for other forms (the leaf applies those, :meth:`apply_not`)."""
         ctx = self.bare_ref_target(ctx)
         s = ctx.schema
         if not isinstance(s, dict):
             return None
         keys = {k for k in s if k not in IGNORED_KEYWORDS}
-        req = s.get("required")
-        if not isinstance(req, list) or not req or not all(isinstance(n, str) for n in req):
+        req = s.get("required", [])
+        if not isinstance(req, list) or not all(isinstance(n, str) for n in req):
             return None
+        if not req and not (isinstance(s.get("properties"), dict) and len(s["properties"]) > 1):
+            return None  # one property and nothing required: the leaf's (apply_not), as before
         obj = NarrowTypes(frozenset({"object"}))
         ptr = ctx.ptr + "/not"
         if keys == {"required"} and len(set(req)) > 1:
             return ("anyOf", [[obj, Forbid(n)] for n in dict.fromkeys(req)], ptr)
-        props = s.get("properties")
+        props = s.get("properties", {})
         if (
             keys <= {"required", "properties", "type"}
             and s.get("type", "object") == "object"
             and isinstance(props, dict)
-            and len(props) == 1
-            and list(props) == list(dict.fromkeys(req))
         ):
-            (p,) = props
-            part = {"properties": {p: props[p]}}
-            self.synthetic.append(part)  # kept alive: contexts are remembered by the schema's id
-            present_failing = Ctx(part, ctx.ptr, ctx.resolver)
-            branches: list[list[Action]] = [[obj, Forbid(p)], [Holds(present_failing, False)]]
+            # an object fails S where a required name is missing or a declared property is present
+            # and fails its schema ("not: {properties: {p: S_p}}", which only objects with p satisfy)
+            branches: list[list[Action]] = [[obj, Forbid(n)] for n in dict.fromkeys(req)]
+            for p, ps in props.items():
+                part = {"properties": {p: ps}}
+                self.synthetic.append(part)  # kept alive: contexts are remembered by the schema's id
+                branches.append([Holds(Ctx(part, ctx.ptr, ctx.resolver), False)])
             if "type" in keys:  # S says "type": "object", so every non-object fails it
                 branches.append([NarrowTypes(frozenset(ALL_TYPES - {"object"}))])
             return ("anyOf", branches, ptr)
