@@ -508,3 +508,72 @@ def test_control_not_of_several_properties_forgetting_failing_values_is_caught(m
     monkeypatch.setattr(Combinators, "negation_group", forgetful)
     counts = not_object_sweep(0, 30)
     assert counts["wrong"] > 0, counts
+
+
+# -- oneOf over branches told apart by their patterns' automata or their arrays' first items -------
+
+ITEM_TYPES = [{"type": "string"}, {"type": "number"}, {"type": "integer"}, {"type": ["string", "null"]},
+              {"enum": ["a", 1]}, {"type": "boolean"}]
+ARRAY_VALUES: list[Any] = [[], ["a"], [1], [1.5], [None], [True], ["a", 1], [1, "a"], [1, 2], ["a", "b"], [None, "a"],
+                           [True, 1], "a", 1, None]
+PATTERN_ONEOFS = [
+    {"type": "string", "oneOf": [{"pattern": "^[a-z]{1,5}$"}, {"pattern": "\\{\\{.+}}"}]},
+    {"type": "string", "oneOf": [{"pattern": "^[0-9a-f]{4}$"}, {"pattern": "^a"}, {"pattern": "x$"}]},
+    {"oneOf": [{"type": "string", "pattern": "^[^:]+:[^:]+:[0-9]+$"}, {"type": "string", "pattern": "^[a-z]+$"}]},
+]
+PATTERN_VALUES: list[Any] = ["", "a", "ab", "abcdef", "{{x}}", "a{{x}}", "{{}}", "0f3a", "dead", "ax", "x", "a:b:1",
+                             "zz", "a:b", 1, None]
+
+
+def _rand_array_oneof(rng: random.Random) -> dict[str, Any]:
+    return {"oneOf": [{"type": "array", "minItems": rng.choice([0, 1, 1, 1, 1]), "items": rng.choice(ITEM_TYPES)}
+                      for _ in range(2)]}
+
+
+def array_oneof_sweep(seed: int, n: int) -> dict[str, int]:
+    rng = random.Random(seed)
+    counts = {"exact": 0, "refused": 0, "wrong": 0}
+    for _ in range(n):
+        schema = _rand_array_oneof(rng)
+        validator = jsonschema.Draft202012Validator(schema)
+        try:
+            regex = compiled(schema)
+        except UnsupportedKeywordError as e:
+            assert e.keyword == "oneOf" and "/oneOf" in str(e), (schema, e)
+            counts["refused"] += 1
+            continue
+        rx = None if regex is None else re.compile(regex)
+        bad = [v for v in ARRAY_VALUES if (rx is not None and rx.fullmatch(dumps(v)) is not None) != validator.is_valid(v)]
+        counts["wrong" if bad else "exact"] += 1
+    return counts
+
+
+def test_oneof_of_arrays_with_disjoint_first_items_is_exact():
+    """Arrays of at least one item whose first items cannot be the same are disjoint: exact, or
+    refused by name where the branches overlap."""
+    counts = array_oneof_sweep(0, 40)
+    assert counts["wrong"] == 0 and counts["exact"] >= 8, counts
+
+
+def test_control_oneof_of_arrays_claimed_disjoint_is_caught(monkeypatch):
+    """A disjointness test that claims any two non-empty array branches disjoint is caught."""
+    from constrained_spec.grammar.json_schema.combinators import Combinators
+
+    real = Combinators._disjoint_type
+
+    def careless(self, t, fa, fb, depth):
+        if t == "array" and fa.min_items >= 1 and fb.min_items >= 1:
+            return True
+        return real(self, t, fa, fb, depth)
+
+    monkeypatch.setattr(Combinators, "_disjoint_type", careless)
+    assert array_oneof_sweep(0, 40)["wrong"] > 0
+
+
+@pytest.mark.parametrize("schema", PATTERN_ONEOFS, ids=range(len(PATTERN_ONEOFS)))
+def test_oneof_of_disjoint_patterns_is_exact(schema):
+    regex = compiled(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    rx = None if regex is None else re.compile(regex)
+    for v in PATTERN_VALUES:
+        assert (rx is not None and rx.fullmatch(dumps(v)) is not None) == validator.is_valid(v), (v, regex)

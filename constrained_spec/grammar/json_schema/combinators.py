@@ -340,8 +340,8 @@ class Combinators(CompilerBase):
         if t == "string":
             for pa, _, _ in fa.patterns:
                 for pb, _, _ in fb.patterns:
-                    if first_chars_disjoint(pa, pb):
-                        return True
+                    if first_chars_disjoint(pa, pb) or patterns_disjoint(pa, pb):
+                        return True  # no string matches both (the second: exactly, on the patterns' automata)
             if fa.max_len is not None and fa.max_len < fb.min_len:
                 return True
             if fb.max_len is not None and fb.max_len < fa.min_len:
@@ -352,6 +352,10 @@ class Combinators(CompilerBase):
                 return True
             if fb.max_items is not None and fb.max_items < fa.min_items:
                 return True
+            if fa.min_items >= 1 and fb.min_items >= 1 and depth < 3:  # first items that cannot be the same
+                firsts = [self._first_item(fa), self._first_item(fb)]
+                if firsts[0] is not None and firsts[1] is not None:
+                    return self.disjoint(firsts[0], firsts[1], depth + 1)
             return False
         if t == "object":
             for x, y in ((fa, fb), (fb, fa)):
@@ -378,6 +382,19 @@ class Combinators(CompilerBase):
                 return True
             return False
         return False
+
+    def _first_item(self, f: Flat) -> Optional[tuple[Ctx, Optional[Flat]]]:
+        """The one subschema an array's first item must satisfy (``prefixItems[0]`` or ``items``) and
+        its flat; None where there is none or more than one, or it cannot be absorbed."""
+        ctxs = [prefix[0] if prefix else rest for prefix, rest in f.arr_owners]
+        if len(ctxs) != 1 or ctxs[0] is None:
+            return None
+        flat = Flat()
+        try:
+            self.absorb(flat, ctxs[0])
+        except UnsupportedKeywordError:
+            return None
+        return ctxs[0], flat
 
     def forbids(self, f: Flat, name: str) -> bool:
         """Whether f forbids a property called name (a false subschema, or no owner admits it)."""
