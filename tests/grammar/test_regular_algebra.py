@@ -577,3 +577,42 @@ def test_oneof_of_disjoint_patterns_is_exact(schema):
     rx = None if regex is None else re.compile(regex)
     for v in PATTERN_VALUES:
         assert (rx is not None and rx.fullmatch(dumps(v)) is not None) == validator.is_valid(v), (v, regex)
+
+
+# -- oneOf with twin branches, and with a discriminator spread over allOf --------------------------
+
+BASE = {"type": "object", "properties": {"k": {"type": "string"}, "n": {"type": "integer"}}, "required": ["k"]}
+TWIN_ONEOFS = [
+    {"$defs": {"A": {"type": "integer"}, "B": {"type": "integer", "title": "B"}},
+     "oneOf": [{"$ref": "#/$defs/A"}, {"$ref": "#/$defs/B"}, {"type": "string"}]},
+    {"$defs": {"base": BASE},
+     "oneOf": [{"allOf": [{"$ref": "#/$defs/base"}, {"properties": {"k": {"const": c}}}]} for c in ("a", "b", "c")]},
+    {"$defs": {"base": BASE, "A": {"allOf": [{"$ref": "#/$defs/base"}, {"properties": {"k": {"const": "a"}}}]},
+               "A2": {"allOf": [{"$ref": "#/$defs/base"}, {"properties": {"k": {"const": "a"}}}]},
+               "B": {"allOf": [{"$ref": "#/$defs/base"}, {"properties": {"k": {"enum": ["b", "d"]}}}]}},
+     "oneOf": [{"$ref": "#/$defs/A"}, {"$ref": "#/$defs/A2"}, {"$ref": "#/$defs/B"}]},
+]
+TWIN_VALUES: list[Any] = [None, 0, 1, "x", [], {}, {"n": 1}] + [
+    {"k": k, **extra} for k in ("a", "b", "c", "d", 1) for extra in ({}, {"n": 2}, {"n": "s"})]
+
+
+def _twin_disagreements(schema: dict[str, Any]) -> list[str]:
+    regex = compiled(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    rx = None if regex is None else re.compile(regex)
+    return [dumps(v) for v in TWIN_VALUES
+            if (rx is not None and rx.fullmatch(dumps(v)) is not None) != validator.is_valid(v)]
+
+
+@pytest.mark.parametrize("schema", TWIN_ONEOFS, ids=range(len(TWIN_ONEOFS)))
+def test_oneof_twins_and_spread_discriminators_are_exact(schema):
+    """Twin branches (the same schema through different $refs) admit no value of theirs; a
+    discriminator whose const sits in an allOf beside a shared base still tells branches apart."""
+    assert _twin_disagreements(schema) == []
+
+
+def test_control_oneof_twins_as_anyof_is_caught(monkeypatch):
+    from constrained_spec.grammar.json_schema.combinators import Combinators
+
+    monkeypatch.setattr(Combinators, "one_of_branches", lambda self, branches, ptr, outer=None: branches)
+    assert _twin_disagreements(TWIN_ONEOFS[0]) and _twin_disagreements(TWIN_ONEOFS[2])

@@ -8,6 +8,7 @@ turns the ``not`` forms the compiler can express into constraints of the leaf.
 
 from __future__ import annotations
 
+import json
 from typing import Optional
 
 from constrained_spec.errors import SchemaError, UnsupportedKeywordError
@@ -24,6 +25,11 @@ from constrained_spec.grammar.json_schema.values import ALL_TYPES, intersect_typ
 from constrained_spec.grammar.linear_regex import patterns_disjoint
 
 __all__ = ["Combinators"]
+
+#: keywords that say nothing about which values a schema admits (two schemas differing only in them
+#: have one language)
+_ANNOTATIONS = frozenset({"title", "description", "$comment", "examples", "example", "default", "readOnly",
+                          "writeOnly", "deprecated"})
 
 
 class Combinators(CompilerBase):
@@ -43,9 +49,14 @@ class Combinators(CompilerBase):
         possible = [self._possible_or_none(c) for c in ctxs]
         out: list[list[Action]] = []
         kept_any = False
+        twins = self._twin_branches(ctxs)
         for i, br in enumerate(branches):
             acts = list(br)
             fi = flats[i]
+            if i in twins:  # every value of branch i satisfies its twin too: never exactly one
+                out.append(acts + [NarrowTypes(frozenset())])
+                kept_any = kept_any or len(twins) == len(branches)
+                continue
             if fi is None:
                 out.append(acts)
                 continue
@@ -98,6 +109,20 @@ class Combinators(CompilerBase):
             self.unsupported("oneOf", ptr, "the branches cannot be told apart (oneOf is enforced for disjoint branches only)")
             return branches
         return out
+
+    def _twin_branches(self, ctxs: list[Ctx]) -> set[int]:
+        """The branches whose subschema (through bare ``$ref``s) is the same JSON as another
+        branch's, annotations aside, under the same base URI (so their references lead to the same
+        places): the same language."""
+        seen: dict[tuple[str, str], list[int]] = {}
+        for i, c in enumerate(ctxs):
+            t = self.bare_ref_target(c)
+            base = getattr(t.resolver, "_base_uri", None)
+            if not isinstance(base, str) or not isinstance(t.schema, (dict, bool)):
+                continue
+            body = t.schema if isinstance(t.schema, bool) else {k: v for k, v in t.schema.items() if k not in _ANNOTATIONS}
+            seen.setdefault((base, json.dumps(body, sort_keys=True)), []).append(i)
+        return {i for group in seen.values() if len(group) > 1 for i in group}
 
     def negation_group(self, ctx: Ctx) -> Optional[Group]:
         """``not`` of a disjunction on objects as a branch group, exact: ``not: {required: [a, b]}``
@@ -289,19 +314,26 @@ class Combinators(CompilerBase):
         return None
 
     def _props_disjoint(self, fa: Flat, fb: Flat, p: str) -> bool:
-        """Whether the values of property p under fa and fb are disjoint."""
-        if len(fa.props[p]) != 1 or len(fb.props[p]) != 1:
-            return False
-        ca, cb = fa.props[p][0], fb.props[p][0]
-        if isinstance(ca, NegCtx) or isinstance(cb, NegCtx):
+        """Whether the values of property p under fa and fb are disjoint (each side the conjunction
+        of its subschemas for p)."""
+        cas, cbs = fa.props[p], fb.props[p]
+        if not cas or not cbs or any(isinstance(c, NegCtx) for c in cas + cbs):
             return False
         x, y = Flat(), Flat()
         try:
-            self.absorb(x, ca)
-            self.absorb(y, cb)
+            for c in cas:
+                self.absorb(x, c)
+            for c in cbs:
+                self.absorb(y, c)
         except UnsupportedKeywordError:
             return False
-        return self.disjoint((ca, x), (cb, y), 1)
+        if len(cas) > 1 or len(cbs) > 1:  # a finite side: each of its values fails the other side
+            for fx, others in ((x, cbs), (y, cas)):
+                if fx.enum is not None and not any(
+                    self.doc.valid_all(fx.sources, v) and all(self.doc.valid(c, v) for c in others) for v in fx.enum
+                ):
+                    return True
+        return self.disjoint((cas[0], x), (cbs[0], y), 1)  # its value checks read the first subschema only: conservative
 
     def disjoint(self, a: tuple[Ctx, Optional[Flat]], b: tuple[Ctx, Optional[Flat]], depth: int) -> bool:
         """Whether no value satisfies both a and b, each a (ctx, flat) pair (False: unknown)."""
