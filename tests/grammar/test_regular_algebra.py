@@ -517,11 +517,14 @@ ITEM_TYPES = [{"type": "string"}, {"type": "number"}, {"type": "integer"}, {"typ
 ARRAY_VALUES: list[Any] = [[], ["a"], [1], [1.5], [None], [True], ["a", 1], [1, "a"], [1, 2], ["a", "b"], [None, "a"],
                            [True, 1], "a", 1, None]
 PATTERN_ONEOFS = [
+    # the DFA of either branch's negation passes its bounds (a count to 255): told apart by the patterns
+    {"oneOf": [{"type": "string", "pattern": "^[0-9a-zA-Z_-]{1,255}$"},
+               {"type": "string", "minLength": 4, "maxLength": 255, "pattern": ".*\\{\\{.+}}.*"}]},
     {"type": "string", "oneOf": [{"pattern": "^[a-z]{1,5}$"}, {"pattern": "\\{\\{.+}}"}]},
     {"type": "string", "oneOf": [{"pattern": "^[0-9a-f]{4}$"}, {"pattern": "^a"}, {"pattern": "x$"}]},
     {"oneOf": [{"type": "string", "pattern": "^[^:]+:[^:]+:[0-9]+$"}, {"type": "string", "pattern": "^[a-z]+$"}]},
 ]
-PATTERN_VALUES: list[Any] = ["", "a", "ab", "abcdef", "{{x}}", "a{{x}}", "{{}}", "0f3a", "dead", "ax", "x", "a:b:1",
+PATTERN_VALUES: list[Any] = ["", "a", "ab", "abcdef", "a_b-9", "{{a}", "x" * 256, "{{a}}" + "x" * 251, "a b", "{{x}}", "a{{x}}", "{{}}", "0f3a", "dead", "ax", "x", "a:b:1",
                              "zz", "a:b", 1, None]
 
 

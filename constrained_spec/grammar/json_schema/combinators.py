@@ -37,6 +37,17 @@ class Combinators(CompilerBase):
 
     def one_of_branches(self, branches: list[list[Action]], ptr: str,
                         outer: Optional[set[str]] = None) -> list[list[Action]]:
+        """:meth:`_one_of_branches`, telling string branches apart by their patterns' automata where
+        ``ptr`` is in :attr:`automata_oneof`."""
+        before = self.automata_now
+        self.automata_now = ptr in self.automata_oneof
+        try:
+            return self._one_of_branches(branches, ptr, outer)
+        finally:
+            self.automata_now = before
+
+    def _one_of_branches(self, branches: list[list[Action]], ptr: str,
+                         outer: Optional[set[str]] = None) -> list[list[Action]]:
         """Make the branches of a oneOf pairwise disjoint by restricting each one: drop the
         types it cannot be told apart on, forbid/require discriminating properties, filter
         finite branches exactly, or add "not branch j" where that negation is exact on the types
@@ -372,7 +383,7 @@ class Combinators(CompilerBase):
         if t == "string":
             for pa, _, _ in fa.patterns:
                 for pb, _, _ in fb.patterns:
-                    if first_chars_disjoint(pa, pb) or patterns_disjoint(pa, pb):
+                    if first_chars_disjoint(pa, pb) or (self.automata_now and patterns_disjoint(pa, pb)):
                         return True  # no string matches both (the second: exactly, on the patterns' automata)
             if fa.max_len is not None and fa.max_len < fb.min_len:
                 return True

@@ -416,26 +416,43 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             kind, branches, ptr = flat.groups[0]
             rest = flat.copy()
             rest.groups = flat.groups[1:]
-            if kind == "oneOf":
-                branches = self.one_of_branches(branches, ptr, rest.types)
-            outs = []
-            for bi, br in enumerate(branches):
-                f2 = rest.copy()
-                try:
-                    for act in br:
-                        self.apply_action(f2, act)
-                    parts = self.flat_parts(f2)
-                except UnsupportedKeywordError as e:
-                    if kind == "if" and bi == 1 and e.keyword == "not":
-                        if ptr not in self.dropped_else:
-                            self.dropped_else.append(ptr)
-                        continue  # dropping the 'else' side is a sound restriction
+            try:
+                return self.group_parts(kind, branches, ptr, rest)
+            except UnsupportedKeywordError as e:
+                # a oneOf refused where a string branch's negation needs a DFA past its bounds: once
+                # more, its string branches told apart by their patterns' automata where they can be
+                if kind != "oneOf" or e.keyword != "oneOf" or e.pointer != ptr or ptr in self.automata_oneof:
                     raise
-                for r in parts:
-                    if r not in outs:
-                        outs.append(r)
-            self.check_size("".join(outs))
-            return outs
+                self.automata_oneof.add(ptr)
+                return self.group_parts(kind, branches, ptr, rest)
+        return self.leaf_parts(flat)
+
+    def group_parts(self, kind: str, branches: list[list[Action]], ptr: str, rest: Flat) -> list[str]:
+        """The alternatives of the first branch group (``kind`` at ``ptr``), each branch applied to
+        ``rest`` (the flat without that group)."""
+        if kind == "oneOf":
+            branches = self.one_of_branches(branches, ptr, rest.types)
+        outs: list[str] = []
+        for bi, br in enumerate(branches):
+            f2 = rest.copy()
+            try:
+                for act in br:
+                    self.apply_action(f2, act)
+                parts = self.flat_parts(f2)
+            except UnsupportedKeywordError as e:
+                if kind == "if" and bi == 1 and e.keyword == "not":
+                    if ptr not in self.dropped_else:
+                        self.dropped_else.append(ptr)
+                    continue  # dropping the 'else' side is a sound restriction
+                raise
+            for r in parts:
+                if r not in outs:
+                    outs.append(r)
+        self.check_size("".join(outs))
+        return outs
+
+    def leaf_parts(self, flat: Flat) -> list[str]:
+        """The alternatives of a flat without branch groups (its recursion counted)."""
         # recursion accounting
         for key in set(flat.refs):
             self.active[key] = self.active.get(key, 0) + 1
