@@ -650,3 +650,49 @@ def test_control_min_properties_as_zero_is_caught():
     del schema["minProperties"]
     rx = re.compile(compiled(schema) or "")
     assert rx.fullmatch("{}") and not jsonschema.Draft202012Validator(MIN_PROPS_SCHEMAS[0]).is_valid({})
+
+
+# -- not of an anyOf: the conjunction of the negations --------------------------------------------
+
+
+def _rand_not_any_of(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(schema, the same with its not reading only the anyOf's first branch: a control)."""
+    branches = [rng.choice(EXACT_LEAVES) for _ in range(rng.choice([2, 2, 3]))]
+    ctx = rng.choice(EXACT_CONTEXTS)
+    if rng.random() < 0.5:
+        schema = {**ctx, "$defs": {"E": {"anyOf": branches}}, "not": {"$ref": "#/$defs/E"}}
+    else:
+        schema = {**ctx, "not": {"anyOf": branches}}
+    return schema, {**ctx, "not": branches[0]}
+
+
+def test_not_of_any_of_is_exact():
+    """``not: {anyOf: [A, B]}`` (directly or through a $ref) as ``not A`` and ``not B``: exact on
+    VALUES or refused by name; old code refused every one ('not' that nests combinators)."""
+    rng = random.Random(5)
+    counts = {"exact": 0, "refused": 0}
+    for _ in range(40):
+        schema, _control = _rand_not_any_of(rng)
+        try:
+            regex = compiled(schema)
+        except UnsupportedKeywordError as e:
+            assert e.keyword == "not", (schema, e)
+            counts["refused"] += 1
+            continue
+        assert check_language(schema, regex) == [], schema
+        counts["exact"] += 1
+    assert counts["exact"] >= 25, counts
+
+
+def test_control_not_of_any_of_reading_one_branch_is_caught():
+    """The negation of the first branch only (forgetting the others) is caught by the same check."""
+    rng = random.Random(5)
+    caught = 0
+    for _ in range(40):
+        schema, control = _rand_not_any_of(rng)
+        try:
+            regex = compiled(control)
+        except UnsupportedKeywordError:
+            continue
+        caught += bool(check_language(schema, regex))
+    assert caught > 5, caught

@@ -262,6 +262,12 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             if isinstance(s, dict) and set(s) - IGNORED_KEYWORDS == {"not"}:
                 self.absorb(flat, ctx.child(s["not"], "not"), True, depth + 1)  # not not X: X
                 return
+            t = self.bare_ref_target(ctx)
+            ts = t.schema
+            if isinstance(ts, dict) and set(ts) - IGNORED_KEYWORDS == {"anyOf"} and isinstance(ts["anyOf"], list) and ts["anyOf"]:
+                for i, sub in enumerate(ts["anyOf"]):  # not anyOf [A, B]: not A and not B
+                    self.absorb(flat, t.child(sub, "anyOf", i), False, depth + 1)
+                return
             group = self.negation_group(ctx)
             if group is not None:
                 flat.groups.append(group)
