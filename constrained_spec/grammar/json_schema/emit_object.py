@@ -60,7 +60,10 @@ class ObjectEmitter(CompilerBase):
             else:
                 firsts = [sequence([SeqItem("req", h)] + [SeqItem("star", e2, c2) for e2, c2 in extra_items[i + 1:]],
                                    sep, self.check_size) for i, h in enumerate(heads)]
-                seq_items.append(SeqItem("req", group(alt(firsts))))
+                joined = alt(firsts)
+                if joined is None:
+                    return EMPTY
+                seq_items.append(SeqItem("req", group(joined)))
         else:
             seq_items += [SeqItem("star", e, count) for e, count in extra_items]
         if self.opts.property_order == "any" and len(seq_items) <= self.opts.max_any_order_properties and all(
