@@ -42,17 +42,26 @@ class Combinators(CompilerBase):
         before = self.automata_now
         self.automata_now = ptr in self.automata_oneof
         try:
-            return self._one_of_branches(branches, ptr, outer)
+            out = self._one_of_branches(branches, ptr, outer, set())
+            if out is None:  # nothing told apart: twin branches, where there are some, admit none of theirs
+                twins = self._twin_branches([_branch_ctx(b) for b in branches])
+                if twins:
+                    out = self._one_of_branches(branches, ptr, outer, twins)
         finally:
             self.automata_now = before
+        if out is None:
+            self.unsupported("oneOf", ptr, "the branches cannot be told apart (oneOf is enforced for disjoint branches only)")
+            return branches
+        return out
 
-    def _one_of_branches(self, branches: list[list[Action]], ptr: str,
-                         outer: Optional[set[str]] = None) -> list[list[Action]]:
+    def _one_of_branches(self, branches: list[list[Action]], ptr: str, outer: Optional[set[str]],
+                         twins: set[int]) -> Optional[list[list[Action]]]:
         """Make the branches of a oneOf pairwise disjoint by restricting each one: drop the
         types it cannot be told apart on, forbid/require discriminating properties, filter
         finite branches exactly, or add "not branch j" where that negation is exact on the types
         branch i keeps within ``outer`` (the types the context allows; None: all).  Every value of
-        restricted branch i fails every branch j."""
+        restricted branch i fails every branch j. ``twins``: branches that admit none of their values
+        (:meth:`_twin_branches`). None where no branch keeps anything (the caller refuses)."""
         if outer is not None and not outer:
             return branches  # the context admits no value: nothing to tell apart
         ctxs = [_branch_ctx(b) for b in branches]
@@ -60,13 +69,12 @@ class Combinators(CompilerBase):
         possible = [self._possible_or_none(c) for c in ctxs]
         out: list[list[Action]] = []
         kept_any = False
-        twins = self._twin_branches(ctxs)
         for i, br in enumerate(branches):
             acts = list(br)
             fi = flats[i]
             if i in twins:  # every value of branch i satisfies its twin too: never exactly one
                 out.append(acts + [NarrowTypes(frozenset())])
-                kept_any = kept_any or len(twins) == len(branches)
+                kept_any = True
                 continue
             if fi is None:
                 out.append(acts)
@@ -117,8 +125,7 @@ class Combinators(CompilerBase):
             acts += extra + [negated[j] for j in sorted(negated)]
             out.append(acts)
         if not kept_any:
-            self.unsupported("oneOf", ptr, "the branches cannot be told apart (oneOf is enforced for disjoint branches only)")
-            return branches
+            return None
         return out
 
     def _twin_branches(self, ctxs: list[Ctx]) -> set[int]:
