@@ -412,3 +412,287 @@ def test_oneof_of_refs_to_objects_differing_on_one_property():
         if isinstance(v, dict) and set(v) - {"target", "channel"}:
             continue
         assert (re.fullmatch(regex, dumps(v)) is not None) == validator.is_valid(v), v
+
+
+# -- not of {properties: {...}, required: [...]} over several properties ---------------------------
+
+PROP_LEAVES: list[dict[str, Any]] = [
+    {"type": "string"}, {"type": "integer"}, {"minLength": 1}, {"enum": ["x", 1]}, {"type": "integer", "maximum": 2},
+    {"type": ["string", "null"]}, {"const": "x"},
+]
+PROP_VALUES: list[Any] = [None, 0, 1, 3, "", "x", "yz"]
+
+
+def _rand_not_object_schema(rng: random.Random) -> dict[str, Any]:
+    names = ["a", "b", "c"]
+    outer = {n: rng.choice([{}, rng.choice(PROP_LEAVES)]) for n in names}
+    inner: dict[str, Any] = {}
+    shown = rng.sample(names, rng.randint(0, 3))
+    if shown:
+        inner["properties"] = {n: rng.choice(PROP_LEAVES) for n in shown}
+    req = rng.sample(names, rng.randint(0 if len(shown) > 1 else 1, 2))
+    if req:
+        inner["required"] = req
+    if rng.random() < 0.3:
+        inner["type"] = "object"
+    schema: dict[str, Any] = {"properties": outer, "not": inner}
+    if rng.random() < 0.5:
+        schema["type"] = "object"
+    return schema
+
+
+def _object_values() -> list[Any]:
+    out: list[Any] = [None, 1, "x", [], True]
+    for k in range(4):
+        for names in itertools.combinations("abc", k):
+            for vals in itertools.product(PROP_VALUES[:4] if k > 1 else PROP_VALUES, repeat=k):
+                out.append(dict(zip(names, vals)))
+    return out
+
+
+OBJ_VALUES = _object_values()
+
+
+def object_disagreements(schema: dict[str, Any], regex: Optional[str]) -> list[str]:
+    """Disagreements with jsonschema on objects of the declared properties (in declared order, the
+    compiler's documented choice) and on other types."""
+    validator = jsonschema.Draft202012Validator(schema)
+    rx = None if regex is None else re.compile(regex)
+    out = []
+    for v in OBJ_VALUES:
+        acc = rx is not None and rx.fullmatch(dumps(v)) is not None
+        if acc != validator.is_valid(v):
+            out.append(f"{'accepted' if acc else 'rejected'} {dumps(v)}")
+    return out
+
+
+def not_object_sweep(seed: int, n: int) -> dict[str, int]:
+    rng = random.Random(seed)
+    counts = {"exact": 0, "refused": 0, "wrong": 0}
+    for _ in range(n):
+        schema = _rand_not_object_schema(rng)
+        try:
+            regex = compiled(schema)
+        except UnsupportedKeywordError as e:
+            assert e.keyword == "not" and "/not" in str(e), (schema, e)
+            counts["refused"] += 1
+            continue
+        counts["wrong" if object_disagreements(schema, regex) else "exact"] += 1
+    return counts
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_not_of_several_properties_is_exact(seed):
+    """``not: {properties: {...}, required: [...]}`` over several properties: exact (both directions) or
+    refused by name. Old code refused every one of these with more than one property."""
+    counts = not_object_sweep(seed, 30)
+    assert counts["wrong"] == 0 and counts["exact"] >= 20, counts
+
+
+def test_control_not_of_several_properties_forgetting_failing_values_is_caught(monkeypatch):
+    """A negation that forgets "present with a failing value" (only the missing-name branches) is
+    caught by the same check."""
+    from constrained_spec.grammar.json_schema.combinators import Combinators
+    from constrained_spec.grammar.json_schema.ir import Forbid
+
+    real = Combinators.negation_group
+
+    def forgetful(self, ctx):
+        group = real(self, ctx)
+        if group is None:
+            return None
+        kind, branches, ptr = group
+        kept = [b for b in branches if any(isinstance(a, Forbid) for a in b)]
+        return (kind, kept or branches[:1], ptr)
+
+    monkeypatch.setattr(Combinators, "negation_group", forgetful)
+    counts = not_object_sweep(0, 30)
+    assert counts["wrong"] > 0, counts
+
+
+# -- oneOf over branches told apart by their patterns' automata or their arrays' first items -------
+
+ITEM_TYPES = [{"type": "string"}, {"type": "number"}, {"type": "integer"}, {"type": ["string", "null"]},
+              {"enum": ["a", 1]}, {"type": "boolean"}]
+ARRAY_VALUES: list[Any] = [[], ["a"], [1], [1.5], [None], [True], ["a", 1], [1, "a"], [1, 2], ["a", "b"], [None, "a"],
+                           [True, 1], "a", 1, None]
+PATTERN_ONEOFS = [
+    # the DFA of either branch's negation passes its bounds (a count to 255): told apart by the patterns
+    {"oneOf": [{"type": "string", "pattern": "^[0-9a-zA-Z_-]{1,255}$"},
+               {"type": "string", "minLength": 4, "maxLength": 255, "pattern": ".*\\{\\{.+}}.*"}]},
+    {"type": "string", "oneOf": [{"pattern": "^[a-z]{1,5}$"}, {"pattern": "\\{\\{.+}}"}]},
+    {"type": "string", "oneOf": [{"pattern": "^[0-9a-f]{4}$"}, {"pattern": "^a"}, {"pattern": "x$"}]},
+    {"oneOf": [{"type": "string", "pattern": "^[^:]+:[^:]+:[0-9]+$"}, {"type": "string", "pattern": "^[a-z]+$"}]},
+]
+PATTERN_VALUES: list[Any] = ["", "a", "ab", "abcdef", "a_b-9", "{{a}", "x" * 256, "{{a}}" + "x" * 251, "a b", "{{x}}", "a{{x}}", "{{}}", "0f3a", "dead", "ax", "x", "a:b:1",
+                             "zz", "a:b", 1, None]
+
+
+def _rand_array_oneof(rng: random.Random) -> dict[str, Any]:
+    return {"oneOf": [{"type": "array", "minItems": rng.choice([0, 1, 1, 1, 1]), "items": rng.choice(ITEM_TYPES)}
+                      for _ in range(2)]}
+
+
+def array_oneof_sweep(seed: int, n: int) -> dict[str, int]:
+    rng = random.Random(seed)
+    counts = {"exact": 0, "refused": 0, "wrong": 0}
+    for _ in range(n):
+        schema = _rand_array_oneof(rng)
+        validator = jsonschema.Draft202012Validator(schema)
+        try:
+            regex = compiled(schema)
+        except UnsupportedKeywordError as e:
+            assert e.keyword == "oneOf" and "/oneOf" in str(e), (schema, e)
+            counts["refused"] += 1
+            continue
+        rx = None if regex is None else re.compile(regex)
+        bad = [v for v in ARRAY_VALUES if (rx is not None and rx.fullmatch(dumps(v)) is not None) != validator.is_valid(v)]
+        counts["wrong" if bad else "exact"] += 1
+    return counts
+
+
+def test_oneof_of_arrays_with_disjoint_first_items_is_exact():
+    """Arrays of at least one item whose first items cannot be the same are disjoint: exact, or
+    refused by name where the branches overlap."""
+    counts = array_oneof_sweep(0, 40)
+    assert counts["wrong"] == 0 and counts["exact"] >= 8, counts
+
+
+def test_control_oneof_of_arrays_claimed_disjoint_is_caught(monkeypatch):
+    """A disjointness test that claims any two non-empty array branches disjoint is caught."""
+    from constrained_spec.grammar.json_schema.combinators import Combinators
+
+    real = Combinators._disjoint_type
+
+    def careless(self, t, fa, fb, depth):
+        if t == "array" and fa.min_items >= 1 and fb.min_items >= 1:
+            return True
+        return real(self, t, fa, fb, depth)
+
+    monkeypatch.setattr(Combinators, "_disjoint_type", careless)
+    assert array_oneof_sweep(0, 40)["wrong"] > 0
+
+
+@pytest.mark.parametrize("schema", PATTERN_ONEOFS, ids=range(len(PATTERN_ONEOFS)))
+def test_oneof_of_disjoint_patterns_is_exact(schema):
+    regex = compiled(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    rx = None if regex is None else re.compile(regex)
+    for v in PATTERN_VALUES:
+        assert (rx is not None and rx.fullmatch(dumps(v)) is not None) == validator.is_valid(v), (v, regex)
+
+
+# -- oneOf with twin branches, and with a discriminator spread over allOf --------------------------
+
+BASE = {"type": "object", "properties": {"k": {"type": "string"}, "n": {"type": "integer"}}, "required": ["k"]}
+TWIN_ONEOFS = [
+    {"$defs": {"A": {"type": "integer"}, "B": {"type": "integer", "title": "B"}},
+     "oneOf": [{"$ref": "#/$defs/A"}, {"$ref": "#/$defs/B"}, {"type": "string"}]},
+    {"$defs": {"base": BASE},
+     "oneOf": [{"allOf": [{"$ref": "#/$defs/base"}, {"properties": {"k": {"const": c}}}]} for c in ("a", "b", "c")]},
+    {"$defs": {"base": BASE, "A": {"allOf": [{"$ref": "#/$defs/base"}, {"properties": {"k": {"const": "a"}}}]},
+               "A2": {"allOf": [{"$ref": "#/$defs/base"}, {"properties": {"k": {"const": "a"}}}]},
+               "B": {"allOf": [{"$ref": "#/$defs/base"}, {"properties": {"k": {"enum": ["b", "d"]}}}]}},
+     "oneOf": [{"$ref": "#/$defs/A"}, {"$ref": "#/$defs/A2"}, {"$ref": "#/$defs/B"}]},
+]
+TWIN_VALUES: list[Any] = [None, 0, 1, "x", [], {}, {"n": 1}] + [
+    {"k": k, **extra} for k in ("a", "b", "c", "d", 1) for extra in ({}, {"n": 2}, {"n": "s"})]
+
+
+def _twin_disagreements(schema: dict[str, Any]) -> list[str]:
+    regex = compiled(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    rx = None if regex is None else re.compile(regex)
+    return [dumps(v) for v in TWIN_VALUES
+            if (rx is not None and rx.fullmatch(dumps(v)) is not None) != validator.is_valid(v)]
+
+
+@pytest.mark.parametrize("schema", TWIN_ONEOFS, ids=range(len(TWIN_ONEOFS)))
+def test_oneof_twins_and_spread_discriminators_are_exact(schema):
+    """Twin branches (the same schema through different $refs) admit no value of theirs; a
+    discriminator whose const sits in an allOf beside a shared base still tells branches apart."""
+    assert _twin_disagreements(schema) == []
+
+
+def test_control_oneof_twins_as_anyof_is_caught(monkeypatch):
+    from constrained_spec.grammar.json_schema.combinators import Combinators
+
+    monkeypatch.setattr(Combinators, "one_of_branches", lambda self, branches, ptr, outer=None: branches)
+    assert _twin_disagreements(TWIN_ONEOFS[0]) and _twin_disagreements(TWIN_ONEOFS[2])
+
+
+# -- minProperties 1 met by one of several kinds of extra property ---------------------------------
+
+MIN_PROPS_SCHEMAS = [
+    {"type": "object", "minProperties": 1, "additionalProperties": False,
+     "patternProperties": {"^a[0-9]$": {"type": "integer"}, "^b[0-9]$": {"type": "integer"}}},
+    {"type": "object", "minProperties": 1, "patternProperties": {"^a[0-9]$": {"type": "integer"}, "^b[0-9]$": {"type": "integer"}}},
+]
+MIN_PROPS_VALUES: list[Any] = [{}, {"a1": 1}, {"b1": 2}, {"a1": 1, "b2": 3}, {"a1": 1, "a2": 2}, {"b1": 2, "b2": 3},
+                               {"a1": "s"}, {"b1": -1}, {"a1": -1, "b1": 1}, {"a1": 1, "a2": 2, "b1": 0}, None, "a1"]
+
+
+@pytest.mark.parametrize("schema", MIN_PROPS_SCHEMAS, ids=range(len(MIN_PROPS_SCHEMAS)))
+def test_min_properties_one_over_several_extra_kinds_is_exact(schema):
+    """``minProperties: 1`` where the extra properties come from several patterns: exact on objects
+    whose keys come in the patterns' order (the compiler's documented key order); old code refused
+    it ('minProperties' larger than the declared properties)."""
+    regex = compiled(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    rx = None if regex is None else re.compile(regex)
+    for v in MIN_PROPS_VALUES:
+        assert (rx is not None and rx.fullmatch(dumps(v)) is not None) == validator.is_valid(v), (v, regex)
+
+
+def test_control_min_properties_as_zero_is_caught():
+    """A compile that forgets minProperties accepts ``{}``, which the same check rejects."""
+    schema = dict(MIN_PROPS_SCHEMAS[0])
+    del schema["minProperties"]
+    rx = re.compile(compiled(schema) or "")
+    assert rx.fullmatch("{}") and not jsonschema.Draft202012Validator(MIN_PROPS_SCHEMAS[0]).is_valid({})
+
+
+# -- not of an anyOf: the conjunction of the negations --------------------------------------------
+
+
+def _rand_not_any_of(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(schema, the same with its not reading only the anyOf's first branch: a control)."""
+    branches = [rng.choice(EXACT_LEAVES) for _ in range(rng.choice([2, 2, 3]))]
+    ctx = rng.choice(EXACT_CONTEXTS)
+    if rng.random() < 0.5:
+        schema = {**ctx, "$defs": {"E": {"anyOf": branches}}, "not": {"$ref": "#/$defs/E"}}
+    else:
+        schema = {**ctx, "not": {"anyOf": branches}}
+    return schema, {**ctx, "not": branches[0]}
+
+
+def test_not_of_any_of_is_exact():
+    """``not: {anyOf: [A, B]}`` (directly or through a $ref) as ``not A`` and ``not B``: exact on
+    VALUES or refused by name; old code refused every one ('not' that nests combinators)."""
+    rng = random.Random(5)
+    counts = {"exact": 0, "refused": 0}
+    for _ in range(40):
+        schema, _control = _rand_not_any_of(rng)
+        try:
+            regex = compiled(schema)
+        except UnsupportedKeywordError as e:
+            assert e.keyword == "not", (schema, e)
+            counts["refused"] += 1
+            continue
+        assert check_language(schema, regex) == [], schema
+        counts["exact"] += 1
+    assert counts["exact"] >= 25, counts
+
+
+def test_control_not_of_any_of_reading_one_branch_is_caught():
+    """The negation of the first branch only (forgetting the others) is caught by the same check."""
+    rng = random.Random(5)
+    caught = 0
+    for _ in range(40):
+        schema, control = _rand_not_any_of(rng)
+        try:
+            regex = compiled(control)
+        except UnsupportedKeywordError:
+            continue
+        caught += bool(check_language(schema, regex))
+    assert caught > 5, caught

@@ -313,3 +313,43 @@ def test_where_no_exact_grammar_can_be_built_the_refusal_stays(monkeypatch):
     with pytest.raises(CompileLimitError) as info:
         schema_to_regex(SCHEMA, OPTS)
     assert getattr(info.value, "kind", "") == "size"
+
+
+def test_json_token_grammar_where_longer_terminals_fail(monkeypatch, byte_vocab):
+    """Where the grammars of longer terminals fail the greedy-lexing check (here: made to fail), the
+    last try cuts the terminals at JSON punctuation (``build_lark(split=True)``): it compiles, and its
+    language is still exactly the oracle's (valid values and their mutations)."""
+    import constrained_spec.grammar.json_schema.emit_lark as emit_lark
+
+    real = emit_lark._build_lark
+    calls: list[bool] = []
+
+    def longer_terminals_fail(*args, split: bool = False, **kwargs):
+        calls.append(split)
+        return real(*args, split=split, **kwargs) if split else None
+
+    monkeypatch.setattr(emit_lark, "_build_lark", longer_terminals_fail)
+    compiled = schema_to_regex(SCHEMA, OPTS)
+    assert compiled.lark is not None and compiled.regex == "" and True in calls
+    assert '/\\{/' in compiled.lark and '/:/' in compiled.lark  # punctuation as terminals of their own
+    grammar = compile_grammar("lark", compiled.lark, byte_vocab)
+    rng = random.Random(1)
+    valid = [dumps(generate(rng, SCHEMA, SCHEMA)) for _ in range(15)]
+    texts = list(dict.fromkeys(valid + [m for t in valid for m in mutations(rng, t, 6)]))
+    counts = {True: 0, False: 0}
+    for text in texts:
+        want = oracle(SCHEMA, text)
+        assert accepts(grammar, text) == want, text[:300]
+        counts[want] += 1
+    assert counts[True] >= 15 and counts[False] >= 40, counts
+
+
+def test_merged_rules_keep_the_language():
+    """Rules the same up to the names of the rules they use are written once; rules that differ stay."""
+    from constrained_spec.grammar.json_schema.emit_lark import _merged
+
+    rules = {"r1": ("seq", [("T", "A"), ("rep", ("R", "r2"), 0, 1)]), "r2": ("seq", [("T", "A"), ("rep", ("R", "r1"), 0, 1)]),
+             "r3": ("seq", [("T", "B"), ("rep", ("R", "r1"), 0, 1)])}
+    root, kept = _merged(("alt", [("R", "r2"), ("R", "r3")]), rules)
+    assert set(kept) == {"r1", "r3"} and root == ("alt", [("R", "r1"), ("R", "r3")])
+    assert kept["r3"] == ("seq", [("T", "B"), ("rep", ("R", "r1"), 0, 1)])

@@ -49,6 +49,12 @@ class CompilerBase:
         self.unenforced: list[str] = []
         #: 'if' pointers whose 'else' side was dropped (its negation of 'if' is not supported)
         self.dropped_else: list[str] = []
+        #: 'oneOf' pointers whose string branches are told apart by their patterns' automata too
+        #: (:func:`~constrained_spec.grammar.linear_regex.patterns_disjoint`): those where the DFA
+        #: of a branch's negation passed its bounds first (elsewhere the output stays as it was)
+        self.automata_oneof: set[str] = set()
+        #: whether the 'oneOf' whose branches are being told apart now is one of those
+        self.automata_now = False
         self.synthetic: list[dict[str, Any]] = []  # schema parts the compiler made (negations), kept alive
         self.ignored_formats: dict[str, str] = {}  # pointer -> format name
         self.active: dict[int, int] = {}  # id of a $ref target -> how many times it is being compiled now

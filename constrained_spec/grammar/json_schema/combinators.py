@@ -8,6 +8,7 @@ turns the ``not`` forms the compiler can express into constraints of the leaf.
 
 from __future__ import annotations
 
+import json
 from typing import Optional
 
 from constrained_spec.errors import SchemaError, UnsupportedKeywordError
@@ -25,17 +26,42 @@ from constrained_spec.grammar.linear_regex import patterns_disjoint
 
 __all__ = ["Combinators"]
 
+#: keywords that say nothing about which values a schema admits (two schemas differing only in them
+#: have one language)
+_ANNOTATIONS = frozenset({"title", "description", "$comment", "examples", "example", "default", "readOnly",
+                          "writeOnly", "deprecated"})
+
 
 class Combinators(CompilerBase):
     """``oneOf`` disjointness, subschema disjointness tests and ``not``."""
 
     def one_of_branches(self, branches: list[list[Action]], ptr: str,
                         outer: Optional[set[str]] = None) -> list[list[Action]]:
+        """:meth:`_one_of_branches`, telling string branches apart by their patterns' automata where
+        ``ptr`` is in :attr:`automata_oneof`."""
+        before = self.automata_now
+        self.automata_now = ptr in self.automata_oneof
+        try:
+            out = self._one_of_branches(branches, ptr, outer, set())
+            if out is None:  # nothing told apart: twin branches, where there are some, admit none of theirs
+                twins = self._twin_branches([_branch_ctx(b) for b in branches])
+                if twins:
+                    out = self._one_of_branches(branches, ptr, outer, twins)
+        finally:
+            self.automata_now = before
+        if out is None:
+            self.unsupported("oneOf", ptr, "the branches cannot be told apart (oneOf is enforced for disjoint branches only)")
+            return branches
+        return out
+
+    def _one_of_branches(self, branches: list[list[Action]], ptr: str, outer: Optional[set[str]],
+                         twins: set[int]) -> Optional[list[list[Action]]]:
         """Make the branches of a oneOf pairwise disjoint by restricting each one: drop the
         types it cannot be told apart on, forbid/require discriminating properties, filter
         finite branches exactly, or add "not branch j" where that negation is exact on the types
         branch i keeps within ``outer`` (the types the context allows; None: all).  Every value of
-        restricted branch i fails every branch j."""
+        restricted branch i fails every branch j. ``twins``: branches that admit none of their values
+        (:meth:`_twin_branches`). None where no branch keeps anything (the caller refuses)."""
         if outer is not None and not outer:
             return branches  # the context admits no value: nothing to tell apart
         ctxs = [_branch_ctx(b) for b in branches]
@@ -46,6 +72,10 @@ class Combinators(CompilerBase):
         for i, br in enumerate(branches):
             acts = list(br)
             fi = flats[i]
+            if i in twins:  # every value of branch i satisfies its twin too: never exactly one
+                out.append(acts + [NarrowTypes(frozenset())])
+                kept_any = True
+                continue
             if fi is None:
                 out.append(acts)
                 continue
@@ -95,40 +125,56 @@ class Combinators(CompilerBase):
             acts += extra + [negated[j] for j in sorted(negated)]
             out.append(acts)
         if not kept_any:
-            self.unsupported("oneOf", ptr, "the branches cannot be told apart (oneOf is enforced for disjoint branches only)")
-            return branches
+            return None
         return out
+
+    def _twin_branches(self, ctxs: list[Ctx]) -> set[int]:
+        """The branches whose subschema (through bare ``$ref``s) is the same JSON as another
+        branch's, annotations aside, under the same base URI (so their references lead to the same
+        places): the same language."""
+        seen: dict[tuple[str, str], list[int]] = {}
+        for i, c in enumerate(ctxs):
+            t = self.bare_ref_target(c)
+            base = getattr(t.resolver, "_base_uri", None)
+            if not isinstance(base, str) or not isinstance(t.schema, (dict, bool)):
+                continue
+            body = t.schema if isinstance(t.schema, bool) else {k: v for k, v in t.schema.items() if k not in _ANNOTATIONS}
+            seen.setdefault((base, json.dumps(body, sort_keys=True)), []).append(i)
+        return {i for group in seen.values() if len(group) > 1 for i in group}
 
     def negation_group(self, ctx: Ctx) -> Optional[Group]:
         """``not`` of a disjunction on objects as a branch group, exact: ``not: {required: [a, b]}``
-        is an object without a or without b; ``not: {properties: {p: S}, required: [p]}`` (the
-        discriminator of an ``if``) is an object without p, or with p failing S. None for other
-        forms (the leaf applies those, :meth:`apply_not`)."""
+        is an object without a or without b; ``not: {properties: {p: S_p, ...}, required: [...]}``
+        (e.g. the discriminator of an ``if``) is an object without one of the required names, or
+        with one of the properties p present and failing S_p (and, with ``type: object``, any
+        other type). None for other forms (the leaf applies those, :meth:`apply_not`)."""
         ctx = self.bare_ref_target(ctx)
         s = ctx.schema
         if not isinstance(s, dict):
             return None
         keys = {k for k in s if k not in IGNORED_KEYWORDS}
-        req = s.get("required")
-        if not isinstance(req, list) or not req or not all(isinstance(n, str) for n in req):
+        req = s.get("required", [])
+        if not isinstance(req, list) or not all(isinstance(n, str) for n in req):
             return None
+        if not req and not (isinstance(s.get("properties"), dict) and len(s["properties"]) > 1):
+            return None  # one property and nothing required: the leaf's (apply_not), as before
         obj = NarrowTypes(frozenset({"object"}))
         ptr = ctx.ptr + "/not"
         if keys == {"required"} and len(set(req)) > 1:
             return ("anyOf", [[obj, Forbid(n)] for n in dict.fromkeys(req)], ptr)
-        props = s.get("properties")
+        props = s.get("properties", {})
         if (
             keys <= {"required", "properties", "type"}
             and s.get("type", "object") == "object"
             and isinstance(props, dict)
-            and len(props) == 1
-            and list(props) == list(dict.fromkeys(req))
         ):
-            (p,) = props
-            part = {"properties": {p: props[p]}}
-            self.synthetic.append(part)  # kept alive: contexts are remembered by the schema's id
-            present_failing = Ctx(part, ctx.ptr, ctx.resolver)
-            branches: list[list[Action]] = [[obj, Forbid(p)], [Holds(present_failing, False)]]
+            # an object fails S where a required name is missing or a declared property is present
+            # and fails its schema ("not: {properties: {p: S_p}}", which only objects with p satisfy)
+            branches: list[list[Action]] = [[obj, Forbid(n)] for n in dict.fromkeys(req)]
+            for p, ps in props.items():
+                part = {"properties": {p: ps}}
+                self.synthetic.append(part)  # kept alive: contexts are remembered by the schema's id
+                branches.append([Holds(Ctx(part, ctx.ptr, ctx.resolver), False)])
             if "type" in keys:  # S says "type": "object", so every non-object fails it
                 branches.append([NarrowTypes(frozenset(ALL_TYPES - {"object"}))])
             return ("anyOf", branches, ptr)
@@ -286,19 +332,26 @@ class Combinators(CompilerBase):
         return None
 
     def _props_disjoint(self, fa: Flat, fb: Flat, p: str) -> bool:
-        """Whether the values of property p under fa and fb are disjoint."""
-        if len(fa.props[p]) != 1 or len(fb.props[p]) != 1:
-            return False
-        ca, cb = fa.props[p][0], fb.props[p][0]
-        if isinstance(ca, NegCtx) or isinstance(cb, NegCtx):
+        """Whether the values of property p under fa and fb are disjoint (each side the conjunction
+        of its subschemas for p)."""
+        cas, cbs = fa.props[p], fb.props[p]
+        if not cas or not cbs or any(isinstance(c, NegCtx) for c in cas + cbs):
             return False
         x, y = Flat(), Flat()
         try:
-            self.absorb(x, ca)
-            self.absorb(y, cb)
+            for c in cas:
+                self.absorb(x, c)
+            for c in cbs:
+                self.absorb(y, c)
         except UnsupportedKeywordError:
             return False
-        return self.disjoint((ca, x), (cb, y), 1)
+        if len(cas) > 1 or len(cbs) > 1:  # a finite side: each of its values fails the other side
+            for fx, others in ((x, cbs), (y, cas)):
+                if fx.enum is not None and not any(
+                    self.doc.valid_all(fx.sources, v) and all(self.doc.valid(c, v) for c in others) for v in fx.enum
+                ):
+                    return True
+        return self.disjoint((cas[0], x), (cbs[0], y), 1)  # its value checks read the first subschema only: conservative
 
     def disjoint(self, a: tuple[Ctx, Optional[Flat]], b: tuple[Ctx, Optional[Flat]], depth: int) -> bool:
         """Whether no value satisfies both a and b, each a (ctx, flat) pair (False: unknown)."""
@@ -337,8 +390,8 @@ class Combinators(CompilerBase):
         if t == "string":
             for pa, _, _ in fa.patterns:
                 for pb, _, _ in fb.patterns:
-                    if first_chars_disjoint(pa, pb):
-                        return True
+                    if first_chars_disjoint(pa, pb) or (self.automata_now and patterns_disjoint(pa, pb)):
+                        return True  # no string matches both (the second: exactly, on the patterns' automata)
             if fa.max_len is not None and fa.max_len < fb.min_len:
                 return True
             if fb.max_len is not None and fb.max_len < fa.min_len:
@@ -349,6 +402,10 @@ class Combinators(CompilerBase):
                 return True
             if fb.max_items is not None and fb.max_items < fa.min_items:
                 return True
+            if fa.min_items >= 1 and fb.min_items >= 1 and depth < 3:  # first items that cannot be the same
+                firsts = [self._first_item(fa), self._first_item(fb)]
+                if firsts[0] is not None and firsts[1] is not None:
+                    return self.disjoint(firsts[0], firsts[1], depth + 1)
             return False
         if t == "object":
             for x, y in ((fa, fb), (fb, fa)):
@@ -375,6 +432,19 @@ class Combinators(CompilerBase):
                 return True
             return False
         return False
+
+    def _first_item(self, f: Flat) -> Optional[tuple[Ctx, Optional[Flat]]]:
+        """The one subschema an array's first item must satisfy (``prefixItems[0]`` or ``items``) and
+        its flat; None where there is none or more than one, or it cannot be absorbed."""
+        ctxs = [prefix[0] if prefix else rest for prefix, rest in f.arr_owners]
+        if len(ctxs) != 1 or ctxs[0] is None:
+            return None
+        flat = Flat()
+        try:
+            self.absorb(flat, ctxs[0])
+        except UnsupportedKeywordError:
+            return None
+        return ctxs[0], flat
 
     def forbids(self, f: Flat, name: str) -> bool:
         """Whether f forbids a property called name (a false subschema, or no owner admits it)."""

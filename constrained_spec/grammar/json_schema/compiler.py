@@ -43,6 +43,7 @@ from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRU
 from constrained_spec.grammar.json_schema.options import (
     DECLARED_PROPERTIES_NOTE,
     HOIST_CHARS,
+    HOIST_CHARS_SMALL,
     MAX_BRANCH_COMBINATIONS,
     MAX_REF_CHAIN,
     NO_REGEX_NOTE,
@@ -115,11 +116,16 @@ def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start
         if result is None:
             raise error
         return result
-    lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS, doc=first.doc)
+    # JSON-token terminals (``build_lark(split=True)``) only where nothing else answers: a schema
+    # that had a regex keeps the grammar it had
+    lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS, doc=first.doc, split=result is None)
     if result is not None:
         if lark is None and (recursive or result.narrowed):
             lark, _ = _schema_grammar(schema, options, start, doc=first.doc)
         return dataclasses.replace(result, lark=lark) if lark is not None else result
+    if lark is None:  # the last try: smaller rules (a schema that had an answer never comes here)
+        lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS_SMALL, doc=first.doc, split=True,
+                                      split_only=True)
     if lark is None or gcomp is None:
         raise error
     return SchemaRegex(
@@ -133,11 +139,13 @@ def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start
 
 
 def _schema_grammar(schema: Union[dict[str, Any], bool], options: SchemaOptions, start: float,
-                    hoist: Optional[int] = None, doc: Optional[SchemaDocument] = None) -> tuple[Optional[str], Optional["Compiler"]]:
+                    hoist: Optional[int] = None, doc: Optional[SchemaDocument] = None,
+                    split: bool = False, split_only: bool = False) -> tuple[Optional[str], Optional["Compiler"]]:
     """The Lark grammar of a recursive or narrowed schema (rules for the conjunctions met inside
     themselves, large all-optional objects and, with ``hoist``, every conjunction whose regex passes
     that many characters) and the compiler that wrote it; (None, None) where it cannot be built
-    exactly (:func:`~.emit_lark.build_lark`) or in time."""
+    exactly (:func:`~.emit_lark.build_lark`, with JSON-token terminals as its last try where
+    ``split``; with those alone where ``split_only``) or in time."""
     budget = options.time_budget_s
     if budget is not None:
         budget -= time.monotonic() - start
@@ -150,7 +158,8 @@ def _schema_grammar(schema: Union[dict[str, Any], bool], options: SchemaOptions,
         root = comp.compile([(comp.doc.root_ctx(), True)])
         if root is None or not comp.rule_bodies:
             return None, None
-        lark = build_lark(root, comp.rule_bodies, comp.and_lexemes, scaled=hoist is not None, deadline=comp.deadline)
+        lark = build_lark(root, comp.rule_bodies, comp.and_lexemes, scaled=hoist is not None, deadline=comp.deadline,
+                          split=split, split_only=split_only)
     except (CompileLimitError, UnsupportedKeywordError, EmptyLanguageError, RecursionError):
         return None, None
     return (lark, comp) if lark is not None else (None, None)
@@ -252,6 +261,12 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
         if not positive:
             if isinstance(s, dict) and set(s) - IGNORED_KEYWORDS == {"not"}:
                 self.absorb(flat, ctx.child(s["not"], "not"), True, depth + 1)  # not not X: X
+                return
+            t = self.bare_ref_target(ctx)
+            ts = t.schema
+            if isinstance(ts, dict) and set(ts) - IGNORED_KEYWORDS == {"anyOf"} and isinstance(ts["anyOf"], list) and ts["anyOf"]:
+                for i, sub in enumerate(ts["anyOf"]):  # not anyOf [A, B]: not A and not B
+                    self.absorb(flat, t.child(sub, "anyOf", i), False, depth + 1)
                 return
             group = self.negation_group(ctx)
             if group is not None:
@@ -407,26 +422,43 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             kind, branches, ptr = flat.groups[0]
             rest = flat.copy()
             rest.groups = flat.groups[1:]
-            if kind == "oneOf":
-                branches = self.one_of_branches(branches, ptr, rest.types)
-            outs = []
-            for bi, br in enumerate(branches):
-                f2 = rest.copy()
-                try:
-                    for act in br:
-                        self.apply_action(f2, act)
-                    parts = self.flat_parts(f2)
-                except UnsupportedKeywordError as e:
-                    if kind == "if" and bi == 1 and e.keyword == "not":
-                        if ptr not in self.dropped_else:
-                            self.dropped_else.append(ptr)
-                        continue  # dropping the 'else' side is a sound restriction
+            try:
+                return self.group_parts(kind, branches, ptr, rest)
+            except UnsupportedKeywordError as e:
+                # a oneOf refused where a string branch's negation needs a DFA past its bounds: once
+                # more, its string branches told apart by their patterns' automata where they can be
+                if kind != "oneOf" or e.keyword != "oneOf" or e.pointer != ptr or ptr in self.automata_oneof:
                     raise
-                for r in parts:
-                    if r not in outs:
-                        outs.append(r)
-            self.check_size("".join(outs))
-            return outs
+                self.automata_oneof.add(ptr)
+                return self.group_parts(kind, branches, ptr, rest)
+        return self.leaf_parts(flat)
+
+    def group_parts(self, kind: str, branches: list[list[Action]], ptr: str, rest: Flat) -> list[str]:
+        """The alternatives of the first branch group (``kind`` at ``ptr``), each branch applied to
+        ``rest`` (the flat without that group)."""
+        if kind == "oneOf":
+            branches = self.one_of_branches(branches, ptr, rest.types)
+        outs: list[str] = []
+        for bi, br in enumerate(branches):
+            f2 = rest.copy()
+            try:
+                for act in br:
+                    self.apply_action(f2, act)
+                parts = self.flat_parts(f2)
+            except UnsupportedKeywordError as e:
+                if kind == "if" and bi == 1 and e.keyword == "not":
+                    if ptr not in self.dropped_else:
+                        self.dropped_else.append(ptr)
+                    continue  # dropping the 'else' side is a sound restriction
+                raise
+            for r in parts:
+                if r not in outs:
+                    outs.append(r)
+        self.check_size("".join(outs))
+        return outs
+
+    def leaf_parts(self, flat: Flat) -> list[str]:
+        """The alternatives of a flat without branch groups (its recursion counted)."""
         # recursion accounting
         for key in set(flat.refs):
             self.active[key] = self.active.get(key, 0) + 1

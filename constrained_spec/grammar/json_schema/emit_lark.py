@@ -73,6 +73,28 @@ def _has_nul(node: Node) -> bool:
     return _has_nul_by(node, _has_nul)
 
 
+#: the JSON punctuation a ``split`` builder cuts its terminals at (outside string literals)
+_PUNCT = frozenset(map(ord, "{}[],:"))
+_QUOTE = ("set", ((34, 34),))
+_BACKSLASH = ("set", ((92, 92),))
+
+
+def _punct(node: Node) -> bool:
+    """Whether node is one character of JSON punctuation (``{}[],:``)."""
+    return node[0] == "set" and len(node[1]) == 1 and node[1][0][0] == node[1][0][1] and node[1][0][0] in _PUNCT
+
+
+def _has_punct_by(node: Node, sub: Callable[[Node], bool]) -> bool:
+    kind = node[0]
+    if kind == "set":
+        return _punct(node)
+    if kind in ("seq", "alt"):
+        return any(sub(x) for x in node[1])
+    if kind == "rep":
+        return sub(node[1])
+    return False
+
+
 _OUTSIDE_META = set("\\.+*?()|[]{}^$#&-~/")
 _CLASS_META = set("\\[]^-&~/")
 _ALL = ((0, 0xD7FF), (0xE000, 0x10FFFF))
@@ -223,6 +245,7 @@ class _NodeMemo:
         self._null: dict[int, tuple[Node, bool]] = {}
         self._text: dict[int, tuple[Node, Optional[str]]] = {}
         self._lexeme: dict[int, tuple[Node, int]] = {}
+        self._punct: dict[int, tuple[Node, bool]] = {}
         #: the interned lexemes of both passes (the greedy-lexing checks read them by id)
         self.lexemes = Nodes()
 
@@ -237,6 +260,8 @@ class _NodeMemo:
         return out
     #: :func:`_has_nul`, remembered
     has_nul = _remembered("_nul", _has_nul_by)
+    #: whether a node holds a character of JSON punctuation (:data:`_PUNCT`), remembered
+    has_punct = _remembered("_punct", _has_punct_by)
     #: :func:`~.lexeme_check.nullable`, remembered
     nullable = _remembered("_null", nullable_by)
     #: :func:`_regex_text`, remembered
@@ -250,13 +275,18 @@ class _Mangled(Exception):
 class _Builder:
     """Regex nodes with placeholders -> grammar expressions over named terminals."""
 
-    def __init__(self, fine: bool = False, memo: Optional[_NodeMemo] = None) -> None:
+    def __init__(self, fine: bool = False, memo: Optional[_NodeMemo] = None, split: bool = False) -> None:
         self.memo = memo if memo is not None else _NodeMemo()
         self.terminals: dict[str, str] = {}  # regex text -> terminal name
         self.nodes: dict[str, int] = {}  # terminal name -> its id in memo.lexemes
         #: cut a sequence's terminal before and after each part that may read nothing (an
         #: optional property, a starred group): ``A (B)? C`` instead of one lexeme ``AB?C``
         self.fine = fine
+        #: JSON-token terminals: every part holding JSON punctuation (``{}[],:``, outside string
+        #: literals) becomes grammar structure, each punctuation character a terminal of its own,
+        #: so a terminal is one JSON token (a key, a string, a number, a literal) or a run of them
+        #: without punctuation between
+        self.split = split
 
     def term(self, items: list[Node]) -> Optional[Expr]:
         """The grammar expression of a placeholder-free sequence: one terminal, or in ``fine``
@@ -318,9 +348,11 @@ class _Builder:
 
     def conv(self, node: Node) -> Optional[Expr]:
         """The grammar expression of a regex node (None: the empty language)."""
-        if not self.memo.has_nul(node):
+        if not self.memo.has_nul(node) and not (self.split and self.memo.has_punct(node)):
             return self.term([node])
         kind = node[0]
+        if kind == "set":  # split: one punctuation character
+            return self.one_term([node])
         if kind == "seq":
             return self._seq(list(node[1]))
         if kind == "alt":
@@ -349,10 +381,12 @@ class _Builder:
                 items.append(it)
         parts: list[Expr] = []
         plain: list[Node] = []
+        quoted = False  # split: inside a string literal (between two lone '"'), where nothing is cut
+        escaped = False
 
         def flush() -> bool:
             if plain:
-                t = self.term(list(plain))
+                t = self.one_term(list(plain)) if self.split else self.term(list(plain))
                 plain.clear()
                 if t is None:
                     return False
@@ -375,7 +409,17 @@ class _Builder:
                 parts.append(("R", "r%s" % digits))
                 i = j + 1
                 continue
-            if self.memo.has_nul(it):
+            if self.split and not self.memo.has_nul(it):
+                if quoted:
+                    if escaped:
+                        escaped = False
+                    elif it == _BACKSLASH:
+                        escaped = True
+                    elif it == _QUOTE:
+                        quoted = False
+                elif it == _QUOTE:
+                    quoted = True
+            if self.memo.has_nul(it) or (self.split and not quoted and self.memo.has_punct(it)):
                 if not flush():
                     return None
                 sub = self.conv(it)
@@ -427,6 +471,39 @@ def _refs(e: Expr, out: set[str]) -> set[str]:
     elif e[0] == "rep":
         _refs(e[1], out)
     return out
+
+
+def _renamed(e: Expr, names: dict[str, str]) -> Expr:
+    """e with each rule reference r renamed names[r] (where names has it)."""
+    kind = e[0]
+    if kind == "R":
+        return ("R", names.get(e[1], e[1]))
+    if kind in ("seq", "alt"):
+        return (kind, [_renamed(x, names) for x in e[1]])
+    if kind == "rep":
+        return ("rep", _renamed(e[1], names), e[2], e[3])
+    return e
+
+
+def _merged(root: Expr, rules: dict[str, Expr]) -> tuple[Expr, dict[str, Expr]]:
+    """The grammar with each class of rules that are the same up to the names of the rules they use
+    (the coarsest such partition, refined from one class as a DFA is minimised) written once: the
+    rules of one class derive the same texts (their bodies are the same with each rule standing for
+    a rule of its class), so naming one for all keeps the language."""
+    order = sorted(rules, key=lambda r: int(r[1:]))
+    cls = {r: 0 for r in order}
+    while True:
+        names = {r: "c%d" % c for r, c in cls.items()}
+        sigs: dict[tuple[int, str], int] = {}
+        new = {r: sigs.setdefault((cls[r], _render(_renamed(rules[r], names))), len(sigs)) for r in order}
+        if len(sigs) == len(set(cls.values())):
+            break
+        cls = new
+    first: dict[int, str] = {}
+    for r in order:
+        first.setdefault(cls[r], r)
+    names = {r: first[cls[r]] for r in order}
+    return _renamed(root, names), {r: _renamed(rules[r], names) for r in order if first[cls[r]] == r}
 
 
 class _Flow:
@@ -597,7 +674,7 @@ def _render(e: Expr) -> str:
 
 def build_lark(root: str, rules: dict[int, Optional[str]],
                and_lexemes: Optional[dict[int, tuple[str, str]]] = None, scaled: bool = False,
-               deadline: Optional[float] = None) -> Optional[str]:
+               deadline: Optional[float] = None, split: bool = False, split_only: bool = False) -> Optional[str]:
     """The Lark grammar of ``root`` (a regex with placeholders) and the rule bodies ``rules``
     (rule number -> regex with placeholders); None where it cannot be built or llguidance's
     greedy lexer could lose strings of it. Terminals are as long as the regexes allow first; where
@@ -612,7 +689,13 @@ def build_lark(root: str, rules: dict[int, Optional[str]],
     ``scaled``: the greedy-lexing check's work budget grows with the pairs of lexemes it must compare
     (:data:`PAIR_STEPS` each, at most :data:`MAX_CHECK_STEPS`) instead of staying
     :data:`~.lexeme_check.WORK_BUDGET`: for the grammars of large schemas (many rules, many lexemes).
-    ``deadline`` (``time.monotonic()``): past it the check answers False (None: no grammar)."""
+    ``deadline`` (``time.monotonic()``): past it the check answers False (None: no grammar).
+
+    ``split``: where both of those fail, a third try with JSON-token terminals (``_Builder.split``:
+    every punctuation character of ``{}[],:`` outside string literals a terminal of its own, the
+    structure around it grammar rules), checked the same way. The language is the same in all three;
+    only where the lexemes end differs (and, with JSON-token terminals, rules that are the same up to
+    the names of the rules they use are written once: :func:`_merged`). ``split_only``: that try alone."""
     ands = and_lexemes or {}
     parsed: dict[str, ecma.Node] = {}  # both passes read the same texts: each is parsed once
     groups = ecma.GroupTable()  # the groups of every text of this grammar, each parsed once
@@ -624,8 +707,13 @@ def build_lark(root: str, rules: dict[int, Optional[str]],
         return node
 
     memo = _NodeMemo()  # both passes ask about the same parsed nodes
+    if split_only:
+        return _build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse, memo=memo,
+                           split=True)
     return (_build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse, memo=memo)
-            or _build_lark(root, rules, ands, fine=True, scaled=scaled, deadline=deadline, parse=parse, memo=memo))
+            or _build_lark(root, rules, ands, fine=True, scaled=scaled, deadline=deadline, parse=parse, memo=memo)
+            or (_build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse, memo=memo,
+                            split=True) if split else None))
 
 
 #: ``build_lark(scaled=True)``: derivative steps the greedy-lexing check may spend per pair of lexemes
@@ -637,8 +725,9 @@ MAX_CHECK_STEPS = 2_000_000
 
 def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tuple[str, str]],
                 fine: bool, scaled: bool = False, deadline: Optional[float] = None,
-                parse: Callable[[str], ecma.Node] = ecma.parse, memo: Optional[_NodeMemo] = None) -> Optional[str]:
-    b = _Builder(fine, memo)
+                parse: Callable[[str], ecma.Node] = ecma.parse, memo: Optional[_NodeMemo] = None,
+                split: bool = False) -> Optional[str]:
+    b = _Builder(fine, memo, split)
     and_text: dict[str, str] = {}  # name of a %json string -> its definition
     try:
         root_e = b.conv(parse(root))
@@ -679,6 +768,8 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
         todo.extend(sorted(_refs(kept[r], set()) - set(kept)))
     if not kept:
         return None  # nothing recursive is left: the regex says it all
+    if split:
+        root_e, kept = _merged(root_e, kept)
     flow = _Flow(root_e, kept)
     used = set(flow.follows)
     terminals = {name: node for name, node in b.nodes.items() if name in used}

@@ -49,13 +49,23 @@ class ObjectEmitter(CompilerBase):
             items[0][0] = "req"  # a sound restriction that keeps the regex linear
             self.length_narrowed.append((ptr or "#") + " (first property required)")
         seq_items = [SeqItem("req" if it[0] == "req" else "opt", it[1]) for it in items]
-        for k, v, count in extras:
-            e = k + ws + ":" + ws + group(v)
-            if plus_extra:
-                more = None if count is None else count - 1
-                seq_items.append(SeqItem("req", group(e) + rep("(" + sep + group(e) + ")", 0, more)))
+        extra_items = [(k + ws + ":" + ws + group(v), count) for k, v, count in extras]
+        if plus_extra:
+            # at least one extra property: the first one present is of rule i (at least once), the
+            # rules after it as before (each 0..count times)
+            heads = [group(e) + rep("(" + sep + group(e) + ")", 0, None if count is None else count - 1)
+                     for e, count in extra_items]
+            if len(heads) == 1:
+                seq_items.append(SeqItem("req", heads[0]))
             else:
-                seq_items.append(SeqItem("star", e, count))
+                firsts = [sequence([SeqItem("req", h)] + [SeqItem("star", e2, c2) for e2, c2 in extra_items[i + 1:]],
+                                   sep, self.check_size) for i, h in enumerate(heads)]
+                joined = alt(firsts)
+                if joined is None:
+                    return EMPTY
+                seq_items.append(SeqItem("req", group(joined)))
+        else:
+            seq_items += [SeqItem("star", e, count) for e, count in extra_items]
         if self.opts.property_order == "any" and len(seq_items) <= self.opts.max_any_order_properties and all(
             it.kind in ("req", "opt") for it in seq_items
         ) and len(seq_items) > 1:
@@ -194,7 +204,7 @@ class ObjectEmitter(CompilerBase):
                     it[0] = "req"
                     need -= 1
             plus_extra = False
-            if need == 1 and len(extras) == 1:
+            if need == 1 and extras:
                 plus_extra = True  # one extra property is enough (duplicates still count one)
                 need = 0
             if need > 0:

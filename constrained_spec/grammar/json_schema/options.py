@@ -17,6 +17,7 @@ __all__ = [
     "whitespace_regex",
     "LOCAL_OBJECT_CAP",
     "HOIST_CHARS",
+    "HOIST_CHARS_SMALL",
     "NO_REGEX_NOTE",
     "UNROLL_BUDGET",
     "MAX_BRANCH_COMBINATIONS",
@@ -41,6 +42,10 @@ LOCAL_OBJECT_CAP = 40_000
 #: passes this many characters a rule of its own (named wherever it occurs), so the grammar's size
 #: grows with the schema, not with the product of its optional parts
 HOIST_CHARS = 1_000
+#: where the grammar with :data:`HOIST_CHARS` is not built either (a conjunction of many small parts,
+#: e.g. an object of hundreds of properties, still passes ``max_regex_chars``), the last try hoists
+#: every conjunction past this many characters
+HOIST_CHARS_SMALL = 100
 #: ``SchemaRegex.narrowed`` of a schema compiled to a grammar only (``regex`` is then ``""``)
 NO_REGEX_NOTE = "# (no regex within max_regex_chars: only the Lark grammar holds the language)"
 #: cap on (bounded count x expanded element size) of an array repetition: the DFA builder
