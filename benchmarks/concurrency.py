@@ -10,6 +10,11 @@ send to its answer, prefill and waiting included. Printed per setting: aggregate
 prefix-cache check (the same system prompt and tools twice, two different questions: the second
 request's prefill time against the first's) and memory (RSS, the preallocated caches).
 Greedy; greedy outputs of both paths are compared token for token.
+
+``--peer llama-server`` adds llama.cpp's own server as a third column, in the same run: ``llama-server -np C`` on
+the same target GGUF (built by ``scripts/build_llama_server.sh`` from the binding's own llama.cpp source), sent the
+same prompt token ids with its ``json_schema``, greedy, from the same C clients (``benchmarks/llama_server_peer.py``);
+its peak RSS is the server process's. ``--runtime llamacpp`` is then the default pair on the GGUF for all three.
 """
 
 from __future__ import annotations
@@ -68,6 +73,27 @@ def rss_mb() -> float:
     return float("nan")
 
 
+def reset_peak_rss() -> bool:
+    """Reset this process's peak RSS (``VmHWM``) to its current RSS (Linux: ``5`` to ``/proc/self/clear_refs``), so
+    the next :func:`rss_mb` is the peak of what ran since; False where the kernel does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _valid(text: str, schema: Any) -> bool:
+    import jsonschema
+
+    try:
+        jsonschema.validate(json.loads(text), schema)
+        return True
+    except Exception:  # noqa: BLE001 - any failure is "not valid"
+        return False
+
+
 def run_clients(gen: Any, items: Sequence[Any], clients: int, max_new_tokens: int) -> dict[str, Any]:
     """``clients`` threads, client i sending items i, i+clients, ... in turn; per-request records."""
     records: list[dict[str, Any]] = []
@@ -79,7 +105,7 @@ def run_clients(gen: Any, items: Sequence[Any], clients: int, max_new_tokens: in
             try:
                 result = gen.run(item.prompt, item.schema, max_new_tokens=max_new_tokens)
                 rec = {"id": item.id, "tokens": len(result.token_ids), "token_ids": result.token_ids,
-                       "prefill_s": result.stats.prefill_seconds, "ok": True}
+                       "prefill_s": result.stats.prefill_seconds, "ok": True, "valid": _valid(result.text, item.schema)}
             except Exception as exc:  # noqa: BLE001 - a failed request is a figure too
                 rec = {"id": item.id, "tokens": 0, "token_ids": None, "error": f"{type(exc).__name__}: {exc}", "ok": False}
             rec["latency_s"] = time.perf_counter() - t0
@@ -87,6 +113,7 @@ def run_clients(gen: Any, items: Sequence[Any], clients: int, max_new_tokens: in
                 records.append(rec)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    peak_reset = reset_peak_rss()
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -97,7 +124,8 @@ def run_clients(gen: Any, items: Sequence[Any], clients: int, max_new_tokens: in
     tokens = sum(r["tokens"] for r in records)
     return {"clients": clients, "requests": len(records), "errors": sum(not r["ok"] for r in records), "wall_s": wall,
             "tokens": tokens, "throughput_tok_s": tokens / wall if wall else None,
-            "p50_s": statistics.median(lat) if lat else None, "p95_s": percentile(lat, 0.95), "records": records}
+            "p50_s": statistics.median(lat) if lat else None, "p95_s": percentile(lat, 0.95),
+            "valid": sum(bool(r.get("valid")) for r in records), "peak_rss_mb": rss_mb() if peak_reset else None, "records": records}
 
 
 def prefix_check(gen: Any, max_new_tokens: int) -> dict[str, Any]:
@@ -117,6 +145,26 @@ def prefix_check(gen: Any, max_new_tokens: int) -> dict[str, Any]:
     return {"requests": out, "second_over_first_prefill": ratio}
 
 
+def run_peer(gen: Any, model: str, items: Sequence[Any], clients: Sequence[int], max_new_tokens: int, threads: int) -> dict[str, Any]:
+    """llama-server on the target's GGUF, one server per client count (``-np`` = clients), the same prompt ids."""
+    from benchmarks.llama_server_peer import LlamaServer
+    from benchmarks.llama_server_peer import run_clients as peer_clients
+    from constrained_spec.models.store.fetch import gguf_path
+
+    jobs = [(item.id, gen.prompt_ids(item.prompt, gen.compile(item.schema).spec), item.schema) for item in items]
+    out: dict[str, Any] = {"settings": []}
+    for c in clients:
+        server = LlamaServer(str(gguf_path(model)), parallel=c, threads=threads, ctx_per_slot=2048)
+        try:
+            peer_clients(server, jobs[:1], 1, 8)  # warm-up, as ours
+            row = peer_clients(server, jobs, c, max_new_tokens)
+            row.update(load_s=server.load_s, peak_rss_mb=server.peak_rss_mb(), command=" ".join(server.command))
+        finally:
+            server.close()
+        out["settings"].append(row)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.concurrency", description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", default="1,8", help="comma list of concurrent client counts (default 1,8)")
@@ -131,6 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-serial", action="store_true", help="skip the one-at-a-time baseline")
     p.add_argument("--workload", default="default", choices=("default", "heldout"),
                    help="the prompts: the tuned benchmark workload (default) or the held-out one, never tuned on")
+    p.add_argument("--peer", default=None, choices=("llama-server",),
+                   help="also run llama.cpp's llama-server -np <clients> on the same GGUF, prompt ids and schemas")
+    p.add_argument("--no-prefix-check", action="store_true", help="skip the prefix-cache check")
     p.add_argument("--out", default=None, help="output folder (default results/concurrency-<UTC timestamp>)")
     args = p.parse_args(list(argv) if argv is not None else None)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -175,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         after = batched.batch.metrics.snapshot()
         row["batched"]["rows_per_forward"] = {n: after["rows_per_forward"].get(n, 0) - metrics_before["rows_per_forward"].get(n, 0)
                                               for n in after["rows_per_forward"]}
+        for key in ("forward_seconds", "prefill_seconds", "prefill_tokens", "rounds"):
+            row["batched"][key] = after[key] - metrics_before[key]
         print(f"batched {c} clients: {row['batched']['throughput_tok_s']:.2f} tok/s, p50 {row['batched']['p50_s']:.1f} s", flush=True)
         if "serial" in row:
             s, b = row["serial"], row["batched"]
@@ -183,15 +236,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             same = {r["id"]: r["token_ids"] for r in s["records"]}
             row["greedy_identical"] = sum(same.get(r["id"]) == r["token_ids"] for r in b["records"])
         results["settings"].append(row)
-    fresh = Generator(model, draft, progress=False, max_new_tokens=args.max_new_tokens, max_batch_size=2, device=args.device,
-                      runtime=args.runtime)
-    results["prefix_cache"] = prefix_check(fresh, 64)
     results["peak_rss_mb"] = rss_mb()
+    if args.peer == "llama-server":
+        results["peer"] = run_peer(serial, model, items, clients, args.max_new_tokens, torch.get_num_threads())
+        for row, peer in zip(results["settings"], results["peer"]["settings"]):
+            row["peer"] = peer
+            print(f"llama-server -np {peer['clients']}: {peer['throughput_tok_s']:.2f} tok/s, p50 {peer['p50_s']:.1f} s", flush=True)
+    if not args.no_prefix_check:
+        fresh = Generator(model, draft, progress=False, max_new_tokens=args.max_new_tokens, max_batch_size=2, device=args.device,
+                          runtime=args.runtime)
+        results["prefix_cache"] = prefix_check(fresh, 64)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else ROOT / "results" / f"concurrency-{stamp}"
     out.mkdir(parents=True, exist_ok=True)
     for row in results["settings"]:
-        for side in ("serial", "batched"):
+        for side in ("serial", "batched", "peer"):
             for r in row.get(side, {}).get("records", []):
                 r.pop("token_ids", None)
     (out / "results.json").write_text(json.dumps(results, indent=1))
@@ -216,13 +275,36 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(f"| {row['clients']} | {f(s.get('throughput_tok_s'))} | {f(b['throughput_tok_s'])} | {f(row.get('throughput_ratio'))} | "
                      f"{f(s.get('p50_s'), '{:.1f}')} | {f(b['p50_s'], '{:.1f}')} | {f(row.get('p50_ratio'))} | {f(s.get('p95_s'), '{:.1f}')} | "
                      f"{f(b['p95_s'], '{:.1f}')} | {s.get('errors', 0) + b['errors']} | {row.get('greedy_identical', '–')}/{b['requests']} |")
-    pc = results["prefix_cache"]
-    first, second = pc["requests"]
-    lines += ["", f"Prefix cache: same system prompt + tools, two questions: prefill {first['prefill_s']:.2f} s "
-                  f"({first['prompt_tokens']} prompt tokens), then {second['prefill_s']:.2f} s ({second['prompt_tokens']}): "
-                  f"{100 * (pc['second_over_first_prefill'] or 0):.0f}% of the first",
-              f"Memory: RSS after loading {results['rss_after_load_mb']:.0f} MB, peak {results['peak_rss_mb']:.0f} MB; "
-              f"batch caches preallocated {results['batch_cache_mb']:.0f} MB ({results['max_batch_size']} slots)"]
+    if "peer" in results:
+        lines += ["", "Side by side (the same run, prompt ids and schemas):", "",
+                  "| clients | | tok/s | p50 s | p95 s | valid | peak RSS MB |", "|---|---|---|---|---|---|---|"]
+        for row in results["settings"]:
+            peer = row.get("peer")
+            if peer is None:
+                continue
+            for name, side in (("ours, one at a time", row.get("serial")), ("ours, rows", row["batched"]),
+                               (f"llama-server -np {peer['clients']}", peer)):
+                if side:
+                    rss = side.get("peak_rss_mb")
+                    lines.append(f"| {row['clients']} | {name} | {side['throughput_tok_s']:.2f} | {side['p50_s']:.1f} | {side['p95_s']:.1f} | "
+                                 f"{side.get('valid', '–')} | {'–' if rss is None else f'{rss:.0f}'} |")
+            b = row["batched"]
+            lines.append(f"| {row['clients']} | rows ÷ llama-server | {b['throughput_tok_s'] / peer['throughput_tok_s']:.2f}x | | | | |")
+        lines.append("(ours: one process holding both generators, its peak RSS reset before each side's run: each side's "
+                     "figure counts the other's resident pages too; llama-server: its process's peak)")
+    for row in results["settings"]:
+        b = row["batched"]
+        if "forward_seconds" in b:
+            lines.append(f"Rows, {row['clients']} clients: {b['rounds']} rounds, forwards {b['forward_seconds']:.1f} s, prompt pieces "
+                         f"{b['prefill_seconds']:.1f} s ({b['prefill_tokens']} tokens), rows per forward {b['rows_per_forward']}")
+    pc = results.get("prefix_cache")
+    if pc is not None:
+        first, second = pc["requests"]
+        lines += ["", f"Prefix cache: same system prompt + tools, two questions: prefill {first['prefill_s']:.2f} s "
+                      f"({first['prompt_tokens']} prompt tokens), then {second['prefill_s']:.2f} s ({second['prompt_tokens']}): "
+                      f"{100 * (pc['second_over_first_prefill'] or 0):.0f}% of the first"]
+    lines.append(f"Memory: RSS after loading {results['rss_after_load_mb']:.0f} MB, peak {results['peak_rss_mb']:.0f} MB; "
+                 f"batch caches preallocated {results['batch_cache_mb']:.0f} MB ({results['max_batch_size']} slots)")
     return "\n".join(lines)
 
 

@@ -155,8 +155,8 @@ def _chunked_row_logits(weights, prompt: list[int], block: list[int], chunk: int
 
 
 def test_a_row_prompt_fed_in_chunks_holds_the_cache_one_sequence_prefill_makes(invariant_weights):
-    """The coordinator feeds a row's prompt in chunks; the row computes them together when it is next read (on the
-    fast paths, cut as a single sequence's prefill cuts it: before 2026-12-04 every chunk after the first ran on
+    """The coordinator feeds a row's prompt in chunks; the row computes them on the fast paths, cut as a single
+    sequence's prefill cuts it (a prefill piece as soon as it is complete, the rest when the row is next read: before 2026-12-04 every chunk after the first ran on
     the reference paths: 93-118 s a prompt as rows against 11-17 s one at a time on the real target, 2026-12-04), and its verify is bitwise the one-token reference.
     On this tiny file computing chunk by chunk happens to give the same bits too (measured), so the control is a
     prompt that differs in its first chunk: the comparison sees it."""
@@ -168,6 +168,41 @@ def test_a_row_prompt_fed_in_chunks_holds_the_cache_one_sequence_prefill_makes(i
     assert torch.equal(_chunked_row_logits(weights, prompt, block, chunk=64, eager=True), ref)
     other = _chunked_row_logits(weights, [prompt[0] + 1] + prompt[1:], block, chunk=64, eager=False)
     assert not torch.equal(other, ref), "the control: another prompt must give other logits"
+
+
+def test_a_row_prompt_is_computed_a_piece_at_a_time_between_decode_steps_of_another_row(invariant_weights):
+    """Issue 46 item 4: row 1's long prompt is fed in chunks (head "none") in the very forwards in which row 0 verifies
+    blocks. Row 0's logits stay bitwise the one-token reference at every step; row 1's cache grows a prefill piece at a
+    time while it is fed (llama.cpp's own count of its positions, not the runtime's bookkeeping: before 2026-12-05 it
+    held nothing until its first read, which then computed the whole prompt and stalled row 0), and row 1's first verify
+    is bitwise the one-token reference after one sequence's prefill of the same prompt."""
+    from constrained_spec.models.llamacpp.model import LlamaCppRows
+    from constrained_spec.models.llamacpp.pieces import PREFILL_PIECE
+
+    weights = invariant_weights["Q4_K_M"]
+    rows = LlamaCppRows(weights, slots=2, max_length=900)
+    rng = random.Random(5)
+    prompt0, prompt1 = _tokens(50, 40), _tokens(51, 2 * PREFILL_PIECE + 120)  # 2 full pieces and a partial one
+    call = SimpleNamespace
+    rows.forward([call(slot=0, start=0, tokens=prompt0, head="none")])
+    committed, chunk, fed = list(prompt0), 100, 0
+    while fed < len(prompt1):
+        block = [rng.randrange(50000) for _ in range(rng.choice(BLOCKS))]
+        piece = prompt1[fed : fed + chunk]
+        out = rows.forward([call(slot=1, start=fed, tokens=piece, head="none"),
+                            call(slot=0, start=len(committed), tokens=block, head="all")])
+        fed += len(piece)
+        ref = one_token_logits(weights, prompt0, committed[len(prompt0):] + block)[-len(block):]
+        assert out[0] is None and torch.equal(out[1], ref), f"row 0 after {fed} prompt tokens of row 1: {_mismatch(out[1], ref)}"
+        committed += block
+        held = rows._ctx.seq_length(1)
+        assert held == fed - fed % PREFILL_PIECE, f"row 1 holds {held} positions after {fed} fed: its complete pieces are not computed"
+    block1 = _tokens(52, 6)
+    got = rows.forward([call(slot=1, start=len(prompt1), tokens=block1, head="all")])[0]
+    ref1 = one_token_logits(weights, prompt1, block1)
+    assert torch.equal(got, ref1), f"row 1's first verify: {_mismatch(got, ref1)}"
+    control = one_token_logits(weights, [prompt1[0] + 1] + prompt1[1:], block1)
+    assert not torch.equal(control, ref1), "the control: another prompt must give other logits"
 
 
 def test_negative_control_the_default_paths_are_not_batch_invariant(quantized):

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from constrained_spec.errors import ConfigError, ModelLoadError
+from constrained_spec.models.llamacpp.pieces import PREFILL_PIECE, complete_end, piece_bounds
 from constrained_spec.models.llamacpp.prompt_states import PromptStates, model_key
 
 __all__ = ["DEFAULT_N_CTX", "LlamaCppModel", "LlamaCppRows", "LlamaCppWeights", "available", "batch_invariant_build",
@@ -195,7 +196,7 @@ class LlamaCppWeights:
         stat = os.stat(self.path)
         key = model_key(path=self.path, size=stat.st_size, mtime=stat.st_mtime_ns, binding=version("llama_cpp_python"),
                         patched=batch_invariant_build(), threads=self.threads, flash_attn=self.flash_attn, n_batch=N_BATCH)
-        self.prompt_states = PromptStates(Path(cache_root) / "prompt-states" / key, boundary=N_BATCH, max_bytes=max_bytes)
+        self.prompt_states = PromptStates(Path(cache_root) / "prompt-states" / key, boundary=PREFILL_PIECE, max_bytes=max_bytes)
         return self.prompt_states
 
     def prefilled_state(self, tokens: list[int]) -> bytes:
@@ -210,15 +211,14 @@ class LlamaCppWeights:
                 raise ValueError(f"{len(tokens)} tokens exceed the prefill context's {fast.n_ctx}")
             fast.clear()
             try:
-                entries = [(0, i, t, i == len(tokens) - 1) for i, t in enumerate(tokens)]
                 start = 0 if self.prompt_states is None else self._restore_prefix(fast, tokens)
                 saved = 0 if self.prompt_states is None else self.prompt_states.usable_length(len(tokens))
-                if saved > start:  # compute up to the last boundary, save it, then the rest: the same ubatches as at once
-                    fast.decode(entries[start:saved])
+                if saved > start:  # up to the last piece boundary, saved, then the rest: the same pieces as at once
+                    fast.prefill(0, start, tokens[start:saved])
                     assert self.prompt_states is not None
                     self.prompt_states.save(tokens[:saved], fast.seq_state(0))
                     start = saved
-                fast.decode(entries[start:])
+                fast.prefill(0, start, tokens[start:])
                 return fast.seq_state(0)
             finally:
                 fast.clear()
@@ -313,6 +313,13 @@ class _Context:
         if not rows:
             return None
         return rows[0] if len(rows) == 1 else torch.cat(rows)
+
+    def prefill(self, seq: int, start: int, tokens: list[int]) -> None:
+        """Feed ``tokens`` (a prompt) to sequence ``seq`` at positions ``start``.. one prefill piece per ``llama_decode``
+        (cut at absolute positions: :mod:`~constrained_spec.models.llamacpp.pieces`), the last position's output kept."""
+        end = start + len(tokens)
+        for a, b in piece_bounds(start, end):
+            self.decode([(seq, p, tokens[p - start], p == end - 1) for p in range(a, b)])
 
     def seq_rm(self, seq: int, start: int) -> None:
         """Drop sequence ``seq``'s positions from ``start`` on."""
@@ -461,8 +468,9 @@ class LlamaCppRows:
         self._ctx = _Context(weights, slots * max_length, slots)
         self._fast: _Context | None = None  # see _prefill_row
         self.lengths = [0] * slots
-        #: batch-invariant rows: prompt tokens a row was given (head "none") and not yet computed, as (start, tokens);
-        #: computed together, on the fast paths, when the row is next read (see :meth:`_settle`)
+        #: batch-invariant rows: prompt tokens a row was given (head "none") and not yet computed, as (start, tokens):
+        #: less than one prefill piece (the complete pieces are computed as they come, :meth:`_advance`), computed on
+        #: the fast paths when the row is next read (:meth:`_settle`)
         self._pending: dict[int, tuple[int, list[int]]] = {}
 
     def forward(self, calls: list[Any]) -> list[torch.Tensor | None]:
@@ -498,17 +506,37 @@ class LlamaCppRows:
         return out
 
     def _defer(self, slot: int, start: int, tokens: list[int]) -> None:
-        """A prompt chunk of a batch-invariant row: kept, computed by :meth:`_settle`. Chunks that follow one
-        another join, so a prompt the coordinator feeds in chunks is computed in one go, as a single
-        sequence's prefill is (the fast paths' rounding depends on how a prompt is cut: this way rows and
-        one-at-a-time decoding hold the same cache)."""
+        """A prompt chunk of a batch-invariant row, computed piece by piece (:meth:`_advance`). Chunks that follow
+        one another join, so the row's prompt is cut where one sequence's prefill cuts it (at absolute positions,
+        :mod:`~constrained_spec.models.llamacpp.pieces`; the fast paths' rounding depends on the cut: this way rows
+        and one-at-a-time decoding hold the same cache)."""
         pending = self._pending.get(slot)
         if pending is not None and pending[0] + len(pending[1]) == start:
             self._pending[slot] = (pending[0], pending[1] + tokens)
+        else:
+            self._settle(slot)  # anything else (a rollback into deferred tokens): compute them, then crop
+            self._ctx.seq_rm(slot, start)
+            self._pending[slot] = (start, tokens)
+        self._advance(slot)
+
+    def _advance(self, slot: int) -> None:
+        """Compute the complete prefill pieces of ``slot``'s deferred tokens now (so a prompt is computed a piece at a
+        time between the other rows' decode steps, not all at once when the row is first read); the incomplete last
+        piece waits for more tokens or for :meth:`_settle`."""
+        start, tokens = self._pending[slot]
+        cut = complete_end(start, start + len(tokens))
+        if cut == start:
             return
-        self._settle(slot)  # anything else (a rollback into deferred tokens): compute them, then crop
-        self._ctx.seq_rm(slot, start)
-        self._pending[slot] = (start, tokens)
+        self._prefill_row(slot, start, tokens[: cut - start])
+        if cut - start < len(tokens):
+            self._pending[slot] = (cut, tokens[cut - start :])
+        else:
+            del self._pending[slot]
+
+    def pending_tokens(self, slot: int) -> int:
+        """Prompt tokens ``slot`` was given and has not computed yet (fewer than one prefill piece between reads)."""
+        pending = self._pending.get(slot)
+        return 0 if pending is None else len(pending[1])
 
     def _settle(self, slot: int) -> None:
         """Compute ``slot``'s deferred prompt tokens, if any, on the fast paths (see :meth:`_prefill_row`)."""
@@ -530,7 +558,7 @@ class LlamaCppRows:
             if start > 0:
                 fast.set_seq_state(slot, self._ctx.seq_state(slot))
                 fast.seq_rm(slot, start)
-            fast.decode([(slot, start + i, t, i == len(tokens) - 1) for i, t in enumerate(tokens)])
+            fast.prefill(slot, start, tokens)
             state = fast.seq_state(slot)
         finally:
             fast.seq_rm(slot, 0)
