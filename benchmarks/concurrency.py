@@ -63,14 +63,10 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def rss_mb() -> float:
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
+    """This process's peak RSS in MB."""
+    from benchmarks.llama_server_peer import vmhwm_mb
+
+    return vmhwm_mb("self")
 
 
 def reset_peak_rss() -> bool:

@@ -35,7 +35,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _vmhwm_mb(pid: int) -> float:
+def vmhwm_mb(pid: int | str = "self") -> float:
+    """Peak RSS in MB of process ``pid`` (``VmHWM``; "self": this one); NaN where unreadable."""
     try:
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:
@@ -91,7 +92,7 @@ class LlamaServer:
                 "prefill_s": float(timings.get("prompt_ms", 0.0)) / 1000, "prompt_tokens": int(timings.get("prompt_n", 0))}
 
     def peak_rss_mb(self) -> float:
-        return _vmhwm_mb(self.proc.pid)
+        return vmhwm_mb(self.proc.pid)
 
     def close(self) -> None:
         if self.proc.poll() is None:

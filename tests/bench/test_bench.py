@@ -166,6 +166,21 @@ def _subschemas(schema, parts):
         yield from _subschemas(schema["items"], rest)
 
 
+def _check_expected(w) -> None:
+    """Every expected value of workload entry ``w`` names a field of its schema, validates against it
+    (``jsonschema``) and, where free text, is stated in the prompt."""
+    import jsonschema
+
+    for ptr, value in w.expected.items():
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in ptr.split("/")[1:]] if ptr else []
+        subs = list(_subschemas(w.schema, parts))
+        assert subs, f"{w.id}: {ptr} names no field of its schema"
+        assert any(jsonschema.Draft202012Validator(s, format_checker=jsonschema.FormatChecker()).is_valid(value) for s in subs), \
+            f"{w.id}: expected {ptr} = {value!r} does not validate against its field"
+        if isinstance(value, str) and not any({"enum", "const", "format"} & set(s) for s in subs):
+            assert value in w.prompt, f"{w.id}: {ptr} = {value!r} is not stated in the prompt"
+
+
 def test_heldout_workload_integrity():
     import re
 
@@ -188,14 +203,7 @@ def test_heldout_workload_integrity():
     for w in held:
         jsonschema.validators.validator_for(w.schema).check_schema(w.schema)  # valid per its metaschema
         assert w.kind in {"extraction", "generative"}
-        for ptr, value in w.expected.items():
-            parts = [p.replace("~1", "/").replace("~0", "~") for p in ptr.split("/")[1:]] if ptr else []
-            subs = list(_subschemas(w.schema, parts))
-            assert subs, f"{w.id}: {ptr} names no field of its schema"
-            assert any(jsonschema.Draft202012Validator(s, format_checker=jsonschema.FormatChecker()).is_valid(value) for s in subs), \
-                f"{w.id}: expected {ptr} = {value!r} does not validate against its field"
-            if isinstance(value, str) and not any({"enum", "const", "format"} & set(s) for s in subs):
-                assert value in w.prompt, f"{w.id}: {ptr} = {value!r} is not stated in the prompt"
+        _check_expected(w)
 
 
 def test_quality_workload_integrity():
@@ -203,7 +211,6 @@ def test_quality_workload_integrity():
     every prompt scored, every expected value valid for its field and, where free text, stated in the prompt."""
     import re
 
-    import jsonschema
 
     module = bench.load_workload_module(bench.BENCH_DIR / "quality.py")
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", module.WRITTEN) and module.WRITTEN in module.__doc__
@@ -213,14 +220,7 @@ def test_quality_workload_integrity():
     assert not {w.id for w in quality} & {w.id for w in others} and not {w.prompt for w in quality} & {w.prompt for w in others}
     for w in quality:
         assert w.kind == "extraction" and w.expected
-        for ptr, value in w.expected.items():
-            parts = [p.replace("~1", "/").replace("~0", "~") for p in ptr.split("/")[1:]]
-            subs = list(_subschemas(w.schema, parts))
-            assert subs, f"{w.id}: {ptr} names no field of its schema"
-            assert any(jsonschema.Draft202012Validator(s, format_checker=jsonschema.FormatChecker()).is_valid(value) for s in subs), \
-                f"{w.id}: expected {ptr} = {value!r} does not validate against its field"
-            if isinstance(value, str) and not any({"enum", "const", "format"} & set(s) for s in subs):
-                assert value in w.prompt, f"{w.id}: {ptr} = {value!r} is not stated in the prompt"
+        _check_expected(w)
 
 
 def test_field_match_and_e2e_summary_math():
