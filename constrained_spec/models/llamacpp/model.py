@@ -195,7 +195,8 @@ class LlamaCppWeights:
 
         stat = os.stat(self.path)
         key = model_key(path=self.path, size=stat.st_size, mtime=stat.st_mtime_ns, binding=version("llama_cpp_python"),
-                        patched=batch_invariant_build(), threads=self.threads, flash_attn=self.flash_attn, n_batch=N_BATCH)
+                        patched=batch_invariant_build(), threads=self.threads, flash_attn=self.flash_attn, n_batch=N_BATCH,
+                        piece=PREFILL_PIECE)
         self.prompt_states = PromptStates(Path(cache_root) / "prompt-states" / key, boundary=PREFILL_PIECE, max_bytes=max_bytes)
         return self.prompt_states
 
