@@ -3,15 +3,15 @@
 The CLI is one process per call, so its in-process prefix cache never sees a second call; calls
 with the same schema hint placed first (``schema_hint_place="system"``) or the same system prompt
 share their first tokens. After a prefill, the sequence's state (``llama_state_seq`` bytes) at its
-last *ubatch boundary* is saved here, keyed by the model and the tokens; a later prefill restores the
-longest saved prefix that ends on a boundary and computes only the rest.
+last piece cut and at each message end (:class:`~constrained_spec.models.llamacpp.pieces.PieceRule`) is
+saved here, keyed by the model and the tokens; a later prefill restores the longest saved prefix that
+ends on a cut and computes only the rest.
 
-Why boundaries: llama.cpp's fast prefill paths give a position rounding that depends on which
-ubatch it was computed in. A prompt prefilled from scratch is computed in ubatches of ``boundary``
-tokens from position 0; restoring a prefix that ends on a multiple of ``boundary`` leaves the rest to
-be computed in exactly those ubatches, so the cache comes out bitwise the same as without the
-store, and the output does not depend on whether the store was warm (a test holds this, with a
-restore off the boundary as the control that differs).
+Why cuts: llama.cpp's fast prefill paths give a position rounding that depends on which ubatch it
+was computed in. A prompt prefilled from scratch is computed in the rule's pieces from position 0;
+restoring a prefix that ends on a cut leaves the rest to be computed in exactly those pieces, so the
+cache comes out bitwise the same as without the store, and the output does not depend on whether the
+store was warm (a test holds this, with a restore off the cuts as the control that differs).
 
 Bounded: at most ``max_bytes`` on disk and ``max_entries`` files per model, least recently used out.
 An entry that fails to load is deleted and the prefix computed again. Writes are atomic (a temporary
@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from constrained_spec.models.llamacpp.pieces import PieceRule
 
 __all__ = ["PromptStates", "SavedPrefix", "model_key"]
 
@@ -58,19 +60,24 @@ def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 
 
 class PromptStates:
-    """One model's saved prompt states in ``folder``; restore points are multiples of ``boundary``."""
+    """One model's saved prompt states in ``folder``; restore points are the cuts of ``rule``."""
 
-    def __init__(self, folder: str | os.PathLike[str], boundary: int, max_bytes: int, max_entries: int = 64) -> None:
-        if boundary < 1 or max_bytes < 1 or max_entries < 1:
-            raise ValueError("boundary, max_bytes and max_entries must be positive")
+    def __init__(self, folder: str | os.PathLike[str], rule: PieceRule, max_bytes: int, max_entries: int = 64) -> None:
+        if rule.width < 1 or max_bytes < 1 or max_entries < 1:
+            raise ValueError("the rule's width, max_bytes and max_entries must be positive")
         self.folder = Path(folder)
-        self.boundary, self.max_bytes, self.max_entries = boundary, max_bytes, max_entries
+        self.rule, self.max_bytes, self.max_entries = rule, max_bytes, max_entries
         self.hits = self.misses = 0
 
-    def usable_length(self, n_tokens: int) -> int:
-        """The longest prefix of an ``n_tokens`` prompt worth saving or restoring: the last boundary
-        before its last token (the last token is always computed, for its logits)."""
-        return ((n_tokens - 1) // self.boundary) * self.boundary if n_tokens > 1 else 0
+    def usable_length(self, tokens: Sequence[int]) -> int:
+        """The longest prefix of a prompt worth saving or restoring: its last cut before its last token
+        (the last token is always computed, for its logits)."""
+        return self.rule.last_cut(tokens, len(tokens) - 1)
+
+    def save_points(self, tokens: Sequence[int]) -> list[int]:
+        """Where a prefill of ``tokens`` saves its state: each message end and the last cut, before the last token."""
+        limit = self.usable_length(tokens)
+        return sorted({c for c in self.rule.message_ends(tokens) if c <= limit} | ({limit} if limit else set()))
 
     def _names(self) -> list[str]:
         try:
@@ -79,8 +86,8 @@ class PromptStates:
             return []
 
     def longest(self, tokens: Sequence[int]) -> SavedPrefix | None:
-        """The saved state sharing the longest boundary-aligned prefix with ``tokens`` (None: none)."""
-        limit = self.usable_length(len(tokens))
+        """The saved state sharing the longest prefix that ends on a cut with ``tokens`` (None: none)."""
+        limit = self.usable_length(tokens)
         if limit == 0:
             self.misses += 1
             return None
@@ -91,7 +98,7 @@ class PromptStates:
                 stored = np.fromfile(self.folder / (name + TOKENS_SUFFIX), dtype="<i4")
             except (OSError, ValueError):
                 continue
-            n = (_common_prefix(stored, wanted) // self.boundary) * self.boundary
+            n = self.rule.last_cut(tokens, _common_prefix(stored, wanted))
             if n > best_n:
                 best, best_n = name, n
         if best is None:
@@ -107,10 +114,10 @@ class PromptStates:
         return SavedPrefix(best, state, best_n)
 
     def save(self, tokens: Sequence[int], state: bytes) -> None:
-        """Keep ``state``, the cache of exactly ``tokens`` (a multiple of the boundary long), then
-        evict the least recently used entries past the bounds. Errors writing are ignored (a full
-        disk costs the next call its prefill, nothing else)."""
-        if not tokens or len(tokens) % self.boundary or len(state) > self.max_bytes:
+        """Keep ``state``, the cache of exactly ``tokens`` (ending on a cut), then evict the least recently
+        used entries past the bounds. Errors writing are ignored (a full disk costs the next call its
+        prefill, nothing else)."""
+        if not tokens or self.rule.last_cut(tokens, len(tokens)) != len(tokens) or len(state) > self.max_bytes:
             return
         array = np.asarray(tokens, dtype="<i4")
         name = hashlib.sha256(array.tobytes()).hexdigest()[:32]
