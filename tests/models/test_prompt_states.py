@@ -221,3 +221,32 @@ def test_the_store_saves_a_prompt_at_its_message_ends(q4_path, tmp_path) -> None
     later_store.rule = later.pieces
     assert later.prefilled_state(second) == _plain(w, second)
     assert later.prefill_reused == len(system) and later_store.hits == 1
+
+
+def test_in_memory_a_prompt_restores_a_message_an_earlier_prompt_than_the_previous_one_had(q4_path) -> None:
+    """Prompts of schema X, then Y, then X again (the job or server case): the third restores X's system message from
+    the memory store, bitwise equal to its prefill from scratch; without the store it keeps nothing (the previous
+    prompt, Y's, shares no message with it). The store is bounded by bytes, least recently used out."""
+    w = _with_stop(q4_path)
+    memory = w.keep_memory_states(1 << 30)
+    memory.rule = w.pieces
+    system_x, first_x, second_x = _messages(40)
+    _, first_y, _ = _messages(50)
+    for tokens in (first_x, first_y):
+        w.prefilled_state(tokens)
+    assert w.prefilled_state(second_x) == _plain(w, second_x) and w.prefill_reused == len(system_x)
+    assert memory.folder is None and memory.hits >= 1
+
+    bare = _with_stop(q4_path)  # no store: only the previous prompt's cache is kept
+    for tokens in (first_x, first_y, second_x):
+        bare.prefilled_state(tokens)
+    assert bare.prefill_reused == 0
+
+    small = _with_stop(q4_path)
+    one = len(memory._entries.state(memory._names()[0]) or b"")
+    bounded = small.keep_memory_states(2 * one + one // 2)
+    bounded.rule = small.pieces
+    for seed in (60, 70, 80):
+        small.prefilled_state(_messages(seed)[1])
+    assert len(bounded._names()) <= 2 and bounded.bytes <= bounded.max_bytes
+    assert bounded.longest(_messages(60)[2]) is None and bounded.longest(_messages(80)[2]) is not None

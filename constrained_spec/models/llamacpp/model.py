@@ -172,6 +172,8 @@ class LlamaCppWeights:
         self._prefill_lock = threading.Lock()
         #: prefilled prompts saved on disk for later processes (:meth:`keep_prompt_states`); None: none kept
         self.prompt_states: PromptStates | None = None
+        #: prefilled prompts kept in memory for this process's later prompts (:meth:`keep_memory_states`); None: none
+        self.memory_states: PromptStates | None = None
         vocab = lib.llama_model_get_vocab(self.handle)
         self.vocab_size = int(lib.llama_vocab_n_tokens(vocab))
         #: where prefills are cut: every PREFILL_PIECE positions and after each end-of-generation token (message ends)
@@ -207,12 +209,18 @@ class LlamaCppWeights:
         self.prompt_states = PromptStates(Path(cache_root) / "prompt-states" / key, rule=self.pieces, max_bytes=max_bytes)
         return self.prompt_states
 
+    def keep_memory_states(self, max_bytes: int) -> PromptStates:
+        """Keep prefilled prompts' states at their message ends and last cut in memory (up to ``max_bytes``, least
+        recently used out) and restore the longest match in later prefills of this process."""
+        self.memory_states = PromptStates(None, rule=self.pieces, max_bytes=max_bytes)
+        return self.memory_states
+
     def prefilled_state(self, tokens: list[int]) -> bytes:
         """The cache of ``tokens`` as a fresh sequence, computed in the prefill context (the fast default paths)
         and returned as ``llama_state_seq`` bytes for a decode context to take. The same bytes as a prefill from
         scratch, however much is reused: the part up to the last cut (:attr:`pieces`) the prompt shares with the
-        previous one stays in the prefill context; with :attr:`prompt_states` a longer saved prefix is restored
-        from disk, and the prompt's own message ends and last cut are saved."""
+        previous one stays in the prefill context; with :attr:`memory_states` or :attr:`prompt_states` a longer
+        saved prefix is restored from memory or disk, and the prompt's own message ends and last cut are saved."""
         with self._prefill_lock:
             if self._prefill_ctx is None:
                 self._prefill_ctx = _Context(self, self.n_ctx, 1, reference=False)
@@ -227,13 +235,16 @@ class LlamaCppWeights:
                     fast.seq_rm(0, start)
                 else:
                     fast.clear()
-                if self.prompt_states is not None:
-                    start = self._restore_prefix(fast, tokens, start)
-                    for cut in (c for c in self.prompt_states.save_points(tokens) if c > start):
-                        fast.prefill(0, start, tokens[start:cut])  # the same pieces as at once: a cut ends one
-                        self.prompt_states.save(tokens[:cut], fast.seq_state(0))
-                        start = cut
+                stores = [store for store in (self.memory_states, self.prompt_states) if store is not None]
+                for store in stores:
+                    start = self._restore_prefix(fast, tokens, start, store)
                 self.prefill_reused = start
+                for cut in sorted({c for store in stores for c in store.save_points(tokens) if c > start}):
+                    fast.prefill(0, start, tokens[start:cut])  # the same pieces as at once: a cut ends one
+                    state = fast.seq_state(0)
+                    for store in stores:
+                        store.save(tokens[:cut], state)
+                    start = cut
                 fast.prefill(0, start, tokens[start:])
                 state = fast.seq_state(0)
             except BaseException:
@@ -242,11 +253,10 @@ class LlamaCppWeights:
             self._prefill_held = list(tokens)
             return state
 
-    def _restore_prefix(self, fast: _Context, tokens: list[int], held: int) -> int:
-        """Where a saved prefix of ``tokens`` longer than the ``held`` positions ``fast``'s sequence 0 has is on
-        disk, put it there instead; how many positions the sequence then holds."""
-        assert self.prompt_states is not None
-        hit = self.prompt_states.longest(tokens)
+    def _restore_prefix(self, fast: _Context, tokens: list[int], held: int, store: PromptStates) -> int:
+        """Where ``store`` has a saved prefix of ``tokens`` longer than the ``held`` positions ``fast``'s sequence 0
+        has, put it there instead; how many positions the sequence then holds."""
+        hit = store.longest(tokens)
         if hit is None or hit.length <= held:
             return held
         try:
@@ -256,7 +266,7 @@ class LlamaCppWeights:
                 raise RuntimeError("the saved state is shorter than its tokens")
             fast.seq_rm(0, hit.length)
         except RuntimeError:
-            self.prompt_states.discard(hit.name)
+            store.discard(hit.name)
             fast.clear()
             return 0
         return hit.length
