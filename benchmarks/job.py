@@ -138,7 +138,7 @@ def build_prompt_ids(items: Sequence[Any], schema: Any) -> list[list[int]]:
     """The prompt token ids our CLI decodes from (chat template, schema hint), from a target-only Generator."""
     from constrained_spec.api import Generator
 
-    gen = Generator(draft="none", runtime="llamacpp", progress=False)
+    gen = Generator(draft=None, runtime="llamacpp", progress=False)
     spec = gen.compile(schema).spec
     ids = [list(gen.prompt_ids(item.prompt, spec)) for item in items]
     del gen
@@ -171,6 +171,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     user_cache = cache_root()
     results: dict[str, Any] = {"date": stamp, "docs": len(items), "argv": list(argv) if argv is not None else sys.argv[1:],
                                "arms": {}}
+    if "peer" in arms:
+        ids = build_prompt_ids(items, schema)
+        results["prompt_tokens"] = [len(i) for i in ids]
+        for slots in (int(s) for s in args.peer_slots.split(",") if s.strip()):
+            name = f"peer:llama-server-np{slots}"
+            arm = run_peer(items, ids, schema, str(gguf_path(DEFAULT_TARGET)), slots, args.threads, args.max_new_tokens)
+            results["arms"][name] = arm
+            print(f"{name:22s} wall {arm['wall_s']:7.1f} s ({arm['wall_without_load_s']:.1f} s without its load)", flush=True)
+            (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False))  # kept if a later arm fails
     with tempfile.TemporaryDirectory(prefix="job-bench-") as tmp:
         work = Path(tmp)
         jsonl = work / "docs.jsonl"
@@ -181,18 +190,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 arm = run_ours_job(jsonl, SCHEMA_PATH, scratch_cache(user_cache, work / f"cache-{key}"), work / f"{key}.jsonl", rows)
                 results["arms"][name] = arm
                 print(f"{name:22s} wall {arm['wall_s']:7.1f} s", flush=True)
+                (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
         if "per-doc" in arms:
             arm = run_ours_per_doc(items, SCHEMA_PATH, scratch_cache(user_cache, work / "cache-per-doc"))
             results["arms"]["ours:per-doc"] = arm
             print(f"{'ours:per-doc':22s} wall {arm['wall_s']:7.1f} s", flush=True)
-    if "peer" in arms:
-        ids = build_prompt_ids(items, schema)
-        results["prompt_tokens"] = [len(i) for i in ids]
-        for slots in (int(s) for s in args.peer_slots.split(",") if s.strip()):
-            name = f"peer:llama-server-np{slots}"
-            arm = run_peer(items, ids, schema, str(gguf_path(DEFAULT_TARGET)), slots, args.threads, args.max_new_tokens)
-            results["arms"][name] = arm
-            print(f"{name:22s} wall {arm['wall_s']:7.1f} s ({arm['wall_without_load_s']:.1f} s without its load)", flush=True)
     for arm in results["arms"].values():
         arm.update(judge(arm["values"], items, schema))
     peers = [a["wall_s"] for n, a in results["arms"].items() if n.startswith("peer:")]
