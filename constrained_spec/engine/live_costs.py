@@ -21,9 +21,13 @@ a figure seeded under load could stay. Hence a measurement is trusted only once 
 after requests (:func:`plan_costs.measure_costs`, one repeat: the 32-token prefills and 5 forwards),
 have put each figure within :data:`CONFIRM` of its floor (one they put lower lowers the floor and
 needs confirming in turn; one they put higher, a spike, tells nothing); until then each request is
-followed by one (at most :data:`MAX_PROBES` per process). Where the target's floors that decoding timed fall by
+followed by one (at most :data:`MAX_PROBES` per process). A measurement whose own one-token target
+forwards ran slower than decoding's floor for them (by more than :data:`CONFIRM`) was taken on a
+busier host and confirms nothing (it may still lower a floor). Where the target's floors that decoding timed fall by
 :data:`REMEASURE_FACTOR` (median) since the last measurement, the host was busier then, and the
-measurement is no longer trusted.
+measurement is no longer trusted; nor is it on a later day than the floors were last written (UTC): a
+figure decoding never times (the draft's, while the plan leaves the draft out) would otherwise keep
+whatever a busy afternoon confirmed, and the plan never try the draft again.
 
 The floors are in seconds and kept per host, runtime, threads and models (``models.cost_cache``, one
 file per key, ``what`` = :data:`WHAT`), so the next process starts from them and measures nothing at
@@ -230,6 +234,7 @@ class LiveCosts:
         one it puts lower lowers the floor, which then needs confirming; one it puts higher (a spike)
         tells nothing. :attr:`confirmed` once every figure it measures is."""
         measured = set()
+        quiet = self._quiet(timings)
         for model, tokens, seconds in timings:
             key = self._key("draft_measured" if model == "draft" else model, tokens)
             if key is None:
@@ -239,12 +244,22 @@ class LiveCosts:
             value = seconds / max(tokens, 1) if model == "draft_prefill" else seconds
             floor = envelope.floor
             if floor is not None and (1 - CONFIRM) * floor <= value <= (1 + CONFIRM) * floor:
-                self._agreed.add(key)
+                if quiet:
+                    self._agreed.add(key)
             elif floor is None or value < floor:
                 self._agreed.discard(key)
             envelope.count += 1
             self.dirty |= envelope.seed(value)
-        self.confirmed = measured <= self._agreed
+        self.confirmed = quiet and measured <= self._agreed
+
+    def _quiet(self, timings: Timings) -> bool:
+        """Whether a measurement ran on a host as quiet as decoding has seen: the median of its one-token target
+        forwards within :data:`CONFIRM` of that forward's floor (no floor or no such forward: taken as quiet)."""
+        envelope = self.envelopes.get(("target", 1))
+        ones = [seconds for model, tokens, seconds in timings if (model, tokens) == ("target", 1)]
+        if envelope is None or envelope.floor is None or not ones:
+            return True
+        return statistics.median(ones) <= (1 + CONFIRM) * envelope.floor
 
     def mark_measured(self) -> None:
         """The floors as they stand are the reference :meth:`stale` compares with."""
@@ -296,7 +311,8 @@ class LiveCosts:
                 continue
             if (model, tokens) == cls._key(model, tokens or MIN_PREFILL_TOKENS) and math.isfinite(floor) and floor > 0:
                 live.envelopes[(model, tokens)] = LowEnvelope(floor=floor, count=count)
-        live.confirmed = bool(cached[0].get("confirmed")) if cached is not None else False
+        # a confirmation holds for the day the floors were written (see the module text)
+        live.confirmed = bool(cached[0].get("confirmed")) and cached[1] == _today() if cached is not None else False
         live.mark_measured()
         live.settle(measure=False)
         return live

@@ -166,7 +166,7 @@ def test_spikes_while_quiet_do_not_move_the_figures(tmp_path):
             live.observe("draft", 1, host.forward("draft", 1))
         live.settle()
         assert near_quiet(live.current), live.current
-    assert live.confirmed and live.probes <= 3
+    assert live.confirmed and live.probes <= live_costs.MAX_PROBES  # a probe whose own target forward was spiked confirms nothing
     averaged = {n: sum(v) / len(v) for n, v in mean.items()}
     assert abs(averaged[1] - UNIT) > 0.12 * UNIT
 
@@ -299,3 +299,43 @@ def test_a_one_token_forward_timed_under_load_does_not_inflate_the_unit():
     live.seed([("target", 1, 2.0), ("target", 2, 0.6), ("target", 6, 1.0), ("draft", 1, 0.15)])
     costs = live.costs()
     assert costs.verify[6] == pytest.approx(1.0 / 0.6) and costs.draft_forward == pytest.approx(0.25)
+
+
+def test_a_draft_figure_confirmed_under_load_is_measured_again_the_next_day(tmp_path, monkeypatch):
+    """The case seen on 2026-12-05 (llama.cpp, a draft forward confirmed at 0.96x the target while neighbours ran;
+    quiet it is 0.57x): the draft's moments of the measurements were busy (6x), the target's hardly (1.1x), so the
+    plan leaves the draft out, decoding never times it, and a busy probe agreed. Quiet decoding after it does not
+    move the target's floors by ``REMEASURE_FACTOR``, so in that process and any other that day nothing changes
+    (the control). On a later day the cached confirmation no longer holds: a probe measures the quiet draft, a
+    second confirms it, and the figures are near the quiet table. A probe whose own one-token target forwards run
+    1.5x over decoding's floor confirms nothing."""
+    host, target, draft = loaded_start(7)
+    host.busy = {"target": 1.1, "draft": 6.0}
+    monkeypatch.setattr(live_costs, "_today", lambda: "2026-12-05")
+    live, _ = learned_costs(target, draft, CONTEXT, tmp_path, clock=host.clock)
+    live.confirmed = True  # a busy probe agreed with the loaded figures
+    live.save()
+    assert live.current.draft_forward > 1.0
+    host.busy = {"target": 1.0, "draft": 1.0}
+    rng = random.Random(7)
+    decode_request(host, live, live.current, rng)
+    live.settle()
+    assert not live.stale() and live.current.draft_forward > 1.0
+
+    same_day, _ = learned_costs(target, draft, CONTEXT, tmp_path, clock=host.clock)  # the control
+    decode_request(host, same_day, same_day.current, rng)
+    same_day.settle()
+    assert same_day.probes == 0 and same_day.current.draft_forward > 1.0
+
+    monkeypatch.setattr(live_costs, "_today", lambda: "2026-12-06")
+    next_day, _ = learned_costs(target, draft, CONTEXT, tmp_path, clock=host.clock)
+    assert not next_day.confirmed
+    for _ in range(3):
+        decode_request(host, next_day, next_day.current, rng)
+        next_day.settle()
+    assert next_day.confirmed and 1 <= next_day.probes <= 3 and near_quiet(next_day.current), next_day.current
+
+    busy_probe = LiveCosts(None, probe=lambda: [("target", 1, 1.5 * UNIT), ("draft", 1, DRAFT)])
+    busy_probe.seed([("target", 1, UNIT), ("draft", 1, DRAFT)])
+    busy_probe.settle()
+    assert not busy_probe.confirmed
