@@ -212,33 +212,34 @@ class LlamaCppWeights:
                 raise ValueError(f"{len(tokens)} tokens exceed the prefill context's {fast.n_ctx}")
             fast.clear()
             try:
-                return self._prefill_with_store(fast, tokens)
+                start = 0 if self.prompt_states is None else self._restore_prefix(fast, tokens)
+                saved = 0 if self.prompt_states is None else self.prompt_states.usable_length(len(tokens))
+                if saved > start:  # up to the last piece boundary, saved, then the rest: the same pieces as at once
+                    fast.prefill(0, start, tokens[start:saved])
+                    assert self.prompt_states is not None
+                    self.prompt_states.save(tokens[:saved], fast.seq_state(0))
+                    start = saved
+                fast.prefill(0, start, tokens[start:])
+                return fast.seq_state(0)
             finally:
                 fast.clear()
 
-    def _prefill_with_store(self, fast: _Context, tokens: list[int]) -> bytes:
-        """:meth:`prefilled_state` in ``fast``, from the longest saved prefix (a damaged one is discarded and the
-        prompt computed from its start)."""
-        hit = None if self.prompt_states is None else self.prompt_states.longest(tokens)
-        if hit is not None:
-            try:
-                return self._prefill_from(fast, tokens, hit.length, hit.state)
-            except StateRefused:
-                assert self.prompt_states is not None
-                self.prompt_states.discard(hit.name)
-                fast.clear()  # whatever a refused restore left in the cells
-        return self._prefill_from(fast, tokens, 0, None)
-
-    def _prefill_from(self, fast: _Context, tokens: list[int], start: int, prior: bytes | None) -> bytes:
-        """``tokens`` from position ``start`` on, over ``prior``'s first ``start``; with :attr:`prompt_states` the
-        prompt's own state at its last piece boundary is saved on the way."""
-        saved = 0 if self.prompt_states is None else self.prompt_states.usable_length(len(tokens))
-        if saved > start:  # up to the last piece boundary, saved, then the rest: the same pieces as at once
-            assert self.prompt_states is not None
-            prior = fast.prefilled_state(0, start, tokens[start:saved], prior)
-            self.prompt_states.save(tokens[:saved], prior)
-            start = saved
-        return fast.prefilled_state(0, start, tokens[start:], prior)
+    def _restore_prefix(self, fast: _Context, tokens: list[int]) -> int:
+        """Put the longest saved prefix of ``tokens`` into ``fast``'s sequence 0; how many tokens it covers."""
+        assert self.prompt_states is not None
+        hit = self.prompt_states.longest(tokens)
+        if hit is None:
+            return 0
+        try:
+            fast.set_seq_state(0, hit.state)
+            if fast.seq_length(0) < hit.length:
+                raise RuntimeError("the saved state is shorter than its tokens")
+            fast.seq_rm(0, hit.length)
+        except RuntimeError:
+            self.prompt_states.discard(hit.name)
+            fast.clear()
+            return 0
+        return hit.length
 
     def sequence_model(self) -> "LlamaCppModel":
         """A fresh single-sequence model (its own context and KV cache) over these weights."""
@@ -249,10 +250,6 @@ class LlamaCppWeights:
         handle, self.handle = getattr(self, "handle", None), None
         if handle:
             self._lib.llama_model_free(handle)
-
-
-class StateRefused(RuntimeError):
-    """A saved sequence state llama.cpp does not take back (damaged, or shorter than its tokens)."""
 
 
 class _Context:
@@ -324,33 +321,6 @@ class _Context:
         end = start + len(tokens)
         for a, b in piece_bounds(start, end):
             self.decode([(seq, p, tokens[p - start], p == end - 1) for p in range(a, b)])
-
-    def prefilled_state(self, seq: int, start: int, tokens: list[int], prior: bytes | None = None) -> bytes:
-        """The state (:meth:`seq_state`) of sequence ``seq`` after ``tokens`` are prefilled at positions ``start``..
-        over the first ``start`` positions of ``prior`` (a saved state; None when ``start`` is 0). The sequence is
-        empty before and after: the one "prefill in a twin context, read the state" of a fresh sequence
-        (:meth:`LlamaCppWeights.prefilled_state`) and of a batch row (:meth:`LlamaCppRows._prefill_row`).
-        :class:`StateRefused` when ``prior`` cannot be restored or holds fewer than ``start`` positions."""
-        self.seq_rm(seq, 0)
-        try:
-            if start > 0:
-                if prior is None:
-                    raise ValueError(f"a prefill from position {start} needs the state of the positions before")
-                self._seat(seq, prior, start)
-            self.prefill(seq, start, tokens)
-            return self.seq_state(seq)
-        finally:
-            self.seq_rm(seq, 0)
-
-    def _seat(self, seq: int, state: bytes, length: int) -> None:
-        """Sequence ``seq`` becomes the first ``length`` positions of ``state`` (:class:`StateRefused`: it cannot)."""
-        try:
-            self.set_seq_state(seq, state)
-            if self.seq_length(seq) < length:
-                raise RuntimeError(f"the saved state holds {self.seq_length(seq)} positions, not {length}")
-            self.seq_rm(seq, length)
-        except RuntimeError as e:
-            raise StateRefused(str(e)) from e
 
     def seq_rm(self, seq: int, start: int) -> None:
         """Drop sequence ``seq``'s positions from ``start`` on."""
@@ -583,7 +553,16 @@ class LlamaCppRows:
             raise ValueError(f"slot {slot}: {start + len(tokens)} tokens exceed the slot's {self.max_length}")
         if self._fast is None:
             self._fast = _Context(self.weights, self.slots * self.max_length, self.slots, reference=False, unified=False)
-        state = self._fast.prefilled_state(slot, start, tokens, self._ctx.seq_state(slot) if start > 0 else None)
+        fast = self._fast
+        fast.seq_rm(slot, 0)
+        try:
+            if start > 0:
+                fast.set_seq_state(slot, self._ctx.seq_state(slot))
+                fast.seq_rm(slot, start)
+            fast.prefill(slot, start, tokens)
+            state = fast.seq_state(slot)
+        finally:
+            fast.seq_rm(slot, 0)
         self._ctx.seq_rm(slot, 0)
         self._ctx.set_seq_state(slot, state)
 
