@@ -157,15 +157,3 @@ def test_a_generator_keeps_prompt_states_when_asked(tiny_ggufs, gpt2_tokenizer, 
     assert store is not None and store.hits >= 1 and len(store._names()) >= 1
     plain, none = outputs(0, tmp_path / "without")
     assert texts == plain and none is None
-
-
-def test_usable_length_is_the_last_boundary_before_the_last_token(tmp_path) -> None:
-    """Independent of llama.cpp: the largest multiple of the boundary that leaves at least one token to compute
-    (a brute-force count), for prompts of 0 to 3 boundaries and a bit."""
-    from constrained_spec.models.llamacpp.prompt_states import PromptStates
-
-    for boundary in (1, 4, 16):
-        store = PromptStates(tmp_path / str(boundary), boundary=boundary, max_bytes=1)
-        for n in range(0, 3 * boundary + 3):
-            oracle = max([m for m in range(0, n) if m % boundary == 0 and m <= n - 1], default=0)
-            assert store.usable_length(n) == oracle, (boundary, n)

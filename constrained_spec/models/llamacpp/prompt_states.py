@@ -30,8 +30,6 @@ from typing import Sequence
 
 import numpy as np
 
-from .pieces import complete_end
-
 __all__ = ["PromptStates", "SavedPrefix", "model_key"]
 
 TOKENS_SUFFIX, STATE_SUFFIX = ".tokens", ".state"
@@ -71,9 +69,8 @@ class PromptStates:
 
     def usable_length(self, n_tokens: int) -> int:
         """The longest prefix of an ``n_tokens`` prompt worth saving or restoring: the last boundary
-        before its last token (the last token is always computed, for its logits): where the complete
-        pieces of its other tokens end (:func:`~constrained_spec.models.llamacpp.pieces.complete_end`)."""
-        return complete_end(0, max(n_tokens - 1, 0), self.boundary)
+        before its last token (the last token is always computed, for its logits)."""
+        return ((n_tokens - 1) // self.boundary) * self.boundary if n_tokens > 1 else 0
 
     def _names(self) -> list[str]:
         try:
