@@ -15,7 +15,11 @@ template and schema hint) for every mode:
 * ``llamacpp:target`` / ``llamacpp:default`` / ``llamacpp:draft``: the same on the llama.cpp runtime
   (the GGUF as stored), plus the draft forced (``draft_plan="always"``);
 * ``peer:llama.cpp``: llama-cpp-python's high-level ``Llama`` on the same target GGUF with
-  ``LlamaGrammar.from_json_schema`` (llama.cpp's own json_schema grammar), target-only, greedy.
+  ``LlamaGrammar.from_json_schema`` (the binding's json_schema grammar), target-only, greedy. Its Python
+  converter writes a grammar llama.cpp cannot parse for ``tool_choice`` and the process then ends (2026-12-05);
+* ``peer:llama-server``: llama.cpp's ``llama-server`` (``scripts/build_llama_server.sh``) on the same GGUF,
+  ``-np 1``, ``/completion`` with the prompt ids and its C++ ``json_schema`` converter, greedy, its default
+  ``cache_prompt`` (a prompt starting as the previous one reuses that part, as a user's server would).
 
 Figures per mode: end-to-end latency per request (prompt build to value), decode tokens/s
 (generated tokens per second after the prompt's prefill; for the peer, from its first streamed token
@@ -41,7 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-MODES = ("torch:target", "torch:default", "llamacpp:target", "llamacpp:default", "llamacpp:draft", "peer:llama.cpp")
+MODES = ("torch:target", "torch:default", "llamacpp:target", "llamacpp:default", "llamacpp:draft", "peer:llama.cpp",
+         "peer:llama-server")
 
 
 def _rss_gb() -> float:
@@ -123,7 +128,7 @@ def main() -> None:
     p.add_argument("--workload", default="heldout", choices=("heldout", "default"))
     p.add_argument("--prompts", type=int, default=None, help="the first N prompts (default: all)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--modes", default=",".join(m for m in MODES if m != "peer:llama.cpp"))
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--out", default=None)
     p.add_argument("--load-only", action="store_true")
@@ -164,6 +169,12 @@ def main() -> None:
             gens[runtime + ":alone"] = Generator(runtime=runtime, draft=None, progress=False)
             results["meta"][f"load_s_{runtime}_in_bench"] = round(time.perf_counter() - t0, 2)
     peer = LlamaCppPeer(str(gguf_path("qwen2.5-coder-1.5b")), args.threads) if "peer:llama.cpp" in modes else None
+    server = None
+    if "peer:llama-server" in modes:
+        from llama_server_peer import LlamaServer
+
+        server = LlamaServer(str(gguf_path("qwen2.5-coder-1.5b")), parallel=1, threads=args.threads, ctx_per_slot=8192)
+        results["meta"]["llama_server"] = " ".join(server.command)
     records: list[dict[str, Any]] = []
     with open(out / "records.jsonl", "w") as log:
         for item in workload:
@@ -179,6 +190,14 @@ def main() -> None:
                         r = peer.generate(item.schema_name, item.schema, ids, args.max_new_tokens)
                         rec.update(latency_s=r["latency_s"], prefill_s=r["prefill_s"], tok_s=r["tok_s"], tokens=r["tokens"],
                                    text=r["text"], token_ids=None)
+                    elif mode == "peer:llama-server":
+                        assert server is not None
+                        t0 = time.perf_counter()
+                        r = server.complete(ids, item.schema, args.max_new_tokens, cache_prompt=True)
+                        latency = time.perf_counter() - t0
+                        decode = latency - r["prefill_s"]
+                        rec.update(latency_s=latency, prefill_s=r["prefill_s"], tok_s=r["tokens"] / decode if decode > 0 else 0.0,
+                                   tokens=r["tokens"], text=r["text"], token_ids=None, prompt_tokens_computed=r["prompt_tokens"])
                     else:
                         runtime, kind = mode.split(":")
                         gen = gens[runtime + ":alone"] if kind == "target" else gens[runtime]
@@ -202,6 +221,8 @@ def main() -> None:
                 log.flush()
                 print(f"{item.id:24s} {mode:18s} {rec.get('latency_s', 0):7.2f}s {rec.get('tok_s', 0):6.2f} tok/s "
                       f"{rec.get('tokens', 0):4d} tok valid={rec.get('valid')}", flush=True)
+    if server is not None:
+        server.close()
     results["records"] = records
     results["summary"] = summarize(records, modes)
     results["meta"]["loadavg_at_end"] = os.getloadavg()
@@ -234,6 +255,10 @@ def summarize(records: list[dict[str, Any]], modes: list[str]) -> dict[str, Any]
             "valid": f"{sum(r['valid'] for r in rs)}/{len(rs)}",
             "greedy_eq_target": f"{sum(same)}/{len(same)}" if same else "-",
         }
+        if mode.startswith("peer:"):  # the reference's speed-up over this peer, prompt by prompt (peer latency / ours)
+            out[mode]["ref_speedup_per_prompt"] = {pr: round(by[(pr, mode)]["latency_s"] / by[(pr, ref)]["latency_s"], 3)
+                                                   for pr in prompts if (pr, mode) in by and (pr, ref) in by
+                                                   and "error" not in by[(pr, mode)] and "error" not in by[(pr, ref)]}
     return out
 
 
@@ -248,6 +273,12 @@ def render(results: dict[str, Any]) -> str:
             continue
         lines.append(f"| {mode} | {v['latency_p50_s']} | {v['latency_sum_s']} | {v['x_ref_e2e_p50']} / {v['x_ref_e2e_geo']} | "
                      f"{v['tok_s_p50']} | {v['tokens_sum']} | {v['valid']} | {v['greedy_eq_target']} |")
+    for mode, v in s.items():
+        per = v.get("ref_speedup_per_prompt") if isinstance(v, dict) else None
+        if per:
+            lines += ["", f"{s['reference']} speed-up over {mode} end to end, per prompt (its latency / ours): median "
+                      f"{statistics.median(per.values()):.2f}x, lowest {min(per.values()):.2f}x", "",
+                      " ".join(f"{pr} {x:.2f}x;" for pr, x in per.items())]
     for rec in results.get("load", []):
         lines.append("")
         lines.append(f"load probe: {json.dumps(rec)}")

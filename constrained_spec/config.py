@@ -252,7 +252,9 @@ class ModelConfig:
     up to this many MiB per model, so a later process whose prompt starts the same way (the same
     system message or schema hint placed first) restores that prefix instead of computing it, with
     bitwise the same cache (:mod:`~constrained_spec.models.llamacpp.prompt_states`); 0 (default): none kept.
-    The CLI's ``generate`` keeps 512 MiB."""
+    The CLI's ``generate`` keeps 512 MiB. ``prompt_memory_mb`` (llama.cpp runtime): the same in this
+    process's memory, per model (default 256 MiB; 0: none), for the calls of one process (a job, a server):
+    a prompt restores the longest cut-aligned prefix any earlier prompt saved, not only the previous one's."""
 
     model: Any = DEFAULT_TARGET
     draft: Any = DEFAULT_DRAFT
@@ -264,10 +266,13 @@ class ModelConfig:
     draft_prefill_dtype: str | None = None
     runtime: str = "auto"
     prompt_cache_mb: int = 0
+    prompt_memory_mb: int = 256
 
     def __post_init__(self) -> None:
-        _check(isinstance(self.prompt_cache_mb, int) and self.prompt_cache_mb >= 0,
-               f"prompt_cache_mb must be a non-negative integer, not {self.prompt_cache_mb!r}")
+        for name in ("prompt_cache_mb", "prompt_memory_mb"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                   f"{name} must be a non-negative integer, not {value!r}")
         for name in ("prefill_dtype", "draft_prefill_dtype"):
             value = getattr(self, name)
             _check((value is None and name == "draft_prefill_dtype") or value in PREFILL_DTYPES,

@@ -87,6 +87,8 @@ def load_model(spec: Any, tokenizer: Any, role: str, models: ModelConfig, progre
             from constrained_spec.paths import cache_root
 
             loaded.model.keep_prompt_states(cache_root(models.cache_dir), models.prompt_cache_mb << 20)
+        if concrete == "llamacpp" and models.prompt_memory_mb > 0 and loaded.model.memory_states is None:
+            loaded.model.keep_memory_states(models.prompt_memory_mb << 20)
         return wrap(loaded.model), tokenizer or loaded.tokenizer
     if tokenizer is None and not isinstance(spec, SequenceModel):
         raise ModelLoadError(f"a {role} model object needs its tokenizer: pass tokenizer=...")

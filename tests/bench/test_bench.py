@@ -301,3 +301,48 @@ def test_bench_reports_both_workloads_side_by_side(generator, tmp_path):
     again = json.loads((out / "results.json").read_text())
     assert again["summary_by_workload"]["heldout"]["greedy"]["k2"]["fields_matched"] == matched
     assert all("e2e_speedup_vs_target" in r for r in again["records"])
+
+
+def test_job_workload_integrity():
+    """The job workload (benchmarks/job_docs.py): one schema, its own e-mails (none of the other workloads'),
+    every answer field valid for the schema and, where free text, stated in the e-mail."""
+    import re
+
+    import jsonschema
+
+    from benchmarks import job_docs
+
+    assert "BEFORE ANY RUN" in job_docs.__doc__ and "NEVER TUNE ON IT" in job_docs.__doc__
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", job_docs.WRITTEN) and job_docs.WRITTEN in job_docs.__doc__
+    docs = job_docs.load_workload()
+    jsonschema.validators.validator_for(docs[0].schema).check_schema(docs[0].schema)
+    assert len(docs) == 20 and len({d.id for d in docs}) == 20 and all(d.schema == docs[0].schema for d in docs)
+    others = {w.prompt for name in ("default", "heldout", "quality") for w in bench.load_workloads(name)}
+    assert not {d.prompt for d in docs} & others
+    for d in docs:
+        _check_expected(d)
+        whole = {p.lstrip("/"): v for p, v in d.expected.items()} | {"summary": "s"}
+        assert jsonschema.Draft202012Validator(d.schema).is_valid(whole), d.id  # the answers make a valid ticket
+
+
+def test_job_judge_scores_values_and_fields():
+    from benchmarks import job, job_docs
+
+    docs = job_docs.load_workload(3)
+    right = {p.lstrip("/"): v for p, v in docs[0].expected.items()} | {"summary": "s"}
+    wrong = dict(right, priority="low" if right["priority"] != "low" else "high", refund_requested=int(right["refund_requested"]))
+    score = job.judge([right, wrong, None], docs[:1] * 3, docs[0].schema)
+    assert score == {"valid": 1, "fields": 6 + 4, "fields_total": 18}  # 1 is not false; None: no value
+
+
+def test_job_scratch_cache_links_all_but_prompt_states(tmp_path):
+    from benchmarks import job
+
+    user = tmp_path / "user"
+    (user / "gguf").mkdir(parents=True)
+    (user / "gguf" / "m.gguf").write_text("x")
+    (user / "prompt-states").mkdir()
+    (user / "prompt-states" / "keep").write_text("y")
+    scratch = job.scratch_cache(user, tmp_path / "scratch")
+    assert (scratch / "gguf" / "m.gguf").read_text() == "x" and not (scratch / "prompt-states").exists()
+    assert (user / "prompt-states" / "keep").read_text() == "y"

@@ -244,3 +244,29 @@ def test_greedy_speculative_and_batch_rows_equal_target_only_on_the_quantized_pa
     requests = [dict(prompt=p, output_type=SCHEMA, max_new_tokens=40, num_draft_tokens=1 + i) for i, p in enumerate(prompts)]
     expected = [alone.run(p, SCHEMA, max_new_tokens=40, num_draft_tokens=0).token_ids for p in prompts]
     assert [g.token_ids for g in batched.run_batch(requests)] == expected
+
+
+def test_a_row_prompt_with_message_ends_is_cut_as_one_sequence_cuts_it(quantized):
+    """Pieces also end after each end-of-message token (``PieceRule.stops``). A row fed a prompt holding such tokens in
+    chunks of 37 computes up to the last cut it has seen (llama.cpp's own count of the row's positions), and its first
+    verify is bitwise the one-token reference after one sequence's prefill of the same prompt (which keeps a previous
+    prompt's cache up to a shared message end)."""
+    from constrained_spec.models.llamacpp.model import LlamaCppRows
+    from constrained_spec.models.llamacpp.pieces import PieceRule
+
+    weights = _weights(quantized["Q4_K_M"], True)
+    stop = 49999
+    weights.pieces = PieceRule(weights.pieces.width, frozenset({stop}))
+    prompt = _tokens(60, 90) + [stop] + _tokens(61, 200) + [stop] + _tokens(62, 30)  # cuts at 91, 256, 292
+    rows = LlamaCppRows(weights, slots=2, max_length=600)
+    call = SimpleNamespace
+    for fed in range(0, len(prompt), 37):
+        rows.forward([call(slot=1, start=fed, tokens=prompt[fed : fed + 37], head="none")])
+        seen = prompt[: fed + 37]
+        assert rows._ctx.seq_length(1) == weights.pieces.complete_end(0, seen), f"after {len(seen)} tokens fed"
+    block = _tokens(63, 6)
+    got = rows.forward([call(slot=1, start=len(prompt), tokens=block, head="all")])[0]
+    weights.prefilled_state(prompt[:91] + _tokens(64, 40))  # the next prefill keeps the first message of this one
+    ref = one_token_logits(weights, prompt, block)
+    assert weights.prefill_reused == 91
+    assert torch.equal(got, ref), f"the row's first verify: {_mismatch(got, ref)}"

@@ -35,3 +35,39 @@ def test_complete_end():
 def test_bad_spans_raise():
     with pytest.raises(ValueError):
         piece_bounds(5, 4)
+
+
+def test_a_rule_with_stops_cuts_after_each_stop_and_at_multiples():
+    from constrained_spec.models.llamacpp.pieces import PieceRule
+
+    rule = PieceRule(8, frozenset({99}))
+    tokens = [1, 2, 99, 3, 4, 5, 6, 7, 8, 9, 99, 1, 2]  # stops at indices 2 and 10: cuts at 3, 8 (width), 11
+    assert rule.cuts(0, tokens) == [3, 8, 11]
+    assert rule.bounds(0, tokens) == [(0, 3), (3, 8), (8, 11), (11, 13)]
+    assert rule.bounds(5, tokens[5:]) == [(5, 8), (8, 11), (11, 13)]
+    assert rule.complete_end(0, tokens) == 11 and rule.complete_end(0, tokens[:2]) == 0
+    assert rule.last_cut(tokens, 10) == 8 and rule.last_cut(tokens, 11) == 11 and rule.last_cut(tokens, 2) == 0
+    assert rule.message_ends(tokens) == [3, 11]
+    assert PieceRule(256).bounds(0, list(range(600))) == piece_bounds(0, 600, 256)  # no stops: the width cuts only
+
+
+def test_a_prompt_fed_in_any_chunks_is_cut_where_one_prefill_cuts_it_with_stops():
+    """The rows' case with stop tokens: chunks computed up to their complete pieces, then the rest, give the cuts
+    of one prefill of the whole prompt, whatever the chunk sizes."""
+    import random
+
+    from constrained_spec.models.llamacpp.pieces import PieceRule
+
+    rng = random.Random(3)
+    rule = PieceRule(16, frozenset({0}))
+    for _ in range(50):
+        tokens = [rng.randrange(6) for _ in range(rng.randrange(1, 90))]
+        got, start, pending = [], 0, []
+        while start + len(pending) < len(tokens):
+            fed = start + len(pending)
+            pending += tokens[fed : fed + rng.randrange(1, 30)]
+            cut = rule.complete_end(start, pending)
+            got += rule.bounds(start, pending[: cut - start])
+            pending, start = pending[cut - start :], cut
+        got += rule.bounds(start, pending)
+        assert got == rule.bounds(0, tokens)

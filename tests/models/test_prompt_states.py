@@ -41,11 +41,12 @@ def _tokens(seed: int, n: int) -> list[int]:
 
 
 def _plain(weights, tokens: list[int]) -> bytes:
-    kept, weights.prompt_states = weights.prompt_states, None
-    try:
-        return weights.prefilled_state(tokens)
-    finally:
-        weights.prompt_states = kept
+    """The oracle: a prefill from scratch, in weights of their own (no store, no earlier prompt held)."""
+    from constrained_spec.models.llamacpp.model import LlamaCppWeights
+
+    fresh = LlamaCppWeights(weights.path, threads=weights.threads, n_ctx=weights.n_ctx)
+    fresh.pieces = weights.pieces  # the same cuts (a test may give its weights a stop token)
+    return fresh.prefilled_state(tokens)
 
 
 def test_a_restored_prefix_gives_bitwise_the_cache_of_a_prefill_from_scratch(weights, tmp_path) -> None:
@@ -54,6 +55,7 @@ def test_a_restored_prefix_gives_bitwise_the_cache_of_a_prefill_from_scratch(wei
     bitwise equal to its plain prefill. Control: a store whose restore points are multiples of 16 (off the
     256-token ubatches) gives other bytes than the plain prefill of the same prompt."""
     from constrained_spec.models.llamacpp.model import N_BATCH
+    from constrained_spec.models.llamacpp.pieces import PieceRule
     from constrained_spec.models.llamacpp.prompt_states import PromptStates
 
     first = _tokens(1, 600)
@@ -70,7 +72,7 @@ def test_a_restored_prefix_gives_bitwise_the_cache_of_a_prefill_from_scratch(wei
         # the control: restore points every 16 tokens. The first prompt is saved at 592 (positions 512-591 computed as
         # one 80-token ubatch); a prompt of its first 529 tokens restores 528 of them, where a prefill from scratch
         # computes 512-528 as one 17-token ubatch: other kernels, other rounding, other bytes
-        weights.prompt_states = PromptStates(tmp_path / "off-boundary", boundary=16, max_bytes=1 << 30)
+        weights.prompt_states = PromptStates(tmp_path / "off-boundary", rule=PieceRule(16), max_bytes=1 << 30)
         weights.prefilled_state(first)
         third = first[:529]
         assert weights.prompt_states.longest(third).length == 528
@@ -80,6 +82,7 @@ def test_a_restored_prefix_gives_bitwise_the_cache_of_a_prefill_from_scratch(wei
 
 
 def test_a_damaged_entry_is_deleted_and_computed_again(weights, tmp_path) -> None:
+    from constrained_spec.models.llamacpp.model import LlamaCppWeights
     from constrained_spec.models.llamacpp.prompt_states import STATE_SUFFIX
 
     tokens = _tokens(3, 300)
@@ -88,7 +91,9 @@ def test_a_damaged_entry_is_deleted_and_computed_again(weights, tmp_path) -> Non
         weights.prefilled_state(tokens)
         (name,) = store._names()
         (store.folder / (name + STATE_SUFFIX)).write_bytes(b"\0" * 64)  # truncated and wrong
-        assert weights.prefilled_state(tokens) == _plain(weights, tokens)
+        later = LlamaCppWeights(weights.path, threads=weights.threads, n_ctx=weights.n_ctx)  # as a new process: nothing held
+        store = later.keep_prompt_states(tmp_path, max_bytes=1 << 30)
+        assert later.prefilled_state(tokens) == _plain(weights, tokens)
         assert store.hits == 1  # found, refused by llama.cpp, deleted, then saved afresh
         assert (store.folder / (name + STATE_SUFFIX)).stat().st_size > 64
     finally:
@@ -157,3 +162,91 @@ def test_a_generator_keeps_prompt_states_when_asked(tiny_ggufs, gpt2_tokenizer, 
     assert store is not None and store.hits >= 1 and len(store._names()) >= 1
     plain, none = outputs(0, tmp_path / "without")
     assert texts == plain and none is None
+
+
+STOP = 49999  # the tests' end-of-message token (the tiny vocabulary's own EOG token, 50256, is never drawn)
+
+
+def _with_stop(q4_path):
+    from constrained_spec.models.llamacpp.model import LlamaCppWeights
+    from constrained_spec.models.llamacpp.pieces import PieceRule
+
+    w = LlamaCppWeights(q4_path, threads=2, n_ctx=1024)
+    w.pieces = PieceRule(w.pieces.width, frozenset({STOP}))
+    return w
+
+
+def _messages(seed: int) -> tuple[list[int], list[int], list[int]]:
+    """A system message (150 tokens and the stop) and two prompts that continue it differently."""
+    system = [t for t in _tokens(seed, 150) if t != STOP] + [STOP]
+    return system, system + _tokens(seed + 1, 60), system + _tokens(seed + 2, 70)
+
+
+def test_a_prompt_sharing_a_message_with_the_previous_one_keeps_it_bitwise(q4_path) -> None:
+    """In one process, no store: the second prompt keeps the first's cache up to the message end (the stop token) and
+    computes only the rest, and its bytes equal a prefill from scratch. A third prompt sharing the message only in
+    part keeps nothing of it. The control: keeping the cache at the same place where no cut is (the rule without
+    the stop, so a prefill from scratch computes that span as one piece: what reusing any common prefix would do)
+    gives other bytes than the prefill from scratch."""
+    w = _with_stop(q4_path)
+    system, first, second = _messages(20)
+    assert w.prefilled_state(first) == _plain(w, first) and w.prefill_reused == 0
+    assert w.prefilled_state(second) == _plain(w, second)
+    assert w.prefill_reused == len(system)
+    third = system[:100] + [t for t in _tokens(99, 50) if t != STOP] + [STOP] + second[len(system):]  # another message
+    assert w.prefilled_state(third) == _plain(w, third) and w.prefill_reused == 0
+
+    from constrained_spec.models.llamacpp.model import LlamaCppWeights
+
+    plain = LlamaCppWeights(q4_path, threads=2, n_ctx=1024)  # no stop: the span 0-220 is one piece from scratch
+    scratch = plain.prefilled_state(second)
+    plain.prefilled_state(first)
+    fast = plain._prefill_ctx
+    fast.seq_rm(0, len(system))  # keep the first prompt's cache at the common prefix, off the rule's cuts
+    fast.prefill(0, len(system), second[len(system):])
+    assert fast.seq_state(0) != scratch
+
+
+def test_the_store_saves_a_prompt_at_its_message_ends(q4_path, tmp_path) -> None:
+    """With the store: the first prompt's state is saved at its message end, and a later process whose prompt
+    shares only that message restores it, bitwise equal to its prefill from scratch."""
+    w = _with_stop(q4_path)
+    system, first, second = _messages(30)
+    store = w.keep_prompt_states(tmp_path, max_bytes=1 << 30)
+    store.rule = w.pieces
+    w.prefilled_state(first)
+    assert store.longest(second).length == len(system)
+    later = _with_stop(q4_path)
+    later_store = later.keep_prompt_states(tmp_path, max_bytes=1 << 30)
+    later_store.rule = later.pieces
+    assert later.prefilled_state(second) == _plain(w, second)
+    assert later.prefill_reused == len(system) and later_store.hits == 1
+
+
+def test_in_memory_a_prompt_restores_a_message_an_earlier_prompt_than_the_previous_one_had(q4_path) -> None:
+    """Prompts of schema X, then Y, then X again (the job or server case): the third restores X's system message from
+    the memory store, bitwise equal to its prefill from scratch; without the store it keeps nothing (the previous
+    prompt, Y's, shares no message with it). The store is bounded by bytes, least recently used out."""
+    w = _with_stop(q4_path)
+    memory = w.keep_memory_states(1 << 30)
+    memory.rule = w.pieces
+    system_x, first_x, second_x = _messages(40)
+    _, first_y, _ = _messages(50)
+    for tokens in (first_x, first_y):
+        w.prefilled_state(tokens)
+    assert w.prefilled_state(second_x) == _plain(w, second_x) and w.prefill_reused == len(system_x)
+    assert memory.folder is None and memory.hits >= 1
+
+    bare = _with_stop(q4_path)  # no store: only the previous prompt's cache is kept
+    for tokens in (first_x, first_y, second_x):
+        bare.prefilled_state(tokens)
+    assert bare.prefill_reused == 0
+
+    small = _with_stop(q4_path)
+    one = len(memory._entries.state(memory._names()[0]) or b"")
+    bounded = small.keep_memory_states(2 * one + one // 2)
+    bounded.rule = small.pieces
+    for seed in (60, 70, 80):
+        small.prefilled_state(_messages(seed)[1])
+    assert len(bounded._names()) <= 2 and bounded.bytes <= bounded.max_bytes
+    assert bounded.longest(_messages(60)[2]) is None and bounded.longest(_messages(80)[2]) is not None

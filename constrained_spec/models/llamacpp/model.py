@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from constrained_spec.errors import ConfigError, ModelLoadError
-from constrained_spec.models.llamacpp.pieces import PREFILL_PIECE, complete_end, piece_bounds
+from constrained_spec.models.llamacpp.pieces import PREFILL_PIECE, PieceRule, common_prefix
 from constrained_spec.models.llamacpp.prompt_states import PromptStates, model_key
 
 __all__ = ["DEFAULT_N_CTX", "LlamaCppModel", "LlamaCppRows", "LlamaCppWeights", "available", "batch_invariant_build",
@@ -165,10 +165,19 @@ class LlamaCppWeights:
         self._lib = lib
         self.handle = self._load()
         self._prefill_ctx: _Context | None = None
+        #: the prompt the prefill context holds (a later one sharing a prefix up to a cut keeps that part)
+        self._prefill_held: list[int] = []
+        #: prompt tokens the last :meth:`prefilled_state` took from the prefill context or the disk store, not computed
+        self.prefill_reused = 0
         self._prefill_lock = threading.Lock()
         #: prefilled prompts saved on disk for later processes (:meth:`keep_prompt_states`); None: none kept
         self.prompt_states: PromptStates | None = None
-        self.vocab_size = int(lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.handle)))
+        #: prefilled prompts kept in memory for this process's later prompts (:meth:`keep_memory_states`); None: none
+        self.memory_states: PromptStates | None = None
+        vocab = lib.llama_model_get_vocab(self.handle)
+        self.vocab_size = int(lib.llama_vocab_n_tokens(vocab))
+        #: where prefills are cut: every PREFILL_PIECE positions and after each end-of-generation token (message ends)
+        self.pieces = PieceRule(PREFILL_PIECE, frozenset(t for t in range(self.vocab_size) if lib.llama_vocab_is_eog(vocab, t)))
         self.n_ctx_train = int(lib.llama_model_n_ctx_train(self.handle))
         self.threads = threads or default_threads()
         self.n_ctx = n_ctx
@@ -196,47 +205,68 @@ class LlamaCppWeights:
         stat = os.stat(self.path)
         key = model_key(path=self.path, size=stat.st_size, mtime=stat.st_mtime_ns, binding=version("llama_cpp_python"),
                         patched=batch_invariant_build(), threads=self.threads, flash_attn=self.flash_attn, n_batch=N_BATCH,
-                        piece=PREFILL_PIECE)
-        self.prompt_states = PromptStates(Path(cache_root) / "prompt-states" / key, boundary=PREFILL_PIECE, max_bytes=max_bytes)
+                        piece=self.pieces.width, stops=sorted(self.pieces.stops))
+        self.prompt_states = PromptStates(Path(cache_root) / "prompt-states" / key, rule=self.pieces, max_bytes=max_bytes)
         return self.prompt_states
+
+    def keep_memory_states(self, max_bytes: int) -> PromptStates:
+        """Keep prefilled prompts' states at their message ends and last cut in memory (up to ``max_bytes``, least
+        recently used out) and restore the longest match in later prefills of this process."""
+        self.memory_states = PromptStates(None, rule=self.pieces, max_bytes=max_bytes)
+        return self.memory_states
 
     def prefilled_state(self, tokens: list[int]) -> bytes:
         """The cache of ``tokens`` as a fresh sequence, computed in the prefill context (the fast default paths)
-        and returned as ``llama_state_seq`` bytes for a decode context to take. With :attr:`prompt_states` the
-        longest saved prefix is restored first and the prompt's own is saved (the same bytes either way)."""
+        and returned as ``llama_state_seq`` bytes for a decode context to take. The same bytes as a prefill from
+        scratch, however much is reused: the part up to the last cut (:attr:`pieces`) the prompt shares with the
+        previous one stays in the prefill context; with :attr:`memory_states` or :attr:`prompt_states` a longer
+        saved prefix is restored from memory or disk, and the prompt's own message ends and last cut are saved."""
         with self._prefill_lock:
             if self._prefill_ctx is None:
                 self._prefill_ctx = _Context(self, self.n_ctx, 1, reference=False)
             fast = self._prefill_ctx
             if len(tokens) > fast.n_ctx:
                 raise ValueError(f"{len(tokens)} tokens exceed the prefill context's {fast.n_ctx}")
-            fast.clear()
+            limit = self.pieces.last_cut(tokens, len(tokens) - 1)  # the last token is always computed, for its logits
+            start = self.pieces.last_cut(tokens, min(limit, common_prefix(tokens, self._prefill_held)))
+            self._prefill_held = []
             try:
-                start = 0 if self.prompt_states is None else self._restore_prefix(fast, tokens)
-                saved = 0 if self.prompt_states is None else self.prompt_states.usable_length(len(tokens))
-                if saved > start:  # up to the last piece boundary, saved, then the rest: the same pieces as at once
-                    fast.prefill(0, start, tokens[start:saved])
-                    assert self.prompt_states is not None
-                    self.prompt_states.save(tokens[:saved], fast.seq_state(0))
-                    start = saved
+                if start:
+                    fast.seq_rm(0, start)
+                else:
+                    fast.clear()
+                stores = [store for store in (self.memory_states, self.prompt_states) if store is not None]
+                for store in stores:
+                    start = self._restore_prefix(fast, tokens, start, store)
+                self.prefill_reused = start
+                for cut in sorted({c for store in stores for c in store.save_points(tokens) if c > start}):
+                    fast.prefill(0, start, tokens[start:cut])  # the same pieces as at once: a cut ends one
+                    state = fast.seq_state(0)
+                    for store in stores:
+                        store.save(tokens[:cut], state)
+                    start = cut
                 fast.prefill(0, start, tokens[start:])
-                return fast.seq_state(0)
-            finally:
+                state = fast.seq_state(0)
+            except BaseException:
                 fast.clear()
+                raise
+            self._prefill_held = list(tokens)
+            return state
 
-    def _restore_prefix(self, fast: _Context, tokens: list[int]) -> int:
-        """Put the longest saved prefix of ``tokens`` into ``fast``'s sequence 0; how many tokens it covers."""
-        assert self.prompt_states is not None
-        hit = self.prompt_states.longest(tokens)
-        if hit is None:
-            return 0
+    def _restore_prefix(self, fast: _Context, tokens: list[int], held: int, store: PromptStates) -> int:
+        """Where ``store`` has a saved prefix of ``tokens`` longer than the ``held`` positions ``fast``'s sequence 0
+        has, put it there instead; how many positions the sequence then holds."""
+        hit = store.longest(tokens)
+        if hit is None or hit.length <= held:
+            return held
         try:
+            fast.clear()
             fast.set_seq_state(0, hit.state)
             if fast.seq_length(0) < hit.length:
                 raise RuntimeError("the saved state is shorter than its tokens")
             fast.seq_rm(0, hit.length)
         except RuntimeError:
-            self.prompt_states.discard(hit.name)
+            store.discard(hit.name)
             fast.clear()
             return 0
         return hit.length
@@ -319,7 +349,7 @@ class _Context:
         """Feed ``tokens`` (a prompt) to sequence ``seq`` at positions ``start``.. one prefill piece per ``llama_decode``
         (cut at absolute positions: :mod:`~constrained_spec.models.llamacpp.pieces`), the last position's output kept."""
         end = start + len(tokens)
-        for a, b in piece_bounds(start, end):
+        for a, b in self.weights.pieces.bounds(start, tokens):
             self.decode([(seq, p, tokens[p - start], p == end - 1) for p in range(a, b)])
 
     def seq_rm(self, seq: int, start: int) -> None:
@@ -525,7 +555,7 @@ class LlamaCppRows:
         time between the other rows' decode steps, not all at once when the row is first read); the incomplete last
         piece waits for more tokens or for :meth:`_settle`."""
         start, tokens = self._pending[slot]
-        cut = complete_end(start, start + len(tokens))
+        cut = self.weights.pieces.complete_end(start, tokens)
         if cut == start:
             return
         self._prefill_row(slot, start, tokens[: cut - start])

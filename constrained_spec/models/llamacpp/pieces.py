@@ -3,13 +3,19 @@
 On the fast default paths (repacked gemm, tiled matmuls) the bits of a prompt token's keys and values depend
 on which tokens share its ``llama_decode`` call. So every prefill — one sequence's (``LlamaCppWeights.prefilled_state``)
 and a batch row's (``LlamaCppRows``) — cuts the prompt at the same places: every multiple of :data:`PREFILL_PIECE`
-positions. A row can then compute each complete piece as soon as the batch coordinator has fed it, between the
-other rows' decode steps, and still hold the very cache one sequence's prefill makes.
+positions, and (:class:`PieceRule`) right after each *stop* token, the model's end-of-message tokens. A row can
+then compute each complete piece as soon as the batch coordinator has fed it, between the other rows' decode steps,
+and still hold the very cache one sequence's prefill makes; and a prompt that starts as an earlier one, up to the end
+of a message (a system message holding the schema hint), can keep the earlier cache of that part and compute only
+the rest, bitwise as a prefill from scratch would.
 """
 
 from __future__ import annotations
 
-__all__ = ["PREFILL_PIECE", "complete_end", "piece_bounds"]
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["PREFILL_PIECE", "PieceRule", "common_prefix", "complete_end", "piece_bounds"]
 
 #: positions per prefill piece (= ``llama_decode``'s batch width there, so one sequence's prefill from position 0
 #: is cut where it always was)
@@ -34,3 +40,49 @@ def complete_end(start: int, end: int, piece: int = PREFILL_PIECE) -> int:
     ``(start, end]``, or ``start`` when the span holds no piece boundary (all of it waits for more tokens)."""
     cut = end - end % piece
     return cut if cut > start else start
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many first tokens ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class PieceRule:
+    """Pieces end at every multiple of ``width`` positions and right after each token of ``stops``. A cut depends
+    only on its position and the token before it, so chunks of a prompt fed in any order of arrival are cut where
+    one prefill of the whole prompt cuts it, and two prompts sharing their first ``n`` tokens share every cut up to ``n``."""
+
+    width: int = PREFILL_PIECE
+    stops: frozenset[int] = field(default_factory=frozenset)
+
+    def cuts(self, start: int, tokens: Sequence[int]) -> list[int]:
+        """The cuts in ``(start, start + len(tokens)]`` of ``tokens`` placed at positions ``start``.., ascending."""
+        end = start + len(tokens)
+        at_width = {b for _, b in piece_bounds(start, end, self.width) if b % self.width == 0}
+        after_stop = {start + i + 1 for i, t in enumerate(tokens) if t in self.stops}
+        return sorted(at_width | after_stop)
+
+    def bounds(self, start: int, tokens: Sequence[int]) -> list[tuple[int, int]]:
+        """The ``[a, b)`` ranges ``tokens`` (at positions ``start``..) are computed in."""
+        edges = [start, *[c for c in self.cuts(start, tokens) if c < start + len(tokens)], start + len(tokens)]
+        return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
+
+    def complete_end(self, start: int, tokens: Sequence[int]) -> int:
+        """Where the complete pieces of ``tokens`` (at positions ``start``..) end; ``start`` where none is complete."""
+        cuts = self.cuts(start, tokens)
+        return cuts[-1] if cuts else start
+
+    def last_cut(self, tokens: Sequence[int], limit: int) -> int:
+        """The last cut of a prompt ``tokens`` (from position 0) at or before ``limit``; 0 where there is none."""
+        limit = min(limit, len(tokens))
+        return self.complete_end(0, tokens[:limit]) if limit > 0 else 0
+
+    def message_ends(self, tokens: Sequence[int]) -> list[int]:
+        """The cuts of ``tokens`` (from position 0) right after a stop token."""
+        return [i + 1 for i, t in enumerate(tokens) if t in self.stops]
