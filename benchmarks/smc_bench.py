@@ -113,8 +113,8 @@ def run(particles: int, k: int, runs: int, temperature: float, seed: int, scale:
     gen = torch.Generator().manual_seed(1000 * particles + k)
     config = DecodeConfig(num_draft_tokens=k, draft_plan="always")
 
-    def build(t, d, matcher, verifier):  # type: ignore[no-untyped-def]
-        return SpeculativeDecoder(t, d, matcher, policy, config, max_new_tokens=16, verifier=verifier, generator=gen)
+    def build(t, d, matcher, verifier, generator):  # type: ignore[no-untyped-def]
+        return SpeculativeDecoder(t, d, matcher, policy, config, max_new_tokens=16, verifier=verifier, generator=generator)
 
     counts: Counter = Counter()
     blended: Counter = Counter()

@@ -89,8 +89,8 @@ def run_ours(n: int, k: int, runs: int, seed: int, scale: float) -> tuple[list[d
     gen = torch.Generator().manual_seed(7919 * n + k)
     config = DecodeConfig(num_draft_tokens=k, draft_plan="always")
 
-    def build(t, d, matcher, verifier):  # type: ignore[no-untyped-def]
-        return SpeculativeDecoder(t, d, matcher, policy, config, max_new_tokens=16, verifier=verifier, generator=gen)
+    def build(t, d, matcher, verifier, generator):  # type: ignore[no-untyped-def]
+        return SpeculativeDecoder(t, d, matcher, policy, config, max_new_tokens=16, verifier=verifier, generator=generator)
 
     dists, samples, zs = [], [], []
     start = time.perf_counter()

@@ -338,3 +338,34 @@ def test_the_size_check_catches_a_long_function_and_a_long_parameter_list() -> N
     assert oversized_functions(long_body) == ["f: 101 lines"]
     assert oversized_functions(many) == ["m: 11 parameters"]
     assert oversized_functions(ok) == []
+
+
+def config_names() -> set[str]:
+    """The names ``constrained_spec/config.py`` defines (not those it imports)."""
+    names: set[str] = set()
+    for node in ast.parse((PACKAGE / "config.py").read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def config_names_taken_elsewhere(source: str, module: str, is_package: bool = False) -> list[str]:
+    """``config`` names that ``source`` imports from another module (a re-export) instead of config itself."""
+    defined = config_names()
+    return [f"{target}.{name}" for target, names in imports(source, module, is_package)
+            if target != "constrained_spec.config" for name in names if name in defined]
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "cli").rglob("*.py")), ids=lambda p: p.name)
+def test_the_cli_takes_config_names_from_config(path: Path) -> None:
+    assert config_names_taken_elsewhere(path.read_text(), module_name(path), path.name == "__init__.py") == []
+
+
+def test_negative_control_a_config_name_through_models_is_caught() -> None:
+    assert config_names() >= {"RUNTIMES", "DTYPE_CHOICES", "DEVICE_HELP", "normalize_device"}
+    source = "from constrained_spec.models.runtime import RUNTIMES\nfrom constrained_spec.config import DTYPE_CHOICES\n"
+    assert config_names_taken_elsewhere(source, "constrained_spec.cli.args") == ["constrained_spec.models.runtime.RUNTIMES"]

@@ -9,13 +9,18 @@ import argparse
 import math
 from typing import Callable
 
-from constrained_spec.config import DEFAULT_DRAFT, DEFAULT_TARGET, PREFILL_DTYPES, PROPOSERS, ModelConfig
-
-# models.torch.dtypes and models.torch.devices are light: they import torch only inside their functions
+from constrained_spec.config import (
+    DEFAULT_DRAFT,
+    DEFAULT_TARGET,
+    DEVICE_HELP,
+    DTYPE_CHOICES,
+    PREFILL_DTYPES,
+    PROPOSERS,
+    RUNTIMES,
+    ModelConfig,
+    normalize_device,
+)
 from constrained_spec.errors import ConfigError
-from constrained_spec.models.runtime import RUNTIMES
-from constrained_spec.models.torch.devices import DEVICE_HELP, normalize_device
-from constrained_spec.models.torch.dtypes import DTYPE_CHOICES  # re-exported for the commands
 
 
 def number_type(kind: type, low: float, *, low_open: bool = False, high: float | None = None, rule: str = "") -> Callable[[str], float]:

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from constrained_spec.cli.args import (
-    DTYPE_CHOICES,
     add_model_arguments,
     add_prompt_cache_argument,
     model_config,
@@ -37,9 +36,11 @@ from constrained_spec.cli.args import (
 )
 from constrained_spec.config import (
     DRAFT_PLANS,
+    DTYPE_CHOICES,
     MAX_PARTICLES,
     NUM_DRAFT_TOKENS,
     PROPOSERS,
+    RUNTIMES,
     SCHEMA_HINT_PLACES,
     SCHEMA_HINT_STYLES,
     DecodeConfig,
@@ -51,7 +52,6 @@ from constrained_spec.errors import (
     SchemaError,
     VocabularyMismatchError,
 )
-from constrained_spec.models.runtime import RUNTIMES
 
 PROG = "constrained-spec"
 #: what to install for ``serve``

@@ -110,8 +110,9 @@ ALIGNMENTS = ("local", "smc")
 #: (logits [c, V], allowed bool [c, V], committed tokens [c], policy) -> log weights [c]
 Weigh = Callable[[torch.Tensor, torch.Tensor, Sequence[int], SamplingPolicy], torch.Tensor]
 
-#: (target, draft, matcher, verifier) -> the decoder of one particle
-Build = Callable[[SequenceModel, "SequenceModel | None", GrammarMatcher, Callable[..., VerifyResult]], SpeculativeDecoder]
+#: (target, draft, matcher, verifier, generator) -> the decoder of one particle, drawing from ``generator``
+Build = Callable[[SequenceModel, "SequenceModel | None", GrammarMatcher, Callable[..., VerifyResult], torch.Generator],
+                 SpeculativeDecoder]
 
 
 def default_weigh(logits: torch.Tensor, allowed: torch.Tensor, tokens: Sequence[int], policy: SamplingPolicy) -> torch.Tensor:
@@ -140,6 +141,7 @@ class _Particle:
     log_weight: float = 0.0
     state: str = "running"  # running, done, dead
     died_of_budget: bool = False
+    gen: torch.Generator | None = None  # its own random stream as a batch row (reseeded each round); None: the SMC's
 
 
 @dataclass
@@ -226,17 +228,21 @@ class SMCDecoder:
         return self
 
     # -- particles -------------------------------------------------------------------------
-    def _decoder(self, target: SequenceModel, draft: SequenceModel | None, matcher: GrammarMatcher) -> SpeculativeDecoder:
-        decoder = self.build(target, draft, matcher, self.verifier)
-        if self.rows is not None:  # its own stream, reseeded each round (``_round``)
-            decoder.gen = torch.Generator()
+    def _own_gen(self) -> torch.Generator | None:
+        """A new particle's random stream: its own as a batch row (reseeded each round, ``_round``), else None (the SMC's)."""
+        return torch.Generator() if self.rows is not None else None
+
+    def _decoder(self, target: SequenceModel, draft: SequenceModel | None, matcher: GrammarMatcher,
+                 gen: torch.Generator | None) -> SpeculativeDecoder:
+        decoder = self.build(target, draft, matcher, self.verifier, self.gen if gen is None else gen)
         self._stats.append(decoder.stats)
         return decoder
 
     def _first(self, prompt_ids: list[int]) -> _Particle:
-        decoder = self._decoder(self.target, self.draft, self.new_matcher())
+        gen = self._own_gen()
+        decoder = self._decoder(self.target, self.draft, self.new_matcher(), gen)
         decoder.start(prompt_ids, plan=False)
-        return _Particle(decoder, [])
+        return _Particle(decoder, [], gen=gen)
 
     def _fork(self, src: _Particle) -> _Particle:
         if src.decoder is None:  # finished: its tokens are all there is
@@ -246,8 +252,9 @@ class SMCDecoder:
             target, draft = self.rows.fork(parent.target, parent.draft)
         else:
             target, draft = fork_model(parent.target), fork_model(parent.draft) if parent.draft is not None else None
-        decoder = parent.fork(target, draft, self.new_matcher(), self._decoder)
-        return _Particle(decoder, list(src.tokens), src.log_weight)
+        gen = self._own_gen()
+        decoder = parent.fork(target, draft, self.new_matcher(), lambda t, d, m: self._decoder(t, d, m, gen))
+        return _Particle(decoder, list(src.tokens), src.log_weight, gen=gen)
 
     def _finish(self, p: _Particle, state: str) -> None:
         p.state = state
@@ -359,8 +366,8 @@ class SMCDecoder:
                 self._advance(p)
             return
         for p in running:
-            assert p.decoder is not None
-            p.decoder.gen.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self.gen)))
+            assert p.gen is not None
+            p.gen.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self.gen)))
         self.rows.step(running, self._advance)
 
     def _all_dead(self, particles: list[_Particle], eos: Callable[[int], bool], prompt_tokens: int, start: float) -> None:
@@ -413,12 +420,13 @@ def decode_smc(request: DecodeRequest, target: SequenceModel, draft: SequenceMod
     one's row views); ``proposers``: each particle's own free proposers (else ``drafting``'s, shared)."""
     generator = make_generator(request.policy.seed)
 
-    def build(t: SequenceModel, d: SequenceModel | None, matcher: GrammarMatcher, verify: Callable[..., VerifyResult]) -> SpeculativeDecoder:
+    def build(t: SequenceModel, d: SequenceModel | None, matcher: GrammarMatcher, verify: Callable[..., VerifyResult],
+              gen: torch.Generator) -> SpeculativeDecoder:
         own = dataclasses.replace(drafting, draft_length=copy.deepcopy(drafting.draft_length))
         if proposers is not None:
             own = dataclasses.replace(own, proposers=proposers())
         return SpeculativeDecoder(t, d, matcher, request.policy, request.config, max_new_tokens=request.max_new_tokens,
-                                  verifier=verify, generator=generator, hooks=request.hooks, drafting=own)
+                                  verifier=verify, generator=gen, hooks=request.hooks, drafting=own)
 
     smc = SMCDecoder(build, target, draft, request.new_matcher, request.policy, verifier, options=options,
                      max_new_tokens=request.max_new_tokens, generator=generator)

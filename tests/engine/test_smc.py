@@ -149,9 +149,9 @@ def smc_runs(new_matcher, particles: int, runs: int, *, k: int = 0, temperature:
             models["draft"] = BatchedPrefixModel(draft, slots or particles, 64)
         batch = BatchCoordinator(models, prefix_cache_bytes=0)
 
-    def build(t, d, matcher, verifier):
+    def build(t, d, matcher, verifier, generator):
         return make_decoder(t, d, matcher, policy, num_draft_tokens=k, max_new_tokens=max_new_tokens, verifier=verifier,
-                            generator=gen)
+                            generator=generator)
 
     for _ in range(runs):
         target.reset()

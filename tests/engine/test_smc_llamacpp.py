@@ -89,8 +89,8 @@ def smc_runs(case, particles: int, runs: int, *, k: int = 0, seed: int = 0, ess_
     gen = torch.Generator().manual_seed(seed)
     automaton = case["automaton"]
 
-    def build(t, d, matcher, verifier):
-        return make_decoder(t, d, matcher, policy, num_draft_tokens=k, max_new_tokens=MAX_NEW, verifier=verifier, generator=gen)
+    def build(t, d, matcher, verifier, generator):
+        return make_decoder(t, d, matcher, policy, num_draft_tokens=k, max_new_tokens=MAX_NEW, verifier=verifier, generator=generator)
 
     counts: Counter = Counter()
     blended: Counter = Counter()
