@@ -231,8 +231,15 @@ def test_any_of_and_one_of():
     check(schema, good=[{"a": 1}, {"b": 2}], bad=[{"a": 1, "b": 2}, {}])
     # overlapping branches: each one minus the others (issue 49), exact
     check({"oneOf": [{"type": "integer"}, {"type": "integer", "minimum": 2}]}, good=[1, -3], bad=[2, 3, "a", 1.5])
-    # partly overlapping branches: integers below 2 (not minimum 2) and non-numbers (not integers)
-    check({"oneOf": [{"type": "integer"}, {"minimum": 2}]}, good=["a", None, 1, -4], bad=[3, 2])
+    # partly overlapping branches: integers below 2 (not minimum 2), non-numbers and the non-integers
+    # of at least 2, which no regex here writes: refused by name (before, they were dropped silently)
+    with pytest.raises(UnsupportedKeywordError) as ei:
+        schema_to_regex({"oneOf": [{"type": "integer"}, {"minimum": 2}]})
+    assert ei.value.keyword == "oneOf" and "type number" in str(ei.value)
+    check({"oneOf": [{"type": "integer"}, {"minimum": 2}]}, good=["a", None, 1, -4], bad=[3, 2],
+          options=SchemaOptions(allow_unenforced=True))
+    # without a bound the non-integers are written: exact
+    check({"oneOf": [{"type": "integer"}, {"type": "number"}]}, good=[1.5, -0.25], bad=[3, 0, "a"])
     # overlapping where a negation cannot be written (object constraints) is refused by name
     with pytest.raises(UnsupportedKeywordError) as ei:
         schema_to_regex({"oneOf": [{"type": "array", "minItems": 1}, {"type": "array", "maxItems": 3}]})

@@ -69,6 +69,7 @@ class Combinators(CompilerBase):
         possible = [self._possible_or_none(c) for c in ctxs]
         out: list[list[Action]] = []
         kept_any = False
+        dropped: list[tuple[int, str, int]] = []  # (branch i, type t, branch j): t of i not told apart from j
         for i, br in enumerate(branches):
             acts = list(br)
             fi = flats[i]
@@ -90,13 +91,16 @@ class Combinators(CompilerBase):
                 types_i = intersect_types(types_i, pi)
             neg_types = types_i if outer is None else intersect_types(types_i, outer)
             base = [t for t in types_i if not (t == "integer" and "number" in types_i)]
+            bare = fi.lo is None and fi.hi is None and not fi.multiple_of  # its numbers are unbounded
             keep: set[str] = set()
             extra: list[Action] = []
             negated: dict[int, Action] = {}  # j -> "not branch j" (exactly one: i and none of the others)
+            by_type: dict[str, dict[int, Action]] = {}  # t -> j -> "not branch j", exact on type t only
             for t in base:
                 if outer is not None and not intersect_types({t}, outer):
                     continue  # the context admits no value of type t: dropped below, as before
                 acts_t: list[Action] = []
+                negs_t: dict[int, Action] = {}
                 ok = True
                 for j, fj in enumerate(flats):
                     if j == i:
@@ -104,13 +108,20 @@ class Combinators(CompilerBase):
                     pj = possible[j]
                     if pj is not None and not intersect_types({t}, pj):
                         continue  # branch j admits no value of type t
+                    if self._complementary(ctxs[i], ctxs[j]):
+                        continue  # one branch is "not X", the other holds X
                     res = None if fj is None else self._exclude(t, fi, fj, ctxs[i], ctxs[j])
                     if res is None:
-                        neg = self._negated_branch(ctxs[j], fj, neg_types)
+                        neg = self._negated_branch(ctxs[j], fj, neg_types, bare)
                         if neg is not None:
                             negated[j] = neg
                             continue
+                        neg = self._negated_branch(ctxs[j], fj, set(self._of_type(t, outer)), bare)
+                        if neg is not None:  # exact on type t: branch i's values of type t get it apart
+                            negs_t[j] = neg
+                            continue
                         ok = False
+                        dropped.append((i, t, j))
                         break
                     acts_t += res
                 if ok:
@@ -118,20 +129,69 @@ class Combinators(CompilerBase):
                     if t == "number":
                         keep.add("integer")
                     extra += acts_t
+                    if negs_t:
+                        by_type[t] = negs_t
             if keep:
                 kept_any = True
+            common = extra + [negated[j] for j in sorted(negated)]
+            if by_type:  # one branch for the types that need no negation of their own, one per type that does
+                plain = keep - set(by_type) - ({"integer"} if "number" in by_type else set())
+                if plain:
+                    out.append(acts + [NarrowTypes(frozenset(plain))] + common)
+                for t, negs in by_type.items():
+                    out.append(acts + [NarrowTypes(self._of_type(t, None))] + common + [negs[j] for j in sorted(negs)])
+                continue
             if keep != types_i:
                 acts.append(NarrowTypes(frozenset(keep)))
-            acts += extra + [negated[j] for j in sorted(negated)]
-            out.append(acts)
+            out.append(acts + common)
         if not kept_any:
             return None
+        if dropped:
+            groups = self._twin_groups(ctxs)
+            for i, t, j in dropped:
+                if not any(i in g and j in g for g in groups):  # a twin's values all satisfy i: none is lost
+                    self.refuse_dropped_type(ptr, i, t, j)
         return out
+
+    def _complementary(self, a: Ctx, b: Ctx) -> bool:
+        """Whether one of two subschemas is ``not: X`` and the other holds X (is X, or has X in its
+        ``allOf``), each through bare ``$ref``s: no value satisfies both."""
+        for x, y in ((a, b), (b, a)):
+            xt = self.bare_ref_target(x)
+            xs = xt.schema
+            if not (isinstance(xs, dict) and {k for k in xs if k not in IGNORED_KEYWORDS} == {"not"}):
+                continue
+            negated = self.bare_ref_target(xt.child(xs["not"], "not")).schema
+            yt = self.bare_ref_target(y)
+            ys = yt.schema
+            if ys is negated:
+                return True
+            if isinstance(ys, dict) and isinstance(ys.get("allOf"), list) and any(
+                self.bare_ref_target(yt.child(m, "allOf", k)).schema is negated for k, m in enumerate(ys["allOf"])
+            ):
+                return True
+        return False
+
+    def refuse_dropped_type(self, ptr: str, i: int, t: str, j: int) -> None:
+        """Refuse the ``oneOf`` at ``ptr`` (or record it: branch i then keeps no value of type t, a
+        sound part): branch i's values of type t cannot be told apart from branch j's."""
+        self.unsupported("oneOf", ptr, f"branch {i}'s values of type {t} cannot be told apart from branch {j}'s "
+                         "(no exact negation of that branch)")
+
+    @staticmethod
+    def _of_type(t: str, outer: Optional[set[str]]) -> frozenset[str]:
+        """The type names of values of type t (numbers with their integers), within outer (None: all)."""
+        ts = {t, "integer"} if t == "number" else {t}
+        return frozenset(ts if outer is None else intersect_types(ts, outer))
 
     def _twin_branches(self, ctxs: list[Ctx]) -> set[int]:
         """The branches whose subschema (through bare ``$ref``s) is the same JSON as another
         branch's, annotations aside, under the same base URI (so their references lead to the same
         places): the same language."""
+        return {i for group in self._twin_groups(ctxs) for i in group}
+
+    def _twin_groups(self, ctxs: list[Ctx]) -> list[set[int]]:
+        """The groups (two or more) of branches that are twins (:meth:`_twin_branches`)."""
         seen: dict[tuple[str, str], list[int]] = {}
         for i, c in enumerate(ctxs):
             t = self.bare_ref_target(c)
@@ -140,7 +200,7 @@ class Combinators(CompilerBase):
                 continue
             body = t.schema if isinstance(t.schema, bool) else {k: v for k, v in t.schema.items() if k not in _ANNOTATIONS}
             seen.setdefault((base, json.dumps(body, sort_keys=True)), []).append(i)
-        return {i for group in seen.values() if len(group) > 1 for i in group}
+        return [set(group) for group in seen.values() if len(group) > 1]
 
     def negation_group(self, ctx: Ctx) -> Optional[Group]:
         """``not`` of a disjunction on objects as a branch group, exact: ``not: {required: [a, b]}``
@@ -180,14 +240,26 @@ class Combinators(CompilerBase):
             return ("anyOf", branches, ptr)
         return None
 
-    def _negated_branch(self, cj: Ctx, fj: Optional[Flat], types: set[str]) -> Optional[Action]:
+    def _negated_branch(self, cj: Ctx, fj: Optional[Flat], types: set[str], bare_numbers: bool = False) -> Optional[Action]:
         """The action "branch j fails" where it can be written exactly on every type of ``types``:
-        ``not: {not: X}`` as X itself, else the general negation (:meth:`negatable`); None where not."""
+        ``not: {not: X}`` as X itself, ``not: {type: ...}`` (``not: {type: integer}`` on numbers only where
+        ``bare_numbers``: the branch bounds none), ``not: {anyOf: [...]}`` as every branch failing, the
+        object forms, else the general negation (:meth:`negatable`); None where not."""
         s = cj.schema
         if isinstance(s, dict) and {k for k in s if k not in IGNORED_KEYWORDS} == {"not"}:
             return Holds(cj.child(s["not"], "not"), True)
         target = self.bare_ref_target(cj)
         ts = target.schema
+        keys = {k for k in ts if k not in IGNORED_KEYWORDS} if isinstance(ts, dict) else set()
+        if keys and keys <= {"type"} and (bare_numbers or not (
+                fj is not None and fj.types is not None and "integer" in fj.types and "number" not in fj.types
+                and "number" in types)):
+            return Holds(cj, False)  # whole types dropped; integers within numbers: the non-integers
+        if keys == {"anyOf"} and isinstance(ts["anyOf"], list) and ts["anyOf"] and all(
+            self._negated_branch(sub, self._absorbed(sub), types) is not None
+            for sub in (target.child(b, "anyOf", k) for k, b in enumerate(ts["anyOf"]))
+        ):
+            return Holds(cj, False)  # not anyOf [A, B]: not A and not B (absorb writes it so)
         if isinstance(ts, dict) and _exact_object_not(ts, types):
             props = ts.get("properties")
             if not isinstance(props, dict) or all(self._value_negatable(target.child(v, "properties", k))
@@ -592,13 +664,17 @@ class Combinators(CompilerBase):
 def _exact_object_not(s: dict, types: set[str]) -> bool:
     """Whether ``not: s`` on values of ``types`` is one of the object forms the compiler writes exactly: one property's
     value failing (``{properties: {p: S}}``, no ``required``), one name absent (``{required: [a]}``),
-    or a branch group (:meth:`Combinators.negation_group`)."""
+    or a branch group (:meth:`Combinators.negation_group`: several properties, or names with them)."""
     keys = {k for k in s if k not in IGNORED_KEYWORDS}
     props, req = s.get("properties"), s.get("required")
     if s.get("type", "object") != "object" or not keys or not keys <= {"properties", "required", "type"}:
         return False
-    if "required" not in keys:  # the leaf keeps objects only: exact where S does not say "type" (or only objects are left)
-        return ("type" not in keys or types <= {"object"}) and isinstance(props, dict) and len(props) == 1
+    if "required" not in keys:
+        if not isinstance(props, dict) or not props:
+            return False
+        if len(props) > 1:  # a branch group (some property present and failing; with "type", the non-objects too)
+            return True
+        return "type" not in keys or types <= {"object"}  # the leaf keeps objects only: exact where S does not say "type"
     if not isinstance(req, list) or not req or not all(isinstance(n, str) for n in req):
         return False
     if "properties" not in keys:  # one name: forbidden at the leaf; several without "type": a group

@@ -10,9 +10,12 @@ from typing import Any, Optional
 from constrained_spec.errors import UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
+from constrained_spec.grammar.json_schema.content_dfa import DfaTooLarge
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
 from constrained_spec.grammar.json_schema.emit_lark import placeholder
 from constrained_spec.grammar.json_schema.ir import EMPTY, Flat, Owner
+from constrained_spec.grammar.json_schema.key_languages import key_cells
+from constrained_spec.grammar.json_schema.member_counts import counted_max, member_shapes
 from constrained_spec.grammar.json_schema.options import DECLARED_PROPERTIES_NOTE, LOCAL_OBJECT_CAP
 from constrained_spec.grammar.json_schema.py_regex import line_pattern, py_search, universal_pattern
 from constrained_spec.grammar.json_schema.regex_text import SeqItem, alt, group, rep, sequence
@@ -22,6 +25,9 @@ __all__ = ["ObjectEmitter", "canonical_key_orders", "KEY_RANGES", "Extra"]
 #: characters of generated extra property names: printable ASCII without '"' and '\\'
 #: (a restriction that keeps the name-exclusion regexes small)
 KEY_RANGES = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7E))
+
+#: most member sequences :meth:`ObjectEmitter.count_shapes` writes for one object's property counts
+MAX_SHAPES = 64
 
 #: a rule for properties beyond the declared ones: (key regex with its quotes, value regex, how
 #: many such properties at most (None: any number))
@@ -40,54 +46,66 @@ class ObjectEmitter(CompilerBase):
             return EMPTY
         items, n_req, names = members
         extras = self.object_extras(flat, [it[2] for it in items] + sorted(flat.forbidden), names)
-        limited = self._count_limits(flat, items, extras, n_req)
-        if limited is None:
+        counted = self.count_shapes(flat, items, extras, n_req)
+        if counted is None:
             return EMPTY
-        items, extras, plus_extra = limited
+        shapes, non_empty = counted
         ptr = flat.sources[0][0].ptr if flat.sources else ""
-        if self.opts.linear_objects and n_req == 0 and len(items) > 1:
-            items[0][0] = "req"  # a sound restriction that keeps the regex linear
-            self.length_narrowed.append((ptr or "#") + " (first property required)")
-        seq_items = [SeqItem("req" if it[0] == "req" else "opt", it[1]) for it in items]
-        extra_items = [(k + ws + ":" + ws + group(v), count) for k, v, count in extras]
-        if plus_extra:
-            # at least one extra property: the first one present is of rule i (at least once), the
-            # rules after it as before (each 0..count times)
-            heads = [group(e) + rep("(" + sep + group(e) + ")", 0, None if count is None else count - 1)
-                     for e, count in extra_items]
-            if len(heads) == 1:
-                seq_items.append(SeqItem("req", heads[0]))
-            else:
-                firsts = [sequence([SeqItem("req", h)] + [SeqItem("star", e2, c2) for e2, c2 in extra_items[i + 1:]],
-                                   sep, self.check_size) for i, h in enumerate(heads)]
-                joined = alt(firsts)
-                if joined is None:
-                    return EMPTY
-                seq_items.append(SeqItem("req", group(joined)))
+        if len(shapes) == 1:
+            body = self._one_shape(list(shapes[0]), sep, ptr, non_empty)
         else:
-            seq_items += [SeqItem("star", e, count) for e, count in extra_items]
-        if self.opts.property_order == "any" and len(seq_items) <= self.opts.max_any_order_properties and all(
-            it.kind in ("req", "opt") for it in seq_items
-        ) and len(seq_items) > 1:
-            body = self.any_order(seq_items, sep)
-        else:
-            all_optional = n_req == 0 and len(items) > 1
-            if all_optional and self.grammar_mode and self._large(seq_items, sep):
-                body = self.optional_sequence_rules(seq_items, sep)
-            else:
-                body = sequence(seq_items, sep, self.check_size)
-            if all_optional:
-                self.reducible = True
-            if body is not None and all_optional and len(body) > LOCAL_OBJECT_CAP and not self.grammar_mode:
-                # all-optional objects cost O(n log n) copies; past a size, require the
-                # first property (a sound restriction) so that the regex stays linear; the
-                # grammar (optional_sequence_rules) holds the whole language
-                seq_items[0] = SeqItem("req", seq_items[0].regex)
-                body = sequence(seq_items, sep, self.check_size)
-                self.length_narrowed.append((ptr or "#") + " (first property required)")
+            bodies = [self._shape_body(sh, sep) for sh in shapes]
+            joined = alt([b for b in bodies if b])
+            if joined is not None and "" in bodies:
+                joined = group(joined) + "?"
+            body = joined if joined is not None else ("" if "" in bodies else None)
+            if body is not None:
+                self.check_size(body)
         if body is None:
             return EMPTY
         return "\\{" + ws + body + ws + "\\}"
+
+    def _shape_body(self, shape: list[SeqItem], sep: str) -> Optional[str]:
+        """The members of one shape (:func:`~.member_counts.member_shapes`), in declared order or,
+        where asked and small, in any order."""
+        if not shape:
+            return ""
+        if self.opts.property_order == "any" and 1 < len(shape) <= self.opts.max_any_order_properties and all(
+            it.kind in ("req", "opt") for it in shape
+        ):
+            return self.any_order(shape, sep)
+        return sequence(shape, sep, self.check_size)
+
+    def _one_shape(self, seq_items: list[SeqItem], sep: str, ptr: str, non_empty: bool) -> Optional[str]:
+        """The members of an object with one shape; ``non_empty``: at least one of them (all optional)."""
+        n_req = sum(1 for it in seq_items if it.kind == "req")
+        n_decl = sum(1 for it in seq_items if it.kind != "star")
+        if self.opts.linear_objects and n_req == 0 and n_decl > 1:
+            seq_items[0] = SeqItem("req", seq_items[0].regex)  # a sound restriction that keeps the regex linear
+            self.length_narrowed.append((ptr or "#") + " (first property required)")
+            n_req = 1
+        if self.opts.property_order == "any" and len(seq_items) <= self.opts.max_any_order_properties and all(
+            it.kind in ("req", "opt") for it in seq_items
+        ) and len(seq_items) > 1:
+            return self.any_order(seq_items, sep, non_empty and n_req == 0)
+        all_optional = n_req == 0 and len(seq_items) > 1
+        if all_optional and self.grammar_mode and self._large(seq_items, sep):
+            body = self.optional_sequence_rules(seq_items, sep)
+        else:
+            body = sequence(seq_items, sep, self.check_size)
+        if all_optional:
+            self.reducible = True
+        if body is not None and all_optional and len(body) > LOCAL_OBJECT_CAP and not self.grammar_mode:
+            # all-optional objects cost O(n log n) copies; past a size, require the
+            # first property (a sound restriction) so that the regex stays linear; the
+            # grammar (optional_sequence_rules) holds the whole language
+            seq_items[0] = SeqItem("req", seq_items[0].regex)
+            body = sequence(seq_items, sep, self.check_size)
+            self.length_narrowed.append((ptr or "#") + " (first property required)")
+            n_req = 1
+        if body is not None and non_empty and n_req == 0:
+            body = _without_empty(body)
+        return body
 
     @staticmethod
     def _large(seq_items: list[SeqItem], sep: str) -> bool:
@@ -169,17 +187,63 @@ class ObjectEmitter(CompilerBase):
             n_req += is_req
         return items, n_req, names
 
-    def _count_limits(self, flat: Flat, items: list[list[str]], extras: list[Extra],
-                      n_req: int) -> Optional[tuple[list[list[str]], list[Extra], bool]]:
-        """Apply ``minProperties``/``maxProperties`` to the items and extra-property rules:
-        (items, extras, whether one extra property is required); None when impossible."""
-        # minProperties / maxProperties
+    def count_shapes(self, flat: Flat, items: list[list[str]], extras: list[Extra],
+                     n_req: int) -> Optional[tuple[list[list[SeqItem]], bool]]:
+        """The member sequences under ``minProperties``/``maxProperties``, exactly: (shapes whose union
+        they are (:func:`~.member_counts.member_shapes`), whether the one shape must be non-empty);
+        None where no object has the counts. Refused by name (``minProperties``: two or more extra
+        properties would have to differ in name, or more than the declared properties; past
+        ``MAX_SHAPES``: the keyword that binds); recorded, the older sound part."""
+        ws = self.ws
+        seq = [SeqItem("req" if kind == "req" else "opt", kv) for kind, kv, _ in items]
+        # an extra rule of one literal name (count 1) is one more optional member
+        seq += [SeqItem("opt" if count == 1 else "star", k + ws + ":" + ws + group(v), count) for k, v, count in extras]
+        lo = max(0, flat.min_props - n_req)
+        hi = None if flat.max_props is None else flat.max_props - n_req
+        if hi is not None and hi < lo:
+            return None
+        most = counted_max(seq)
+        binding_hi = hi is not None and (most is None or most > hi)
+        if lo == 0 and not binding_hi:
+            return [seq], False
+        stars = any(it.kind == "star" for it in seq)
+        n_opt = sum(1 for it in seq if it.kind == "opt")
+        if lo > n_opt + (1 if stars else 0):
+            self.unsupported(
+                "minProperties", flat.min_props_ptr,
+                "minProperties larger than the declared properties (extra properties may repeat a name); "
+                + DECLARED_PROPERTIES_NOTE,
+            )
+            return self._sound_part(flat, items, extras, n_req)
+        if lo >= 2 and stars:
+            self.unsupported(
+                "minProperties", flat.min_props_ptr,
+                "minProperties two or more above the required properties where extra properties may be among "
+                "them (their names would have to differ: no regex says so)",
+            )
+            return self._sound_part(flat, items, extras, n_req)
+        if lo == 1 and not binding_hi and all(it.kind != "req" for it in seq):
+            return [seq], True
+        shapes = member_shapes(seq, lo, hi, MAX_SHAPES)
+        if shapes is None:
+            kw, ptr = ("maxProperties", flat.max_props_ptr) if binding_hi else ("minProperties", flat.min_props_ptr)
+            self.unsupported(kw, ptr, f"the property counts need more than {MAX_SHAPES} member sequences")
+            return self._sound_part(flat, items, extras, n_req)
+        if not shapes:
+            return None
+        return shapes, False
+
+    def _sound_part(self, flat: Flat, items: list[list[str]], extras: list[Extra],
+                    n_req: int) -> Optional[tuple[list[list[SeqItem]], bool]]:
+        """Where the counts are recorded as unenforced: the older sound part (optional properties made
+        required in declared order for ``minProperties``; the ``maxProperties`` budget to the first
+        optional properties, then to the first extra rule)."""
+        items = [list(it) for it in items]
         n_opt = sum(1 for it in items if it[0] == "opt")
         if flat.max_props is not None:
-            M = flat.max_props
-            if n_req > M:
+            budget = flat.max_props - n_req
+            if budget < 0:
                 return None
-            budget = M - n_req
             if n_opt > budget:
                 kept = 0
                 for it in items:
@@ -188,46 +252,88 @@ class ObjectEmitter(CompilerBase):
                             it[0] = "drop"
                         kept += 1
                 items = [it for it in items if it[0] != "drop"]
-                extras = []
                 budget = 0
             else:
                 budget -= n_opt
-            # the budget is shared: give it to the first extra rule only
-            extras = [(k, v, (min(c, budget) if c is not None else budget) if i == 0 else 0) for i, (k, v, c) in enumerate(extras)]
+            extras = [(k, v, (min(c, budget) if c is not None else budget) if i == 0 else 0)
+                      for i, (k, v, c) in enumerate(extras)]
             extras = [e for e in extras if e[2] != 0]
-        if flat.min_props > n_req:
-            need = flat.min_props - n_req
-            for it in items:
-                if need <= 0:
-                    break
-                if it[0] == "opt":
-                    it[0] = "req"
-                    need -= 1
-            plus_extra = False
-            if need == 1 and extras:
-                plus_extra = True  # one extra property is enough (duplicates still count one)
-                need = 0
-            if need > 0:
-                self.unsupported(
-                    "minProperties", flat.min_props_ptr,
-                    "minProperties larger than the declared properties (extra properties may repeat a name); "
-                    + DECLARED_PROPERTIES_NOTE,
-                )
-        else:
-            plus_extra = False
-        return items, extras, plus_extra
+        need = flat.min_props - n_req
+        for it in items:
+            if need > 0 and it[0] == "opt":
+                it[0] = "req"
+                need -= 1
+        ws = self.ws
+        seq = [SeqItem("req" if it[0] == "req" else "opt", it[1]) for it in items]
+        ex = [SeqItem("star", k + ws + ":" + ws + group(v), c) for k, v, c in extras]
+        if need > 0 and ex:
+            first = ex[0]  # at least one extra property, of the first rule
+            more = None if first.count is None else first.count - 1
+            return [seq + [SeqItem("req", first.regex)] + ([SeqItem("star", first.regex, more)] if more != 0 else [])
+                    + ex[1:]], False
+        return [seq + ex], False
 
-    def any_order(self, seq_items: list[SeqItem], sep: str) -> Optional[str]:
-        """The alternation of every order of the (required/optional) items."""
+    def any_order(self, seq_items: list[SeqItem], sep: str, non_empty: bool = False) -> Optional[str]:
+        """The alternation of every order of the (required/optional) items (``non_empty``: at least
+        one of them, where all are optional)."""
         outs: list[Optional[str]] = []
         for perm in itertools.permutations(seq_items):
             r = sequence(list(perm), sep, self.check_size)
             if r is not None:
-                outs.append(r)
+                outs.append(_without_empty(r) if non_empty else r)
         return alt(outs)
 
     def object_extras(self, flat: Flat, declared: list[str], all_names: list[str]) -> list[Extra]:
-        """Regexes (key, value, max_count) for properties beyond the declared ones."""
+        """Regexes (key, value, max_count) for properties beyond the declared ones: a name gets the
+        schemas of exactly the patterns it matches, ``additionalProperties`` where it matches none
+        (:func:`~.key_languages.key_cells`); refused by name (recorded: :meth:`_extras_sound_part`)
+        where the cells pass a DFA bound or ``propertyNames`` sits beside the patterns."""
+        owner = self._extras_owner(flat, all_names)
+        if owner is None:
+            return []
+        if not owner.patterns:
+            return self._extras_sound_part(flat, owner, declared, all_names)
+        ptr = (owner.ptr or "") + "/patternProperties"
+        if flat.property_names:
+            self.unsupported("patternProperties", ptr, "patternProperties beside propertyNames (the names would need "
+                             "the intersection of both)")
+            return self._extras_sound_part(flat, owner, declared, all_names)
+        names = sorted(set(declared) | set(all_names))
+        ap_open = owner.ap is not None and owner.ap.schema is not False
+        if len(owner.patterns) == 1 and not ap_open:
+            # one pattern and no other names: its names as before, where no declared name matches it
+            p, pc = owner.patterns[0]
+            key: Optional[str] = None
+            if universal_pattern(p) or line_pattern(p):
+                key = self.content_excluding(names, 0, None, KEY_RANGES)
+            elif not any(py_search(p, n) for n in names):
+                try:
+                    key = ecma.to_content_regex(p, self.canon_char)
+                except ecma.PatternError as e:
+                    self.refuse("patternProperties", ptr, str(e))
+            else:
+                key = "<cells>"
+            if key != "<cells>":
+                v = self.compile_ctx([pc])
+                return [] if key is None or v is None else [('"' + key + '"', v, None)]
+        try:
+            cells = key_cells(tuple(p for p, _ in owner.patterns), tuple(names), KEY_RANGES if ap_open else None)
+        except DfaTooLarge as e:
+            self.unsupported("patternProperties", ptr, f"the names matching each set of patterns need a DFA past its bounds ({e})")
+            return self._extras_sound_part(flat, owner, declared, all_names)
+        except ecma.PatternError as e:
+            self.refuse("patternProperties", ptr, str(e))
+        out: list[Extra] = []
+        for matched, body in cells:
+            ctxs = [owner.patterns[i][1] for i in matched] if matched else [owner.ap]
+            v = self.compile_ctx([c for c in ctxs if c is not None])
+            if v is not None:
+                out.append(('"' + body + '"', v, None))
+        return out
+
+    def _extras_owner(self, flat: Flat, all_names: list[str]) -> Optional[Owner]:
+        """The one owner of ``additionalProperties``/``patternProperties`` the extras follow (a free-form
+        one where the schema declares nothing or asks for the schema's extras); None where none."""
         owners = flat.owners
         explicit = [o for o in owners if o.patterns or o.ap is not None]
         if not explicit:
@@ -238,11 +344,16 @@ class ObjectEmitter(CompilerBase):
                 owners = owners + [Owner(set(), [], Ctx(True, "", None), "")]
                 explicit = owners[-1:]
             else:
-                return []
+                return None
         nontrivial = [o for o in owners if o.patterns or (o.ap is not None and o.ap.schema is not True)]
         if len(nontrivial) > 1:
-            return []
-        owner = nontrivial[0] if nontrivial else explicit[0]
+            return None
+        return nontrivial[0] if nontrivial else explicit[0]
+
+    def _extras_sound_part(self, flat: Flat, owner: Owner, declared: list[str], all_names: list[str]) -> list[Extra]:
+        """The extras of an owner without patterns (exact: ``additionalProperties`` alone, ``propertyNames``
+        read as before), and the older sound part where the exact cells are refused and recorded: one rule
+        per pattern and one for every other name, each value every pattern's schema together."""
         out: list[Extra] = []
         pn_ctxs = flat.property_names
         # value schema for a pattern key: all pattern schemas (conservative when several)
@@ -316,6 +427,14 @@ class ObjectEmitter(CompilerBase):
         if f.types is not None and "string" not in f.types:
             return None
         return self.compile_string(f)
+
+
+def _without_empty(body: str) -> str:
+    """The regex of an all-optional member sequence (``(...)?``, :func:`~.regex_text.sequence`) without
+    its empty sequence."""
+    if not body.endswith(")?"):
+        raise ValueError("not an all-optional member sequence: " + body[-20:])
+    return body[:-1]
 
 
 def canonical_key_orders(schema: Any) -> dict[str, int]:

@@ -132,6 +132,7 @@ class Flat:
     min_props: int = 0
     min_props_ptr: str = ""  # ptr of the ``minProperties`` that set min_props
     max_props: Optional[int] = None
+    max_props_ptr: str = ""  # ptr of the ``maxProperties`` that set max_props
     forbidden: set[str] = field(default_factory=set)
 
     def copy(self) -> "Flat":

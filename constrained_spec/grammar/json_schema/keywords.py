@@ -331,7 +331,8 @@ class Keywords(CompilerBase):
         f.min_props = max(f.min_props, int(v))
 
     def _kw_maxProperties(self, f: Flat, ctx: Ctx, v: Any, ptr: str, depth: int) -> None:
-        f.max_props = int(v) if f.max_props is None else min(f.max_props, int(v))
+        if f.max_props is None or int(v) < f.max_props:
+            f.max_props, f.max_props_ptr = int(v), ptr
 
     def _kw_dependentRequired(self, f: Flat, ctx: Ctx, v: Any, ptr: str, depth: int) -> None:
         for a, bs in v.items():
