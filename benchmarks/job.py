@@ -64,12 +64,11 @@ def judge(values: Sequence[Any], items: Sequence[Any], schema: Any) -> dict[str,
 
 
 def scratch_cache(user_cache: Path, into: Path) -> Path:
-    """A cache folder whose entries link to ``user_cache``'s, except ``prompt-states`` (empty, its own)."""
+    """A cache folder in ``into`` linking to ``user_cache``'s entries but its prompt states (``prompt_cache.scratch_cache``)."""
+    from prompt_cache import scratch_cache as linked_cache
+
     into.mkdir(parents=True, exist_ok=True)
-    for entry in user_cache.iterdir():
-        if entry.name != "prompt-states":
-            (into / entry.name).symlink_to(entry)
-    return into
+    return linked_cache(user_cache, into)
 
 
 def run_ours_job(jsonl: Path, schema_file: Path, cache: Path, out: Path, rows: int) -> dict[str, Any]:
