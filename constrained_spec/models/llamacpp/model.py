@@ -167,7 +167,7 @@ class LlamaCppWeights:
         self._prefill_ctx: _Context | None = None
         #: the prompt the prefill context holds (a later one sharing a prefix up to a cut keeps that part)
         self._prefill_held: list[int] = []
-        #: prompt tokens the last :meth:`prefilled_state` took from the prefill context or the disk store, not computed
+        #: prompt tokens the last :meth:`prefilled_state` took from the prefill context, memory or disk, not computed
         self.prefill_reused = 0
         self._prefill_lock = threading.Lock()
         #: prefilled prompts saved on disk for later processes (:meth:`keep_prompt_states`); None: none kept

@@ -64,7 +64,7 @@ class PieceRule:
     def cuts(self, start: int, tokens: Sequence[int]) -> list[int]:
         """The cuts in ``(start, start + len(tokens)]`` of ``tokens`` placed at positions ``start``.., ascending."""
         end = start + len(tokens)
-        at_width = {b for _, b in piece_bounds(start, end, self.width) if b % self.width == 0}
+        at_width = set(range((start // self.width + 1) * self.width, end + 1, self.width))
         after_stop = {start + i + 1 for i, t in enumerate(tokens) if t in self.stops}
         return sorted(at_width | after_stop)
 
