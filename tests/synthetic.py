@@ -194,6 +194,9 @@ class BatchedPrefixModel:
     def write_prefix(self, slot, saved, length):
         self.tokens[slot] = saved[0][0][:length].tolist()
 
+    def reusable_prefix(self, tokens, length):
+        return length
+
     def copy_rows(self, source, dest, length):
         assert length <= len(self.tokens[source]), f"slot {source} holds {len(self.tokens[source])} tokens, not {length}"
         self.tokens[dest] = self.tokens[source][:length]

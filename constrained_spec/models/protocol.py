@@ -15,7 +15,7 @@ only) is checked once, where the loop is built (:func:`restricted_head`), never 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -144,6 +144,11 @@ class RowBackend(Protocol):
 
     def write_prefix(self, slot: int, saved: Any, length: int) -> None:
         """Restore the first ``length`` positions of ``saved`` (from :meth:`read_prefix`) into ``slot``."""
+
+    def reusable_prefix(self, tokens: Sequence[int], length: int) -> int:
+        """How many of the first ``length`` positions of a prompt ``tokens`` a row may take from a saved prefix and
+        still hold the very cache a prefill from scratch makes: ``length``, or less where the runtime's prefill
+        is cut into pieces whose bits depend on the cut (llama.cpp's fast paths: the last cut up to it)."""
 
     def copy_rows(self, source: int, dest: int, length: int) -> None:
         """Fork a row: ``dest`` holds ``source``'s first ``length`` positions (what it held is dropped)."""

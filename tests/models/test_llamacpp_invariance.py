@@ -109,6 +109,31 @@ def test_blocks_after_random_rollbacks_are_bitwise_a_fresh_one_token_run(invaria
         committed += block
 
 
+def test_a_sequence_reset_over_stale_cells_is_bitwise_a_fresh_one(quantized, invariant_weights):
+    """``reset`` drops cells without zeroing them (``llama_memory_clear(..., data=False)``), in the decode context and
+    the prefill context alike: a short prompt decoded over a longer one's stale cells must get bitwise what fresh
+    weights (fresh, zeroed contexts) compute. Control: the same comparison tells apart a run whose earlier cells are
+    still live in the sequence."""
+    from constrained_spec.models.llamacpp.model import LlamaCppWeights
+
+    weights = invariant_weights["Q4_K_M"]
+    long_prompt, prompt, cont = _tokens(21, 600), _tokens(22, 9), _tokens(23, 12)
+    m = weights.sequence_model()
+    m.prefill(long_prompt)
+    m.extend(_tokens(24, 6))
+    m.reset()
+    m.prefill(prompt)
+    got = torch.cat([m.extend(cont[:1]), m.extend(cont[1:])])
+    fresh = LlamaCppWeights(quantized["Q4_K_M"], threads=2, n_ctx=1024, batch_invariant=True)
+    ref = one_token_logits(fresh, prompt, cont)
+    assert torch.equal(got, ref), _mismatch(got, ref)
+    live = weights.sequence_model()
+    live.prefill(long_prompt)
+    live.extend(prompt)
+    control = torch.cat([live.extend([t]) for t in cont])
+    assert not torch.equal(control, ref)
+
+
 def test_a_batch_row_beside_other_rows_is_bitwise_one_token_decoding(invariant_weights):
     """Row 0 verifies blocks while rows 1 and 2 prefill, grow and roll back in the same forwards."""
     from constrained_spec.models.llamacpp.model import LlamaCppRows
@@ -270,3 +295,43 @@ def test_a_row_prompt_with_message_ends_is_cut_as_one_sequence_cuts_it(quantized
     ref = one_token_logits(weights, prompt, block)
     assert weights.prefill_reused == 91
     assert torch.equal(got, ref), f"the row's first verify: {_mismatch(got, ref)}"
+
+
+def test_the_batch_prefix_cache_restores_a_row_only_at_a_prefill_cut(quantized):
+    """The batch coordinator's prefix cache (``engine.prefix_cache``) hands a row the longest stored prefix of its
+    prompt; on batch-invariant llama.cpp rows it is cut back to the last prefill cut, so the row computes the rest in
+    the pieces a prefill from scratch uses and its first verify is bitwise the one-token reference on fresh weights.
+    Control: restoring the whole common prefix (off the cuts) gives other logits."""
+    from constrained_spec.engine.prefix_cache import PrefixCache
+    from constrained_spec.models.llamacpp.model import LlamaCppRows
+    from constrained_spec.models.llamacpp.pieces import PieceRule
+
+    stop = 49999
+    weights = _weights(quantized["Q4_K_M"], True)
+    weights.pieces = PieceRule(weights.pieces.width, frozenset({stop}))
+    first = _tokens(70, 60) + [stop] + _tokens(71, 50)
+    second = first[:61] + first[61:91] + _tokens(72, 40)  # shares 91 tokens; the last cut within them is 61
+    call = SimpleNamespace
+    block = _tokens(73, 4)
+
+    def run(rule_cut: bool) -> torch.Tensor:
+        rows = LlamaCppRows(weights, slots=2, max_length=400)
+        if not rule_cut:
+            rows.reusable_prefix = lambda tokens, length: length  # type: ignore[method-assign]
+        cache = PrefixCache(1 << 30)
+        rows.forward([call(slot=0, start=0, tokens=first, head="none")])
+        rows._settle(0)
+        cache.store(rows, 0, first)
+        reused = cache.restore(rows, 1, second)
+        assert reused == (61 if rule_cut else 91)
+        rows.forward([call(slot=1, start=reused, tokens=second[reused:], head="none")])
+        out = rows.forward([call(slot=1, start=len(second), tokens=block, head="all")])[0]
+        assert out is not None
+        return out
+
+    fresh = _weights(quantized["Q4_K_M"], True)
+    fresh.pieces = weights.pieces
+    ref = one_token_logits(fresh, second, block)
+    got = run(True)
+    assert torch.equal(got, ref), _mismatch(got, ref)
+    assert not torch.equal(run(False), ref)
