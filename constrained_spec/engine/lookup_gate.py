@@ -23,10 +23,20 @@ ratio is not below the model's. A rate's counts fade each time it is scored, so 
 the text (lookup is good inside a copied value and bad in the structure around it) but keep their
 evidence while a source goes unscored. The choice reads only past
 verifies and the drafted prefix, so the verify stays exact whatever it decides.
+
+Without a draft model (none loaded, or the draft plan left it out) the choice is lookup or the target alone,
+where a verify of more tokens costs more (``verify_cost``: this host's measured curve, fixed for the request,
+``engine.plan_costs``): on a CPU's batch-invariant kernels a block of two costs about 1.6 one-token forwards, so
+lookup that is right less than about 60% of the time slows decoding down (free text: the continuation an n-gram
+finds in the prompt is mostly wrong). :meth:`LookupGate.alone_length` keeps the plan's first ``m`` tokens with the
+most expected tokens per cost, none where the target alone gives more; scored the same way, a plan passed over
+still teaches the rate, so lookup comes back where the text starts copying. With no cost curve (a GPU, or
+costs not measured) a verify of a few tokens is taken as flat and every plan goes ahead, as before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from constrained_spec.engine.rates import RunningRate, expected_tokens
@@ -65,6 +75,9 @@ class LookupGate:
     #: tokens (0.9 followed bursts: on nested JSON lookup is right for a run of keys and wrong on
     #: the values after them, and a short memory let it lead again after every run of keys)
     decay: float = 0.98
+    #: a verify of n tokens in one-token forwards (this host's measured curve), for the choice without a draft
+    #: model (:meth:`alone_length`); None: none known, lookup is never held back there
+    verify_cost: Callable[[float], float] | None = None
     #: the lookup plans of the current block, (position, kind, tokens), scored once the verify has committed
     shadows: list[tuple[int, str, list[int]]] = field(default_factory=list)
 
@@ -93,6 +106,21 @@ class LookupGate:
         with_lookup = expected_tokens([a_l] * lookup_tokens + [a_m] * (room - lookup_tokens)) / (1.0 + (room - lookup_tokens) * r)
         with_model = expected_tokens([a_m] * room) / (1.0 + room * r)
         return with_lookup >= with_model
+
+    def alone_length(self, plan_length: int, room: int, fed: int, kind: str = "lookup") -> int:
+        """Without a draft model: how many of a lookup plan's first tokens (up to ``room``) to verify beside the
+        ``fed`` tokens the verify takes anyway: the count with the most expected tokens per cost of the verify,
+        0 where the verify of ``fed`` alone (one token) gives more; the whole plan where no cost curve is known."""
+        n = min(plan_length, room)
+        if self.verify_cost is None or n <= 0:
+            return max(n, 0)
+        rate = self.lookup_rate(kind).value
+        best, best_ratio = 0, 1.0 / self.verify_cost(fed)
+        for m in range(1, n + 1):
+            ratio = expected_tokens([rate] * m) / self.verify_cost(fed + m)
+            if ratio > best_ratio:
+                best, best_ratio = m, ratio
+        return best
 
     def observe(self, sources: list[str], accepted: int, committed: list[int]) -> None:
         """After a verify: the block's sources and kept count, and the tokens it committed (the

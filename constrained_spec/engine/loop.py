@@ -60,7 +60,9 @@ class Drafting:
     ``draft_gain``: the draft's gain per token for this kind of output (``draft_plan.default_gain``,
     or modelled from this host's measured costs: ``engine.plan_costs``), ``draft_prefill_cost``: the
     draft's prefill per prompt token (None: ``draft_plan.DRAFT_PREFILL_PER_TOKEN``) and
-    ``plan_source``: where those figures come from, in words; all for ``config.draft_plan``.
+    ``plan_source``: where those figures come from, in words; all for ``config.draft_plan``. ``verify_cost``: a
+    verify of n tokens in one-token forwards on this host (``HostCosts.verify_cost``; None: unknown), for the
+    lookup gate where no draft model proposes (``engine.lookup_gate``).
     ``allowed_mask``: matcher -> the tokens the draft's q may take (default: the grammar's; a test
     gives a draft that ignores the grammar). ``on_forward``: (model, tokens fed, seconds) of each
     forward the loop times anyway: "target" verifies, "draft" proposals, a "draft_prefill" that ran
@@ -74,6 +76,7 @@ class Drafting:
     draft_gain: float | None = None
     draft_prefill_cost: float | None = None
     plan_source: str = "constant"
+    verify_cost: Callable[[float], float] | None = None
     allowed_mask: Callable[[GrammarMatcher], torch.Tensor] | None = None
     on_forward: Callable[[str, int, float], None] | None = None
 
@@ -155,8 +158,10 @@ class SpeculativeDecoder:
                 self.draft, policy.as_tensors(1, draft_device), lambda n: self._uniform(n, draft_device),
                 restricted_head_max_rows=config.restricted_head_max_rows, restrict_head=config.restrict_head,
                 want_confidence=want_confidence, allowed_mask=drafting.allowed_mask)
-        #: lookup plans only where they beat the draft model's block (nothing to choose without one)
-        self.lookup_gate = LookupGate() if config.lookup_gate and self.model is not None else None
+        #: lookup plans only where they beat the draft model's block, or without one the target alone at this
+        #: host's verify costs (nothing to choose where neither is known)
+        gated = config.lookup_gate and (self.model is not None or drafting.verify_cost is not None)
+        self.lookup_gate = LookupGate(verify_cost=drafting.verify_cost) if gated else None
         self.k = config.num_draft_tokens if (self.model is not None or self.free) else 0
         self.max_new_tokens = max_new_tokens
         self.verifier = verifier
@@ -188,7 +193,9 @@ class SpeculativeDecoder:
 
     def _leave_out_draft(self) -> None:
         """This request runs without the draft model: free proposers (if any) and the target."""
-        self.draft, self.model, self.lookup_gate = None, None, None
+        self.draft, self.model = None, None
+        if self.lookup_gate is not None and self.lookup_gate.verify_cost is None:
+            self.lookup_gate = None  # lookup against the target alone needs the host's verify costs
         self.k = self.k if self.free else 0
         self.stats.draft_skipped = True
 
@@ -305,9 +312,11 @@ class SpeculativeDecoder:
         self.accept_and_rollback(block, result)
         return StepRecord(self.committed[before:], logits, masks)
 
-    def _free_plan(self, ctx: DraftContext, room: int) -> tuple[list[Proposal], str]:
+    def _free_plan(self, ctx: DraftContext, room: int, fed: int) -> tuple[list[Proposal], str]:
         """The first non-empty plan of the free proposers, in order; a lookup plan only where the
-        gate finds it worth more than the draft model's tokens for the ``room`` positions left."""
+        gate finds it worth more than the draft model's tokens for the ``room`` positions left, or,
+        without a draft model, its first tokens that are worth more than the target alone (the
+        verify takes ``fed`` tokens before them)."""
         for proposer in self.free:
             plan = proposer.propose(ctx)
             if not plan:
@@ -316,9 +325,11 @@ class SpeculativeDecoder:
             if proposer.source == "lookup" and gate is not None:
                 kind = plan[0].kind or proposer.source
                 gate.record(ctx.drafted, kind, [p.token for p in plan])  # scored against what the verify commits
-                if not gate.worth_it(len(plan), room, kind):
+                keep = len(plan) if self.model is not None else gate.alone_length(len(plan), room, fed, kind)
+                if keep == 0 or (self.model is not None and not gate.worth_it(len(plan), room, kind)):
                     self.stats.lookup_gated += 1
                     continue
+                plan = plan[:keep]
             return plan, proposer.source
         return [], ""
 
@@ -355,7 +366,7 @@ class SpeculativeDecoder:
                 source = "forced"
             else:
                 if not plan:
-                    plan, plan_source = self._free_plan(ctx, k - len(block.tokens))
+                    plan, plan_source = self._free_plan(ctx, k - len(block.tokens), fed + len(block.tokens))
                 if plan and matcher.count_allowed([plan[0].token]) == 1:
                     source = plan_source
                 elif self.model is not None and not stop:

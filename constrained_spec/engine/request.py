@@ -98,12 +98,13 @@ class RequestBuilder:
         config = request.config
         plan_auto = draft is not None and config.draft_plan == "auto"
         costs = self.plan_costs if config.calibrate_plan else None
-        figures = ({"draft_gain": default_gain(request.kind)} if costs is None else
-                   {"draft_gain": gain_per_token(costs, request.kind), "draft_prefill_cost": costs.draft_prefill_per_token,
-                    "plan_source": costs.describe()})
         learn = self.live_costs.observe if costs is not None and self.live_costs is not None and draft_cap is None else None
         drafting = Drafting(self.proposers(request, shared_text), draft_length, draft_cap,
-                            output_bound=request.output_bound if plan_auto else None, on_forward=learn, **figures)
+                            output_bound=request.output_bound if plan_auto else None, on_forward=learn,
+                            draft_gain=default_gain(request.kind) if costs is None else gain_per_token(costs, request.kind))
+        if costs is not None:
+            drafting = dataclasses.replace(drafting, draft_prefill_cost=costs.draft_prefill_per_token, plan_source=costs.describe(),
+                                           verify_cost=costs.verify_cost)
         return SpeculativeDecoder(target, draft, request.new_matcher(), request.policy, config, max_new_tokens=request.max_new_tokens,
                                   verifier=verifier, generator=make_generator(request.policy.seed), hooks=request.hooks,
                                   drafting=drafting)

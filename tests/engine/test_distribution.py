@@ -467,6 +467,38 @@ def test_gated_lookup_stays_exact(automaton, scale):
     assert chi2_pvalue(wrong, exact) < ALPHA
 
 
+class _EdgyAloneGateDecoder:
+    """Builds decoders without their draft model (as the draft plan leaves it out) whose lookup gate weighs lookup
+    against the target alone at CPU-like verify costs (a block of two: 1.6 forwards) and starts above its threshold
+    (prior keep rate 0.8, weight 0.5): one verify's outcome decides whether the next plan is verified."""
+
+    def __new__(cls, *args, **kwargs):
+        from constrained_spec.engine.lookup_gate import LookupGate
+        from constrained_spec.engine.loop import SpeculativeDecoder
+        from constrained_spec.engine.rates import RunningRate
+
+        decoder = SpeculativeDecoder(*args, **kwargs)
+        decoder._leave_out_draft()
+        decoder.lookup_gate = LookupGate(verify_cost=lambda n: 1.0 + 0.6 * (max(n, 1.0) - 1.0),
+                                         lookup={"ngram": RunningRate(prior=0.8, weight=0.5)})
+        return decoder
+
+
+def test_lookup_gated_against_the_target_alone_stays_exact(automaton, scale):
+    """Without a draft model the gate chooses, from past verifies and fixed costs, how many of a lookup plan's
+    tokens the verify takes (none, some, all); the distribution is the target's whichever it picks. The gate
+    really acted, and the same test rejects a wrong verifier (negative control)."""
+    policy = SamplingPolicy(temperature=1.0)
+    options = dict(lookup=True, lookup_min_ngram=1, decoder_class=_EdgyAloneGateDecoder)
+    stats = stats_over_seeds(automaton, policy, 3, seeds=200, **options)
+    assert stats["lookup_gated"] > 0 and stats["lookup_proposed"] > 0 and stats["draft_forwards"] == 0
+    exact = exact_distribution(automaton.regex, policy)
+    counts = sample(automaton, policy, 3, LEVER_SAMPLES * scale, debug_checks=True, **options)
+    assert chi2_pvalue(counts, exact) > ALPHA
+    wrong = sample(automaton, policy, 3, 3 * WRONG_SAMPLES, verifier=verify_resample_from_p, **options)  # point masses only: a smaller error
+    assert chi2_pvalue(wrong, exact) < ALPHA
+
+
 def test_text_lookup_proposals_stay_exact(automaton, scale):
     """Byte-level prompt lookup (PromptText) proposes re-tokenized continuations with a point-mass q;
     still exact. Token lookup is set to need more tokens than there are, so text lookup is the one

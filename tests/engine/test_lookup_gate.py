@@ -15,7 +15,7 @@ from synthetic import PrefixModel, letters_vocab, make_decoder
 
 from constrained_spec.engine.lookup_gate import LookupGate, first_run
 from constrained_spec.engine.proposers import DraftContext, Proposal
-from constrained_spec.engine.rates import expected_tokens
+from constrained_spec.engine.rates import RunningRate, expected_tokens
 from constrained_spec.grammar.backends.outlines_core import AutomatonCompiler
 from constrained_spec.sampling.distribution import SamplingPolicy
 
@@ -124,7 +124,7 @@ def test_a_wrong_lookup_is_gated_and_greedy_is_unchanged():
 
 
 @pytest.mark.parametrize("gate", [True, False])
-def test_without_a_draft_model_lookup_is_never_gated(gate):
+def test_without_a_draft_model_or_host_costs_lookup_is_never_gated(gate):
     vocab = letters_vocab()
     automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(REGEX)
     decoder = make_decoder(PrefixModel(vocab.size, seed=5), None, automaton, SamplingPolicy(temperature=0.0),
@@ -133,3 +133,73 @@ def test_without_a_draft_model_lookup_is_never_gated(gate):
     decoder.k = 4  # set at construction from the proposers it was given (none)
     decoder.run(list(PROMPT))
     assert decoder.lookup_gate is None and decoder.stats.lookup_gated == 0 and decoder.stats.lookup_proposed > 0
+
+
+def CPU_COSTS(n: float) -> float:
+    """A verify of n tokens in one-token forwards, as on a CPU's batch-invariant kernels (a block of two: 1.6)."""
+    return 1.0 + 0.6 * (max(n, 1.0) - 1.0)
+
+
+def test_alone_length_by_hand():
+    gate = LookupGate(verify_cost=CPU_COSTS)  # lookup's prior 0.4
+    # one token: (1 + 0.4) / 1.6 = 0.875 < 1 / 1.0: the target alone gives more
+    assert gate.alone_length(4, 4, fed=1) == 0
+    gate.lookup["lookup"] = RunningRate(prior=0.9, weight=1.0)
+    # rate 0.9: m=1 1.9/1.6=1.19, m=2 2.71/2.2=1.23, m=3 3.439/2.8=1.228: two tokens are best
+    assert gate.alone_length(4, 4, fed=1) == 2
+    assert gate.alone_length(1, 4, fed=1) == 1 and gate.alone_length(4, 0, fed=1) == 0
+    assert LookupGate().alone_length(4, 3, fed=1) == 3  # no cost curve: the whole plan (up to the room)
+
+
+class RightLookup:
+    """A "lookup" proposer that proposes the next ``n`` tokens of a known text (the target's greedy output)."""
+
+    source = "lookup"
+    kind = "ngram"
+
+    def __init__(self, text: list[int], start: int, n: int = 4) -> None:
+        self.text, self.start, self.n = text, start, n
+
+    def propose(self, ctx: DraftContext) -> list[Proposal]:
+        at = len(ctx.ids) - self.start
+        return [Proposal(t) for t in self.text[at : at + self.n]]
+
+
+def _alone_run(proposer, costs):
+    vocab = letters_vocab()
+    automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(REGEX)
+    decoder = make_decoder(PrefixModel(vocab.size, seed=5), None, automaton, SamplingPolicy(temperature=0.0),
+                           num_draft_tokens=4, max_new_tokens=60, debug_checks=True, verify_cost=costs)
+    decoder.free = [proposer]
+    decoder.k = 4  # set at construction from the proposers it was given (none)
+    decoder.run(list(PROMPT))
+    return decoder
+
+
+def test_without_a_draft_model_lookup_goes_ahead_only_where_it_beats_the_target_alone():
+    """With this host's verify costs, a lookup that is always wrong stops being verified (each wrong block cost 1.6
+    forwards for one token), one that is right keeps leading blocks; greedy output is the target's either way.
+    Control: without the costs the wrong lookup is verified at every step."""
+    vocab = letters_vocab()
+    automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(REGEX)
+    plain = make_decoder(PrefixModel(vocab.size, seed=5), None, automaton, SamplingPolicy(temperature=0.0),
+                         num_draft_tokens=0, max_new_tokens=60)
+    plain.run(list(PROMPT))
+    wrong = _alone_run(WrongLookup(), CPU_COSTS)
+    ungated = _alone_run(WrongLookup(), None)
+    right = _alone_run(RightLookup(plain.generated, len(PROMPT)), CPU_COSTS)
+    assert wrong.generated == ungated.generated == right.generated == plain.generated
+    assert sum(1 for t in plain.generated if t != 0) >= 3
+    assert ungated.lookup_gate is None and ungated.stats.lookup_proposed >= ungated.stats.target_forwards - 1
+    assert wrong.stats.lookup_gated > 0 and wrong.stats.lookup_proposed <= ungated.stats.lookup_proposed // 4
+    assert right.stats.lookup_accepted >= len(plain.generated) // 2 and right.stats.target_forwards < plain.stats.target_forwards // 2
+
+
+def test_a_draft_left_out_by_the_plan_keeps_the_gate_only_with_host_costs():
+    vocab = letters_vocab()
+    automaton = AutomatonCompiler(vocab, disk_cache=False, compile_timeout=None).compile(REGEX)
+    for costs in (CPU_COSTS, None):
+        decoder = make_decoder(PrefixModel(vocab.size, seed=5), PrefixModel(vocab.size, seed=5), automaton,
+                               SamplingPolicy(temperature=0.0), num_draft_tokens=4, verify_cost=costs)
+        decoder._leave_out_draft()
+        assert (decoder.lookup_gate is not None) == (costs is not None)
