@@ -112,3 +112,26 @@ def test_with_batch_rows_the_system_hint_is_reused_from_the_prefix_cache(tiny_ge
         gen.run(PROMPTS[1], schema)
         reused[place] = gen.batch.metrics.reused_tokens - before
     assert hint_tokens > 50 and reused["system"] >= hint_tokens > reused["user"], (reused, hint_tokens)
+
+
+def test_hint_heads_are_what_prompts_with_unlike_schemas_start_with():
+    """``hint_heads``: per hint style, the first tokens every system-hinted prompt starts with, whatever its schema
+    and text (llama.cpp cuts prefills after them, so a prompt with a new schema keeps them from the one before).
+    Checked on schemas and texts the function never saw: each prompt starts with its style's head, the head holds no
+    schema's own words, and two prompts with unlike schemas differ right after it or within the next few tokens.
+    Without a chat template (no system message of its own) there is none."""
+    from constrained_spec.prompts.chat import hint_heads
+
+    tok = real_tokenizer("qwen2")
+    heads = hint_heads(tok)
+    assert len(heads) >= 2 and all(len(h) >= 8 for h in heads)
+    schemas = [SCHEMA, {"type": "array", "items": {"type": "object", "properties": {"sku": {"type": "string"}}}},
+               {"type": "number", "minimum": 3}, {"anyOf": [{"type": "null"}, {"type": "boolean"}]}]
+    for style in ("full", "compact", "types"):
+        ids = [prompt_token_ids(tok, p, s, style, hint_place="system") for p, s in zip(PROMPTS * 2, schemas)]
+        starts = [h for h in heads if all(i[: len(h)] == h for i in ids)]
+        assert len(starts) == 1, style
+        text = tok.decode(starts[0])
+        assert "city" not in text and "sku" not in text and "system" in text
+        assert shared(ids[0], ids[1]) - len(starts[0]) <= 3
+    assert hint_heads(real_tokenizer("gpt-2")) == []

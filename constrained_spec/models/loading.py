@@ -83,6 +83,10 @@ def load_model(spec: Any, tokenizer: Any, role: str, models: ModelConfig, progre
             from constrained_spec.models.llamacpp.model import gguf_tokenizer
 
             loaded.tokenizer = gguf_tokenizer(loaded.model.path, models.cache_dir)
+        if concrete == "llamacpp":  # prompts with other schemas share the chat header and the hint's first words
+            from constrained_spec.prompts.chat import hint_heads
+
+            loaded.model.share_heads(hint_heads(tokenizer or loaded.tokenizer))
         if concrete == "llamacpp" and models.prompt_cache_mb > 0 and loaded.model.prompt_states is None:
             from constrained_spec.paths import cache_root
 

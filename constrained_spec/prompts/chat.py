@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from constrained_spec.config import SCHEMA_HINT_STYLES
 from constrained_spec.prompts.schema_hint import schema_hint
 
-__all__ = ["apply_chat_template", "has_chat_template", "prompt_token_ids", "user_messages", "with_system_prefix", "with_system_text"]
+__all__ = ["apply_chat_template", "has_chat_template", "hint_heads", "prompt_token_ids", "user_messages", "with_system_prefix", "with_system_text"]
 
 
 def user_messages(prompt: str | Sequence[Mapping[str, Any]]) -> list[dict]:
@@ -80,3 +81,29 @@ def prompt_token_ids(
     text = apply_chat_template(tokenizer, messages, tools)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"] if has_chat_template(tokenizer) else tokenizer(text)["input_ids"]
     return list(ids)
+
+
+#: schemas whose hints begin differently at once (a number, a string, an object, an array, an enum)
+_HEAD_PROBES: tuple[Any, ...] = ({"type": "integer"}, {"type": "string"}, {"type": "object", "properties": {"a": {"type": "string"}}},
+                                 {"type": "array", "items": {"type": "boolean"}}, {"enum": ["x", "y"]})
+
+
+def hint_heads(tokenizer: Any, min_tokens: int = 8) -> list[list[int]]:
+    """The first token ids every prompt with a schema hint in its system message starts with, one list per hint style:
+    the chat header and the hint's first words, whatever the schema (the common prefix of prompts with unlike schemas
+    and user texts; shorter than ``min_tokens``: left out). None without a chat template (no system message)."""
+    if not has_chat_template(tokenizer):
+        return []
+    heads: list[list[int]] = []
+    for style in SCHEMA_HINT_STYLES:
+        prompts = [prompt_token_ids(tokenizer, text, schema, style, hint_place="system")
+                   for text, schema in zip(("Tell me.", "Quote the 12 lines below"), _HEAD_PROBES * 2)]
+        prompts += [prompt_token_ids(tokenizer, "Go", schema, style, hint_place="system") for schema in _HEAD_PROBES]
+        n = min(len(p) for p in prompts)
+        for i in range(n):
+            if len({p[i] for p in prompts}) > 1:
+                n = i
+                break
+        if n >= min_tokens and prompts[0][:n] not in heads:
+            heads.append(prompts[0][:n])
+    return heads

@@ -335,3 +335,28 @@ def test_the_batch_prefix_cache_restores_a_row_only_at_a_prefill_cut(quantized):
     got = run(True)
     assert torch.equal(got, ref), _mismatch(got, ref)
     assert not torch.equal(run(False), ref)
+
+
+def test_a_row_prompt_starting_with_a_head_is_cut_as_one_sequence_cuts_it(quantized):
+    """A head cut (``PieceRule.heads``) on rows fed in chunks shorter than the head: the row cuts after the head once it
+    has seen it whole, and its first verify is bitwise the one-token reference after one sequence's prefill on fresh
+    weights with the same cuts."""
+    import dataclasses
+
+    from constrained_spec.models.llamacpp.model import LlamaCppRows
+
+    head = _tokens(80, 13)
+    weights = _weights(quantized["Q4_K_M"], True)
+    assert weights.share_heads([head])
+    prompt = head + _tokens(81, 50)
+    rows = LlamaCppRows(weights, slots=2, max_length=300)
+    call = SimpleNamespace
+    for fed in range(0, len(prompt), 5):
+        rows.forward([call(slot=0, start=fed, tokens=prompt[fed : fed + 5], head="none")])
+        assert rows._ctx.seq_length(0) == (13 if fed + 5 >= 13 else 0)
+    block = _tokens(82, 5)
+    got = rows.forward([call(slot=0, start=len(prompt), tokens=block, head="all")])[0]
+    fresh = _weights(quantized["Q4_K_M"], True)
+    fresh.pieces = dataclasses.replace(fresh.pieces, heads=weights.pieces.heads)
+    ref = one_token_logits(fresh, prompt, block)
+    assert torch.equal(got, ref), _mismatch(got, ref)

@@ -250,3 +250,26 @@ def test_in_memory_a_prompt_restores_a_message_an_earlier_prompt_than_the_previo
         small.prefilled_state(_messages(seed)[1])
     assert len(bounded._names()) <= 2 and bounded.bytes <= bounded.max_bytes
     assert bounded.longest(_messages(60)[2]) is None and bounded.longest(_messages(80)[2]) is not None
+
+
+def test_prompts_sharing_a_head_keep_it_bitwise(q4_path) -> None:
+    """A head (``PieceRule.heads``: the chat header and the schema hint's first words, shared by prompts with other
+    schemas) is a cut: a prompt after another that starts with the same head (and then differs before any message
+    end) keeps the head's cache and computes the rest, bitwise what a prefill from scratch with the same cuts gives;
+    a prompt that does not start with the head has no cut there. Control: the second prompt computed from position 0
+    without the head cut gives other bytes (the cut changes the bits, so it must be in every prefill). Heads are fixed
+    before any prefill: later, ``share_heads`` refuses."""
+    from constrained_spec.models.llamacpp.model import LlamaCppWeights
+
+    weights = LlamaCppWeights(q4_path, threads=2, n_ctx=1024)
+    head = _tokens(30, 14)
+    assert weights.share_heads([head])
+    first, second = head + _tokens(31, 70), head + _tokens(32, 60)
+    assert weights.pieces.cuts(0, first) == [14] and weights.pieces.cuts(0, _tokens(33, 84)) == []
+    weights.prefilled_state(first)
+    got = weights.prefilled_state(second)
+    assert weights.prefill_reused == 14
+    assert got == _plain(weights, second)
+    no_head = LlamaCppWeights(q4_path, threads=2, n_ctx=1024)
+    assert no_head.prefilled_state(second) != got
+    assert not weights.share_heads([head[:8]])  # too late: states were made with the first cuts

@@ -29,6 +29,7 @@ says which one is in use.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import os
 import threading
@@ -205,9 +206,21 @@ class LlamaCppWeights:
         stat = os.stat(self.path)
         key = model_key(path=self.path, size=stat.st_size, mtime=stat.st_mtime_ns, binding=version("llama_cpp_python"),
                         patched=batch_invariant_build(), threads=self.threads, flash_attn=self.flash_attn, n_batch=N_BATCH,
-                        piece=self.pieces.width, stops=sorted(self.pieces.stops))
+                        piece=self.pieces.width, stops=sorted(self.pieces.stops), heads=sorted(self.pieces.heads))
         self.prompt_states = PromptStates(Path(cache_root) / "prompt-states" / key, rule=self.pieces, max_bytes=max_bytes)
         return self.prompt_states
+
+    def share_heads(self, heads: Sequence[Sequence[int]]) -> bool:
+        """Cut prefills also right after these token sequences where a prompt starts with one (the chat header and
+        the schema hint's first words, which prompts with other schemas share), so a later prompt keeps that part.
+        Only before the first prefill and before any prompt store is kept (the cuts saved states were made with
+        must not change); False where it is too late, or a head holds a stop token (a message end is a cut anyway)."""
+        if self._prefill_ctx is not None or self.prompt_states is not None or self.memory_states is not None:
+            return False
+        if any(int(t) in self.pieces.stops for h in heads for t in h):
+            return False
+        self.pieces = dataclasses.replace(self.pieces, heads=frozenset(tuple(int(t) for t in h) for h in heads if h))
+        return True
 
     def keep_memory_states(self, max_bytes: int) -> PromptStates:
         """Keep prefilled prompts' states at their message ends and last cut in memory (up to ``max_bytes``, least

@@ -3,7 +3,8 @@
 On the fast default paths (repacked gemm, tiled matmuls) the bits of a prompt token's keys and values depend
 on which tokens share its ``llama_decode`` call. So every prefill — one sequence's (``LlamaCppWeights.prefilled_state``)
 and a batch row's (``LlamaCppRows``) — cuts the prompt at the same places: every multiple of :data:`PREFILL_PIECE`
-positions, and (:class:`PieceRule`) right after each *stop* token, the model's end-of-message tokens. A row can
+positions, right after each *stop* token, the model's end-of-message tokens, and after a *head*: a token sequence that
+many prompts start with (the chat header and schema hint's first words, which prompts with other schemas share). A row can
 then compute each complete piece as soon as the batch coordinator has fed it, between the other rows' decode steps,
 and still hold the very cache one sequence's prefill makes; and a prompt that starts as an earlier one, up to the end
 of a message (a system message holding the schema hint), can keep the earlier cache of that part and compute only
@@ -60,13 +61,20 @@ class PieceRule:
 
     width: int = PREFILL_PIECE
     stops: frozenset[int] = field(default_factory=frozenset)
+    #: token sequences a prompt may start with: one that does is cut right after it. A head holds no stop token, so a
+    #: prefill never starts inside one: ``start`` is 0 or a cut past it (rows and restores start at cuts)
+    heads: frozenset[tuple[int, ...]] = field(default_factory=frozenset)
 
     def cuts(self, start: int, tokens: Sequence[int]) -> list[int]:
         """The cuts in ``(start, start + len(tokens)]`` of ``tokens`` placed at positions ``start``.., ascending."""
         end = start + len(tokens)
         at_width = set(range((start // self.width + 1) * self.width, end + 1, self.width))
         after_stop = {start + i + 1 for i, t in enumerate(tokens) if t in self.stops}
-        return sorted(at_width | after_stop)
+        return sorted(at_width | after_stop | set(self.head_ends(tokens) if start == 0 else ()))
+
+    def head_ends(self, tokens: Sequence[int]) -> list[int]:
+        """The cuts of a prompt ``tokens`` (from position 0) right after a head it starts with."""
+        return [len(h) for h in self.heads if 0 < len(h) <= len(tokens) and tuple(tokens[: len(h)]) == h]
 
     def bounds(self, start: int, tokens: Sequence[int]) -> list[tuple[int, int]]:
         """The ``[a, b)`` ranges ``tokens`` (at positions ``start``..) are computed in."""
@@ -86,3 +94,7 @@ class PieceRule:
     def message_ends(self, tokens: Sequence[int]) -> list[int]:
         """The cuts of ``tokens`` (from position 0) right after a stop token."""
         return [i + 1 for i, t in enumerate(tokens) if t in self.stops]
+
+    def shared_ends(self, tokens: Sequence[int]) -> list[int]:
+        """The cuts of a prompt ``tokens`` other prompts are likely to share: after a head and at message ends."""
+        return sorted(set(self.head_ends(tokens)) | set(self.message_ends(tokens)))

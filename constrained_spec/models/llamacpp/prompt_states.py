@@ -184,9 +184,10 @@ class PromptStates:
         return self.rule.last_cut(tokens, len(tokens) - 1)
 
     def save_points(self, tokens: Sequence[int]) -> list[int]:
-        """Where a prefill of ``tokens`` saves its state: each message end and the last cut, before the last token."""
+        """Where a prefill of ``tokens`` saves its state: after a head, each message end and the last cut, before the
+        last token."""
         limit = self.usable_length(tokens)
-        return sorted({c for c in self.rule.message_ends(tokens) if c <= limit} | ({limit} if limit else set()))
+        return sorted({c for c in self.rule.shared_ends(tokens) if c <= limit} | ({limit} if limit else set()))
 
     def _names(self) -> list[str]:
         return self._entries.names()
