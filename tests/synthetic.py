@@ -194,7 +194,7 @@ class BatchedPrefixModel:
     def write_prefix(self, slot, saved, length):
         self.tokens[slot] = saved[0][0][:length].tolist()
 
-    def reusable_prefix(self, tokens, length):
+    def reusable_prefix(self, tokens, stored, length):
         return length
 
     def copy_rows(self, source, dest, length):

@@ -60,7 +60,7 @@ class PrefixCache:
     def restore(self, model: RowBackend, slot: int, tokens: Sequence[int]) -> int:
         """Copy the longest stored prefix of ``tokens`` into ``slot``; how many tokens it covers (0: none)."""
         key, n = self.longest(tokens)
-        n = model.reusable_prefix(tokens, n) if key is not None else 0
+        n = model.reusable_prefix(tokens, key, n) if key is not None else 0
         if key is None or n < self.min_prefix:
             self.misses += 1
             return 0

@@ -145,8 +145,9 @@ class RowBackend(Protocol):
     def write_prefix(self, slot: int, saved: Any, length: int) -> None:
         """Restore the first ``length`` positions of ``saved`` (from :meth:`read_prefix`) into ``slot``."""
 
-    def reusable_prefix(self, tokens: Sequence[int], length: int) -> int:
-        """How many of the first ``length`` positions of a prompt ``tokens`` a row may take from a saved prefix and
+    def reusable_prefix(self, tokens: Sequence[int], stored: Sequence[int], length: int) -> int:
+        """How many of the first ``length`` positions of a prompt ``tokens`` a row may take from the saved prefill of
+        ``stored`` (the two share ``length`` first tokens) and
         still hold the very cache a prefill from scratch makes: ``length``, or less where the runtime's prefill
         is cut into pieces whose bits depend on the cut (llama.cpp's fast paths: the last cut up to it)."""
 

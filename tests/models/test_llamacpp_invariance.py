@@ -317,7 +317,7 @@ def test_the_batch_prefix_cache_restores_a_row_only_at_a_prefill_cut(quantized):
     def run(rule_cut: bool) -> torch.Tensor:
         rows = LlamaCppRows(weights, slots=2, max_length=400)
         if not rule_cut:
-            rows.reusable_prefix = lambda tokens, length: length  # type: ignore[method-assign]
+            rows.reusable_prefix = lambda tokens, stored, length: length  # type: ignore[method-assign]
         cache = PrefixCache(1 << 30)
         rows.forward([call(slot=0, start=0, tokens=first, head="none")])
         rows._settle(0)
@@ -358,5 +358,31 @@ def test_a_row_prompt_starting_with_a_head_is_cut_as_one_sequence_cuts_it(quanti
     got = rows.forward([call(slot=0, start=len(prompt), tokens=block, head="all")])[0]
     fresh = _weights(quantized["Q4_K_M"], True)
     fresh.pieces = dataclasses.replace(fresh.pieces, heads=weights.pieces.heads)
+    ref = one_token_logits(fresh, prompt, block)
+    assert torch.equal(got, ref), _mismatch(got, ref)
+
+
+def test_a_row_prompt_ending_just_after_a_message_end_is_cut_as_one_sequence_cuts_it(quantized):
+    """The last message end is followed by fewer than ``tail`` tokens (the answer's header): no cut there. A row fed
+    the prompt in chunks of 7 waits until the stop's cut is settled, and its first verify is bitwise the one-token
+    reference after one sequence's prefill on fresh weights; the sequence's prefill made no cut at the last stop."""
+    import dataclasses
+
+    from constrained_spec.models.llamacpp.model import LlamaCppRows
+
+    stop = 49999
+    weights = _weights(quantized["Q4_K_M"], True)
+    weights.pieces = dataclasses.replace(weights.pieces, stops=frozenset({stop}), tail=8)
+    prompt = _tokens(90, 60) + [stop] + _tokens(91, 40) + [stop] + _tokens(92, 3)
+    assert weights.pieces.cuts(0, prompt) == [61]
+    rows = LlamaCppRows(weights, slots=2, max_length=300)
+    call = SimpleNamespace
+    for fed in range(0, len(prompt), 7):
+        rows.forward([call(slot=1, start=fed, tokens=prompt[fed : fed + 7], head="none")])
+    assert rows._ctx.seq_length(1) == 61  # the last stop is not settled as a cut: its piece waits
+    block = _tokens(93, 4)
+    got = rows.forward([call(slot=1, start=len(prompt), tokens=block, head="all")])[0]
+    fresh = _weights(quantized["Q4_K_M"], True)
+    fresh.pieces = weights.pieces
     ref = one_token_logits(fresh, prompt, block)
     assert torch.equal(got, ref), _mismatch(got, ref)

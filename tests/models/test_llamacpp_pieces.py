@@ -71,3 +71,56 @@ def test_a_prompt_fed_in_any_chunks_is_cut_where_one_prefill_cuts_it_with_stops(
             pending, start = pending[cut - start :], cut
         got += rule.bounds(start, pending)
         assert got == rule.bounds(0, tokens)
+
+
+def test_a_stop_near_the_end_of_the_prefill_is_not_a_cut():
+    """``tail``: a stop's cut needs that many tokens after it; the rows' partial cuts stop before an unsettled stop."""
+    from constrained_spec.models.llamacpp.pieces import PieceRule
+
+    rule = PieceRule(8, frozenset({99}), tail=3)
+    tokens = [1, 2, 99, 3, 4, 5, 6, 7, 8, 9, 99, 1, 2]  # the stop at index 10 has 2 tokens after it: no cut at 11
+    assert rule.cuts(0, tokens) == [3, 8]
+    assert rule.cuts(0, tokens + [5]) == [3, 8, 11]
+    assert rule.cuts(0, tokens, final=False) == [3, 8]  # 11 is not settled: it may still become a cut
+    assert rule.cuts(0, tokens[:4], final=False) == []  # the stop at index 2 has one token after it: not settled
+    assert rule.reuse_limit(tokens) == 10 and rule.last_cut(tokens, rule.reuse_limit(tokens)) == 8
+    assert rule.ends_on_cut(tokens[:3]) and rule.ends_on_cut(tokens[:8]) and not rule.ends_on_cut(tokens[:5])
+
+
+def test_with_a_tail_chunks_and_shared_prefixes_are_cut_as_one_prefill_cuts():
+    """Against the cuts of one prefill of the whole prompt (``final``): a prompt fed in random chunks, each computed up
+    to its settled cuts as the rows do, gives the same pieces; and two prompts sharing their first ``c`` tokens, ``c``
+    within both reuse limits, have the same cuts up to ``c`` (so a saved prefix there is bitwise a prefill's).
+    Control: with the tail rule, computing each chunk up to its final-looking cuts gives other pieces."""
+    import random
+
+    from constrained_spec.models.llamacpp.pieces import PieceRule
+
+    rng = random.Random(5)
+    rule = PieceRule(16, frozenset({0}), heads=frozenset({(1, 2, 3)}), tail=4)
+    naive_differs = 0
+    for _ in range(300):
+        tokens = [rng.randrange(6) for _ in range(rng.randrange(1, 90))]
+        if rng.random() < 0.3:
+            tokens[:3] = [1, 2, 3]
+        for final_looking in (False, True):
+            got, start, pending = [], 0, []
+            while start + len(pending) < len(tokens):
+                fed = start + len(pending)
+                pending += tokens[fed : fed + rng.randrange(1, 30)]
+                cuts = rule.cuts(start, pending, final=final_looking)
+                cut = cuts[-1] if cuts else start
+                got += rule.bounds(start, pending[: cut - start], cuts)
+                pending, start = pending[cut - start :], cut
+            got += rule.bounds(start, pending)
+            if final_looking:
+                naive_differs += got != rule.bounds(0, tokens)
+            else:
+                assert got == rule.bounds(0, tokens), tokens
+        other = tokens[: rng.randrange(len(tokens) + 1)] + [rng.randrange(6) for _ in range(rng.randrange(0, 40))]
+        shared = 0
+        while shared < min(len(tokens), len(other)) and tokens[shared] == other[shared]:
+            shared += 1
+        c = rule.last_cut(tokens, min(shared, rule.reuse_limit(tokens), rule.reuse_limit(other)))
+        assert [x for x in rule.cuts(0, tokens) if x <= c] == [x for x in rule.cuts(0, other) if x <= c]
+    assert naive_differs > 10

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from constrained_spec.errors import ConfigError, ModelLoadError
-from constrained_spec.models.llamacpp.pieces import PREFILL_PIECE, PieceRule, common_prefix
+from constrained_spec.models.llamacpp.pieces import PREFILL_PIECE, PREFILL_TAIL, PieceRule, common_prefix
 from constrained_spec.models.llamacpp.prompt_states import PromptStates, model_key
 
 __all__ = ["DEFAULT_N_CTX", "LlamaCppModel", "LlamaCppRows", "LlamaCppWeights", "available", "batch_invariant_build",
@@ -178,7 +178,8 @@ class LlamaCppWeights:
         vocab = lib.llama_model_get_vocab(self.handle)
         self.vocab_size = int(lib.llama_vocab_n_tokens(vocab))
         #: where prefills are cut: every PREFILL_PIECE positions and after each end-of-generation token (message ends)
-        self.pieces = PieceRule(PREFILL_PIECE, frozenset(t for t in range(self.vocab_size) if lib.llama_vocab_is_eog(vocab, t)))
+        self.pieces = PieceRule(PREFILL_PIECE, frozenset(t for t in range(self.vocab_size) if lib.llama_vocab_is_eog(vocab, t)),
+                                tail=PREFILL_TAIL)
         self.n_ctx_train = int(lib.llama_model_n_ctx_train(self.handle))
         self.threads = threads or default_threads()
         self.n_ctx = n_ctx
@@ -206,7 +207,7 @@ class LlamaCppWeights:
         stat = os.stat(self.path)
         key = model_key(path=self.path, size=stat.st_size, mtime=stat.st_mtime_ns, binding=version("llama_cpp_python"),
                         patched=batch_invariant_build(), threads=self.threads, flash_attn=self.flash_attn, n_batch=N_BATCH,
-                        piece=self.pieces.width, stops=sorted(self.pieces.stops), heads=sorted(self.pieces.heads))
+                        piece=self.pieces.width, stops=sorted(self.pieces.stops), heads=sorted(self.pieces.heads), tail=self.pieces.tail)
         self.prompt_states = PromptStates(Path(cache_root) / "prompt-states" / key, rule=self.pieces, max_bytes=max_bytes)
         return self.prompt_states
 
@@ -240,8 +241,9 @@ class LlamaCppWeights:
             fast = self._prefill_ctx
             if len(tokens) > fast.n_ctx:
                 raise ValueError(f"{len(tokens)} tokens exceed the prefill context's {fast.n_ctx}")
-            limit = self.pieces.last_cut(tokens, len(tokens) - 1)  # the last token is always computed, for its logits
-            start = self.pieces.last_cut(tokens, min(limit, common_prefix(tokens, self._prefill_held)))
+            rule, held = self.pieces, self._prefill_held
+            start = rule.last_cut(tokens, min(rule.reuse_limit(tokens), rule.reuse_limit(held), common_prefix(tokens, held)))
+            cuts = rule.cuts(0, tokens)
             self._prefill_held = []
             try:
                 if start:
@@ -253,12 +255,12 @@ class LlamaCppWeights:
                     start = self._restore_prefix(fast, tokens, start, store)
                 self.prefill_reused = start
                 for cut in sorted({c for store in stores for c in store.save_points(tokens) if c > start}):
-                    fast.prefill(0, start, tokens[start:cut])  # the same pieces as at once: a cut ends one
+                    fast.prefill(0, start, tokens[start:cut], cuts)  # the same pieces as at once: a cut ends one
                     state = fast.seq_state(0)
                     for store in stores:
                         store.save(tokens[:cut], state)
                     start = cut
-                fast.prefill(0, start, tokens[start:])
+                fast.prefill(0, start, tokens[start:], cuts)
                 state = fast.seq_state(0)
             except BaseException:
                 fast.clear()
@@ -358,11 +360,12 @@ class _Context:
             return None
         return rows[0] if len(rows) == 1 else torch.cat(rows)
 
-    def prefill(self, seq: int, start: int, tokens: list[int]) -> None:
+    def prefill(self, seq: int, start: int, tokens: list[int], cuts: Sequence[int] | None = None) -> None:
         """Feed ``tokens`` (a prompt) to sequence ``seq`` at positions ``start``.. one prefill piece per ``llama_decode``
-        (cut at absolute positions: :mod:`~constrained_spec.models.llamacpp.pieces`), the last position's output kept."""
+        (cut at absolute positions: ``cuts``, those of the whole prefill these tokens are part of; by default the
+        tokens' own, :mod:`~constrained_spec.models.llamacpp.pieces`), the last position's output kept."""
         end = start + len(tokens)
-        for a, b in self.weights.pieces.bounds(start, tokens):
+        for a, b in self.weights.pieces.bounds(start, tokens, cuts):
             self.decode([(seq, p, tokens[p - start], p == end - 1) for p in range(a, b)])
 
     def seq_rm(self, seq: int, start: int) -> None:
@@ -571,10 +574,11 @@ class LlamaCppRows:
         time between the other rows' decode steps, not all at once when the row is first read); the incomplete last
         piece waits for more tokens or for :meth:`_settle`."""
         start, tokens = self._pending[slot]
-        cut = self.weights.pieces.complete_end(start, tokens)
+        cuts = self.weights.pieces.cuts(start, tokens, final=False)  # only those settled whatever comes next
+        cut = cuts[-1] if cuts else start
         if cut == start:
             return
-        self._prefill_row(slot, start, tokens[: cut - start])
+        self._prefill_row(slot, start, tokens[: cut - start], cuts)
         if cut - start < len(tokens):
             self._pending[slot] = (cut, tokens[cut - start :])
         else:
@@ -589,9 +593,9 @@ class LlamaCppRows:
         """Compute ``slot``'s deferred prompt tokens, if any, on the fast paths (see :meth:`_prefill_row`)."""
         pending = self._pending.pop(slot, None)
         if pending is not None:
-            self._prefill_row(slot, pending[0], pending[1])
+            self._prefill_row(slot, pending[0], pending[1], self.weights.pieces.cuts(pending[0], pending[1]))
 
-    def _prefill_row(self, slot: int, start: int, tokens: list[int]) -> None:
+    def _prefill_row(self, slot: int, start: int, tokens: list[int], cuts: Sequence[int] | None = None) -> None:
         """Prefill ``tokens`` at positions ``start``.. of a row in a twin context on the fast default paths with
         the same layout (a stream of cells per row: llama.cpp restores a row's state only into a cache of as many
         streams), then copy its state across; the row's first ``start`` positions go to the twin first."""
@@ -605,7 +609,7 @@ class LlamaCppRows:
             if start > 0:
                 fast.set_seq_state(slot, self._ctx.seq_state(slot))
                 fast.seq_rm(slot, start)
-            fast.prefill(slot, start, tokens)
+            fast.prefill(slot, start, tokens, cuts)
             state = fast.seq_state(slot)
         finally:
             fast.seq_rm(slot, 0)
@@ -619,10 +623,14 @@ class LlamaCppRows:
         self.lengths[slot] = min(self.lengths[slot], length)
         return [(torch.frombuffer(bytearray(self._ctx.seq_state(slot)), dtype=torch.uint8), torch.empty(0))]
 
-    def reusable_prefix(self, tokens: Sequence[int], length: int) -> int:
-        """The last prefill cut of ``tokens`` up to ``length`` on batch-invariant rows (their prompt pieces are cut at
-        :attr:`LlamaCppWeights.pieces`; a piece begun elsewhere would compute other bits), else ``length``."""
-        return self.weights.pieces.last_cut(tokens, length) if self.weights.batch_invariant else length
+    def reusable_prefix(self, tokens: Sequence[int], stored: Sequence[int], length: int) -> int:
+        """The last prefill cut of ``tokens`` up to ``length`` that both prompts share on batch-invariant rows (their
+        prompt pieces are cut at :attr:`LlamaCppWeights.pieces`; a piece begun elsewhere would compute other bits),
+        else ``length``."""
+        if not self.weights.batch_invariant:
+            return length
+        rule = self.weights.pieces
+        return rule.last_cut(tokens, min(length, rule.reuse_limit(tokens), rule.reuse_limit(stored)))
 
     def write_prefix(self, slot: int, saved: Any, length: int) -> None:
         self._pending.pop(slot, None)

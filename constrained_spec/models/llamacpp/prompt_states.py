@@ -181,7 +181,7 @@ class PromptStates:
     def usable_length(self, tokens: Sequence[int]) -> int:
         """The longest prefix of a prompt worth saving or restoring: its last cut before its last token
         (the last token is always computed, for its logits)."""
-        return self.rule.last_cut(tokens, len(tokens) - 1)
+        return self.rule.last_cut(tokens, self.rule.reuse_limit(tokens))
 
     def save_points(self, tokens: Sequence[int]) -> list[int]:
         """Where a prefill of ``tokens`` saves its state: after a head, each message end and the last cut, before the
@@ -218,7 +218,7 @@ class PromptStates:
         """Keep ``state``, the cache of exactly ``tokens`` (ending on a cut), then evict the least recently
         used entries past the bounds. Errors writing are ignored (a full disk costs the next call its
         prefill, nothing else)."""
-        if not tokens or self.rule.last_cut(tokens, len(tokens)) != len(tokens) or len(state) > self.max_bytes:
+        if not self.rule.ends_on_cut(tokens) or len(state) > self.max_bytes:
             return
         array = np.asarray(tokens, dtype="<i4")
         name = hashlib.sha256(array.tobytes()).hexdigest()[:32]

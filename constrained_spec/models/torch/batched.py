@@ -163,7 +163,7 @@ class BatchedHFModel:
     def write_prefix(self, slot: int, saved: Any, length: int) -> None:
         self.cache.write(slot, saved, length)
 
-    def reusable_prefix(self, tokens: Sequence[int], length: int) -> int:
+    def reusable_prefix(self, tokens: Sequence[int], stored: Sequence[int], length: int) -> int:
         return length  # a position's keys and values depend on tokens 0..i alone, however the prompt was split
 
     def copy_rows(self, source: int, dest: int, length: int) -> None:
