@@ -17,7 +17,7 @@ from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.content_dfa import MAX_STATES, DfaTooLarge
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
 from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Group, Holds, NarrowTypes, Require
-from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS
+from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS
 from constrained_spec.grammar.json_schema.negation import negation_keyword, plan_not
 from constrained_spec.grammar.json_schema.py_regex import py_pattern_ok, py_search
 from constrained_spec.grammar.json_schema.regex_ops import first_chars_disjoint
@@ -30,6 +30,27 @@ __all__ = ["Combinators"]
 #: have one language)
 _ANNOTATIONS = frozenset({"title", "description", "$comment", "examples", "example", "default", "readOnly",
                           "writeOnly", "deprecated"})
+
+
+#: the keywords that constrain values of some types only (every value of another type satisfies them)
+_OBJECT_ONLY = ("properties", "required", "additionalProperties", "patternProperties", "unevaluatedProperties",
+                "propertyNames", "minProperties", "maxProperties", "dependencies", "dependentRequired",
+                "dependentSchemas")
+_ARRAY_ONLY = ("items", "prefixItems", "additionalItems", "unevaluatedItems", "contains", "minContains",
+               "maxContains", "minItems", "maxItems", "uniqueItems")
+_TYPE_KEYWORDS: dict[str, frozenset[str]] = {
+    **{k: frozenset({"object"}) for k in _OBJECT_ONLY},
+    **{k: frozenset({"array"}) for k in _ARRAY_ONLY},
+    **{k: frozenset({"string"}) for k in ("pattern", "minLength", "maxLength", "format")},
+    **{k: frozenset({"number", "integer"}) for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                                      "multipleOf")},
+}
+
+#: most alternative sets of required names :meth:`Combinators.required_options` combines
+MAX_REQUIRED_OPTIONS = 32
+
+#: most object constants one branch is told apart from (each a branch group)
+MAX_OBJECT_CONSTS = 4
 
 
 class Combinators(CompilerBase):
@@ -120,8 +141,13 @@ class Combinators(CompilerBase):
                         if neg is not None:  # exact on type t: branch i's values of type t get it apart
                             negs_t[j] = neg
                             continue
+                        more = self._apart_more(t, fi, fj, ctxs[i], ctxs[j])
+                        if more is not None:
+                            acts_t += more
+                            continue
                         ok = False
-                        dropped.append((i, t, j))
+                        if not self.admits_all(ctxs[j], t, 0):  # else: every value of type t satisfies branch j
+                            dropped.append((i, t, j))  # (none of branch i's is exactly one: dropped exactly)
                         break
                     acts_t += res
                 if ok:
@@ -402,6 +428,186 @@ class Combinators(CompilerBase):
                 return []
             return None
         return None
+
+    def _apart_more(self, t: str, fi: Flat, fj: Optional[Flat], ci: Ctx, cj: Ctx) -> Optional[list[Action]]:
+        """Actions telling branch i's values of type t apart from branch j's where the tests of
+        :meth:`_exclude` and the negations of branch j could not (tried last, so that what compiled
+        before keeps its output): arrays whose first items are disjoint, apart from ``[]``; objects
+        that need a property the other branch forbids in each of its sets of required names; objects
+        apart from branch j's object constants. None where none applies."""
+        if fj is None:
+            return None
+        if t == "array":
+            return self._nonempty_apart(fi, fj, ci, cj)
+        if t != "object":
+            return None
+        if self._required_apart(fi, cj) or self._required_apart(fj, ci):
+            return []
+        if fj.enum is not None:
+            return self._objects_unlike(fi, ci, [v for v in fj.enum if type_of(v) == "object" and self.doc.valid(ci, v)])
+        return self._relative_not(fi, cj)
+
+    def _relative_not(self, fi: Flat, cj: Ctx) -> Optional[list[Action]]:
+        """``not`` branch j within branch i, for an object-only branch i and a branch j of the form
+        ``{type: object, properties, required}``: the names i requires too and the properties whose
+        schema i has as well (the same JSON, the same base URI) hold in every object of i, so i and j
+        meet where i and the rest j' of j meet, and i minus j is i and ``not j'`` (a branch group, each
+        property's negation exact). No object of i where nothing is left. None where not applicable."""
+        if fi.types is None or not fi.types <= {"object"}:
+            return None
+        target = self.bare_ref_target(cj)
+        s = target.schema
+        if not isinstance(s, dict):
+            return None
+        keys = {k for k in s if k not in IGNORED_KEYWORDS}
+        props, req = s.get("properties", {}), s.get("required", [])
+        if not keys <= {"type", "properties", "required"} or s.get("type", "object") != "object" or not isinstance(
+                props, dict) or not isinstance(req, list) or not all(isinstance(n, str) for n in req):
+            return None
+        left = {p: v for p, v in props.items() if not self._implied(fi, target.child(v, "properties", p), p)}
+        need = [n for n in dict.fromkeys(req) if n not in fi.required]
+        if not left and not need:
+            return [NarrowTypes(frozenset())]  # every object of i satisfies j
+        if not all(self._value_negatable(target.child(v, "properties", p)) for p, v in left.items()):
+            return None
+        part: dict = {"properties": left} if left else {}
+        if need:
+            part["required"] = need
+        return [Holds(self.made_up(part, target), False)]
+
+    def _implied(self, fi: Flat, cv: Ctx, p: str) -> bool:
+        """Whether every object of fi that has property p has a value satisfying cv: cv admits
+        everything, or one of fi's own subschemas for p is the same JSON under the same base URI."""
+        t = self.bare_ref_target(cv)
+        if t.schema is True or t.schema == {}:
+            return True
+        text = json.dumps(t.schema, sort_keys=True)
+        base = getattr(t.resolver, "_base_uri", None)
+        for c in fi.props.get(p, []):
+            if isinstance(c, NegCtx):
+                continue
+            u = self.bare_ref_target(c)
+            if getattr(u.resolver, "_base_uri", None) == base and json.dumps(u.schema, sort_keys=True) == text:
+                return True
+        return False
+
+    def _required_apart(self, fa: Flat, cb: Ctx) -> bool:
+        """Whether every object of cb has a property fa forbids: each of cb's alternative sets of
+        required names (:meth:`required_options`, through nested ``anyOf``/``oneOf``) holds one."""
+        opts = self.required_options(cb, 0)
+        return opts is not None and bool(opts) and all(any(self.forbids(fa, n) for n in names) for names in opts)
+
+    def required_options(self, ctx: Ctx, depth: int) -> Optional[list[frozenset[str]]]:
+        """Sets of names such that every object satisfying ctx has all the names of one of them
+        (``required`` through ``$ref``, ``allOf``, ``anyOf``/``oneOf``: a disjunction of
+        conjunctions); None where unknown or past :data:`MAX_REQUIRED_OPTIONS` sets."""
+        if depth > 8:
+            return None
+        s = ctx.schema
+        if not isinstance(s, dict):
+            return None
+        req = s.get("required", [])
+        opts = [frozenset(n for n in req if isinstance(n, str)) if isinstance(req, list) else frozenset()]
+        parts: list[list[frozenset[str]]] = []
+        if isinstance(s.get("$ref"), str) and self.draft <= 7:
+            s = {"$ref": s["$ref"]}  # siblings of $ref are ignored before 2019-09
+            opts = [frozenset()]
+        if isinstance(s.get("$ref"), str):
+            try:
+                target = self.doc.resolve_ref(ctx, s["$ref"])
+            except (UnsupportedKeywordError, SchemaError):
+                target = None
+            sub = None if target is None else self.required_options(target, depth + 1)
+            if sub is not None:
+                parts.append(sub)
+        for n, m in enumerate(s.get("allOf") or []):
+            sub = self.required_options(ctx.child(m, "allOf", n), depth + 1)
+            if sub is not None:
+                parts.append(sub)
+        for kw in ("anyOf", "oneOf"):
+            if isinstance(s.get(kw), list) and s[kw]:
+                union: list[frozenset[str]] = []
+                for n, m in enumerate(s[kw]):
+                    sub = self.required_options(ctx.child(m, kw, n), depth + 1)
+                    if sub is None:
+                        break
+                    union += sub
+                else:
+                    parts.append(union)
+        for part in parts:  # every object meets one set of each part: the sets combined
+            opts = [a | b for a in opts for b in part]
+            if len(opts) > MAX_REQUIRED_OPTIONS:
+                return None
+        return opts
+
+    def _nonempty_apart(self, fi: Flat, fj: Flat, ci: Ctx, cj: Ctx) -> Optional[list[Action]]:
+        """Branch i's arrays apart from branch j's where their first items are disjoint, so that the
+        empty array is the only array both can hold: nothing where branch j fails ``[]``, else
+        ``minItems: 1`` on branch i (exact: every non-empty array of i fails j). None where the first
+        items cannot be told apart."""
+        a, b = self._first_item(fi), self._first_item(fj)
+        if a is None or b is None or not self.disjoint(a, b, 1):
+            return None
+        if not self.doc.valid(cj, []):
+            return []
+        return [Holds(self.made_up({"minItems": 1}, ci), True)]
+
+    def admits_all(self, ctx: Ctx, t: str, depth: int) -> bool:
+        """Whether every value of type t satisfies ctx: its keywords (through ``$ref`` and ``allOf``)
+        constrain only other types, and a ``type`` it has includes t (False: unknown)."""
+        if depth > 8:
+            return False
+        s = ctx.schema
+        if s is True:
+            return True
+        if not isinstance(s, dict):
+            return False
+        for k, v in s.items():
+            if k in IGNORED_KEYWORDS or (k in _TYPE_KEYWORDS and t not in _TYPE_KEYWORDS[k]):
+                continue
+            if k == "type":
+                named = {v} if isinstance(v, str) else set(v) if isinstance(v, list) else set()
+                if not (t in named or (t == "integer" and "number" in named)):
+                    return False
+            elif k == "$ref" and isinstance(v, str):
+                try:
+                    target = self.doc.resolve_ref(ctx, v)
+                except (UnsupportedKeywordError, SchemaError):
+                    return False
+                if not self.admits_all(target, t, depth + 1):
+                    return False
+            elif k == "allOf" and isinstance(v, list):
+                if not all(self.admits_all(ctx.child(sub, "allOf", n), t, depth + 1) for n, sub in enumerate(v)):
+                    return False
+            elif k in STRUCTURAL_KEYWORDS or hasattr(self, "_kw_" + k.replace("$", "_")):
+                return False  # a keyword the compiler reads, that may constrain type t
+        return True
+
+    def _objects_unlike(self, fi: Flat, ci: Ctx, consts: list[dict]) -> Optional[list[Action]]:
+        """Branch i's objects apart from a few object constants (branch j's ``enum``) where branch i
+        admits no name outside each constant's keys (``additionalProperties: false`` beside
+        properties among them): an object of i differs from c exactly where a key of c is missing or
+        a key's value differs, ``not: {properties: {k: {const: c[k]}}, required: [keys of c]}`` (a
+        branch group). None where a constant has other keys or a value's negation is not exact."""
+        if not consts or len(consts) > MAX_OBJECT_CONSTS:
+            return None
+        out: list[Action] = []
+        for c in consts:
+            if not c or not any(o.ap is not None and o.ap.schema is False and not o.patterns and o.names <= set(c)
+                                for o in fi.owners):
+                return None
+            values = {k: self.made_up({"const": v}, ci) for k, v in c.items()}
+            if not all(self._value_negatable(v) for v in values.values()):
+                return None
+            part = {"properties": {k: v.schema for k, v in values.items()}, "required": list(c)}
+            out.append(Holds(self.made_up(part, ci), False))
+        return out
+
+    def made_up(self, part: dict, near: Ctx) -> Ctx:
+        """A subschema the compiler writes (kept alive: contexts are remembered by the schema's id),
+        with the pointer and base URI of ``near``."""
+        self.synthetic.append(part)
+        return Ctx(part, near.ptr, near.resolver)
 
     def _props_disjoint(self, fa: Flat, fb: Flat, p: str) -> bool:
         """Whether the values of property p under fa and fb are disjoint (each side the conjunction
