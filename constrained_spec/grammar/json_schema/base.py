@@ -56,6 +56,8 @@ class CompilerBase:
         #: whether the 'oneOf' whose branches are being told apart now is one of those
         self.automata_now = False
         self.synthetic: list[dict[str, Any]] = []  # schema parts the compiler made (negations), kept alive
+        # ids of the ``contains`` subschemas a ``not: {items: S}`` made (exact only as "some item anywhere")
+        self.negated_items: set[int] = set()
         self.ignored_formats: dict[str, str] = {}  # pointer -> format name
         self.active: dict[int, int] = {}  # id of a $ref target -> how many times it is being compiled now
         self.max_seen_depth = 0

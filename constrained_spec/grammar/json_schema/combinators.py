@@ -286,6 +286,10 @@ class Combinators(CompilerBase):
             for sub in (target.child(b, "anyOf", k) for k, b in enumerate(ts["anyOf"]))
         ):
             return Holds(cj, False)  # not anyOf [A, B]: not A and not B (absorb writes it so)
+        if isinstance(ts, dict) and "items" in keys and keys <= {"items", "type"} and ts.get("type", "array") == "array" \
+                and isinstance(ts["items"], (dict, bool)) and (_is_not(ts["items"]) or self._value_negatable(
+                    target.child(ts["items"], "items"))):
+            return Holds(cj, False)  # not {items: S}: an array with an item failing S (:meth:`_items_not`)
         if isinstance(ts, dict) and _exact_object_not(ts, types):
             props = ts.get("properties")
             if not isinstance(props, dict) or all(self._value_negatable(target.child(v, "properties", k))
@@ -791,6 +795,10 @@ class Combinators(CompilerBase):
                 flat.props.setdefault(p, []).append(NegCtx(sub, nctx.ptr + "/properties/" + p, nctx.resolver))
                 types.intersection_update({"object"})
                 return
+            # not {items: S} (``type: array`` allowed): an array with some item failing S (``contains:
+            # {not: S}``); without ``type`` every non-array satisfies S, so only arrays are left
+            if self._items_not(flat, nctx, s, keys, types):
+                return
             # not {pattern: P}: the strings that do not match P; exact where a pattern the strings
             # already have admits no string that P matches (then the strings stay as they are)
             if keys == {"pattern"} and isinstance(s["pattern"], str) and any(
@@ -825,6 +833,26 @@ class Combinators(CompilerBase):
             "of strings or one number bound (and for a few object forms); this one constrains objects, arrays, "
             "numeric constants or nests combinators",
         )
+
+    def _items_not(self, flat: Flat, nctx: Ctx, s: dict, keys: set[str], types: set[str]) -> bool:
+        """``not: {items: S}`` (and ``type: array``) as ``contains: {not: S}`` where S's negation is
+        exact on an item (:meth:`_value_negatable`); False (nothing changed) where not this form."""
+        items = s.get("items")
+        if not (keys and "items" in keys and keys <= {"items", "type"} and s.get("type", "array") == "array"
+                and isinstance(items, (dict, bool))):
+            return False
+        ictx = nctx.child(items, "items")
+        if isinstance(items, dict) and _is_not(items):
+            part = self.made_up({"allOf": [items["not"]]}, ictx)  # not {items: {not: X}}: contains X
+        elif self._value_negatable(ictx):
+            part = self.made_up({"not": items}, ictx)
+        else:
+            return False
+        self.negated_items.add(id(part.schema))
+        flat.contains = flat.contains + [(part, 1, None, nctx.ptr)]
+        if "type" not in keys:  # S holds for every non-array
+            types.intersection_update({"array"})
+        return True
 
     def apply_general_not(self, flat: Flat, nctx: Ctx, nf: Flat, types: set[str]) -> bool:
         """``not: nctx`` type by type (:func:`~.negation.plan_not`): applied and True where exact,
@@ -886,6 +914,11 @@ def _exact_object_not(s: dict, types: set[str]) -> bool:
     if "properties" not in keys:  # one name: forbidden at the leaf; several without "type": a group
         return len(set(req)) == 1 or "type" not in keys
     return isinstance(props, dict) and len(props) == 1 and list(props) == list(dict.fromkeys(req))
+
+
+def _is_not(s: object) -> bool:
+    """Whether s is a schema ``{not: X}`` (annotations aside)."""
+    return isinstance(s, dict) and {k for k in s if k not in IGNORED_KEYWORDS} == {"not"}
 
 
 def _branch_ctx(branch: list[Action]) -> Ctx:
