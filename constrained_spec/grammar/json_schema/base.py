@@ -55,6 +55,8 @@ class CompilerBase:
         self.automata_oneof: set[str] = set()
         #: whether the 'oneOf' whose branches are being told apart now is one of those
         self.automata_now = False
+        # the strict round of a oneOf (:meth:`Combinators.one_of_branches`): exact constructions only
+        self.strict_oneof = False
         self.synthetic: list[dict[str, Any]] = []  # schema parts the compiler made (negations), kept alive
         # ids of the ``contains`` subschemas a ``not: {items: S}`` made (exact only as "some item anywhere")
         self.negated_items: set[int] = set()

@@ -49,6 +49,9 @@ _TYPE_KEYWORDS: dict[str, frozenset[str]] = {
 #: most alternative sets of required names :meth:`Combinators.required_options` combines
 MAX_REQUIRED_OPTIONS = 32
 
+#: most names a oneOf about present names may mention (its truth table has 2**n rows)
+MAX_PRESENCE_NAMES = 6
+
 #: most object constants one branch is told apart from (each a branch group)
 MAX_OBJECT_CONSTS = 4
 
@@ -58,12 +61,39 @@ class Combinators(CompilerBase):
 
     def one_of_branches(self, branches: list[list[Action]], ptr: str,
                         outer: Optional[set[str]] = None) -> list[list[Action]]:
-        """:meth:`_one_of_branches`, telling string branches apart by their patterns' automata where
-        ``ptr`` is in :attr:`automata_oneof`."""
+        """The branches of the ``oneOf`` at ``ptr`` made pairwise disjoint (:meth:`_one_of_branches`),
+        telling string branches apart by their patterns' automata where ``ptr`` is in
+        :attr:`automata_oneof`. Where that refuses (after the automata retry) or records the keyword
+        as unenforced, once more in the *strict* mode: the older Forbid/Require restrictions (a sound
+        part) left out and the exact constructions of :meth:`_apart_more` / :meth:`_presence_rows`
+        tried instead; so a schema that compiled before keeps its output, and one that compiles now is
+        exact or refused by name."""
+        mark = len(self.unenforced)
+        try:
+            out = self._one_of_round(branches, ptr, outer)
+        except UnsupportedKeywordError as e:
+            if e.keyword != "oneOf" or e.pointer != ptr or ptr not in self.automata_oneof:
+                raise
+        else:
+            if len(self.unenforced) == mark:
+                return out
+            del self.unenforced[mark:]
+        before = self.strict_oneof
+        self.strict_oneof = True
+        try:
+            return self._one_of_round(branches, ptr, outer)
+        finally:
+            self.strict_oneof = before
+
+    def _one_of_round(self, branches: list[list[Action]], ptr: str, outer: Optional[set[str]]) -> list[list[Action]]:
+        """One try at the branches (:meth:`one_of_branches`): refused (or recorded) by name where no
+        branch keeps anything."""
         before = self.automata_now
         self.automata_now = ptr in self.automata_oneof
         try:
-            out = self._one_of_branches(branches, ptr, outer, set())
+            out = self._presence_rows(branches) if self.strict_oneof else None  # about present names only
+            if out is None:
+                out = self._one_of_branches(branches, ptr, outer, set())
             if out is None:  # nothing told apart: twin branches, where there are some, admit none of theirs
                 twins = self._twin_branches([_branch_ctx(b) for b in branches])
                 if twins:
@@ -132,6 +162,8 @@ class Combinators(CompilerBase):
                     if self._complementary(ctxs[i], ctxs[j]):
                         continue  # one branch is "not X", the other holds X
                     res = None if fj is None else self._exclude(t, fi, fj, ctxs[i], ctxs[j])
+                    if res is None and self.strict_oneof:  # the exact constructions before the negations
+                        res = self._apart_more(t, fi, fj, ctxs[i], ctxs[j])
                     if res is None:
                         neg = self._negated_branch(ctxs[j], fj, neg_types, bare)
                         if neg is not None:
@@ -141,12 +173,8 @@ class Combinators(CompilerBase):
                         if neg is not None:  # exact on type t: branch i's values of type t get it apart
                             negs_t[j] = neg
                             continue
-                        more = self._apart_more(t, fi, fj, ctxs[i], ctxs[j])
-                        if more is not None:
-                            acts_t += more
-                            continue
                         ok = False
-                        if not self.admits_all(ctxs[j], t, 0):  # else: every value of type t satisfies branch j
+                        if not (self.strict_oneof and self.admits_all(ctxs[j], t, 0)):  # else: every value of type t satisfies branch j
                             dropped.append((i, t, j))  # (none of branch i's is exactly one: dropped exactly)
                         break
                     acts_t += res
@@ -177,6 +205,34 @@ class Combinators(CompilerBase):
             for i, t, j in dropped:
                 if not any(i in g and j in g for g in groups):  # a twin's values all satisfy i: none is lost
                     self.refuse_dropped_type(ptr, i, t, j)
+        return out
+
+    def _presence_rows(self, branches: list[list[Action]]) -> Optional[list[list[Action]]]:
+        """A ``oneOf`` whose branches say only which names are present (``required`` under
+        ``allOf``/``anyOf``/``oneOf``/``not``, at most :data:`MAX_PRESENCE_NAMES` names): every row of
+        the truth table over those names judged by the validator (an object with exactly those names;
+        a non-object), the rows where exactly one branch holds kept, merged into terms (required
+        names, forbidden names). Exact; None where the branches are not of this form."""
+        ctxs = [_branch_ctx(b) for b in branches]
+        names: set[str] = set()
+        if not all(_presence_only(self.bare_ref_target(c).schema, names, 0) for c in ctxs):
+            return None
+        if not names or len(names) > MAX_PRESENCE_NAMES:
+            return None
+        order = sorted(names)
+        full = (1 << len(order)) - 1
+        rows = [m for m in range(full + 1)
+                if sum(self.doc.valid(c, {n: None for k, n in enumerate(order) if m >> k & 1}) for c in ctxs) == 1]
+        out: list[list[Action]] = []
+        for bits, care in _merged_terms(rows, full):
+            acts: list[Action] = [NarrowTypes(frozenset({"object"}))]
+            present = tuple(n for k, n in enumerate(order) if care >> k & 1 and bits >> k & 1)
+            if present:
+                acts.append(Require(present))
+            acts += [Forbid(n) for k, n in enumerate(order) if care >> k & 1 and not bits >> k & 1]
+            out.append(acts)
+        if sum(self.doc.valid(c, None) for c in ctxs) == 1:  # such a branch holds for every non-object alike
+            out.append([NarrowTypes(frozenset(ALL_TYPES - {"object"}))])
         return out
 
     def _complementary(self, a: Ctx, b: Ctx) -> bool:
@@ -419,15 +475,16 @@ class Combinators(CompilerBase):
             for p in fi.required:
                 if p in fj.props and p in fi.props and self._props_disjoint(fi, fj, p):
                     return []
-            for p in fj.required:
-                if p not in fi.required:
-                    return [Forbid(p)]
-            for p in fi.props:
-                if p in fj.props and self._props_disjoint(fi, fj, p):
-                    return [Require((p,))]
-            for p in fi.props:
-                if self.forbids(fj, p) and not self.forbids(fi, p):
-                    return [Require((p,))]
+            if not self.strict_oneof:  # restrictions of branch i (a sound part), not in the strict mode
+                for p in fj.required:
+                    if p not in fi.required:
+                        return [Forbid(p)]
+                for p in fi.props:
+                    if p in fj.props and self._props_disjoint(fi, fj, p):
+                        return [Require((p,))]
+                for p in fi.props:
+                    if self.forbids(fj, p) and not self.forbids(fi, p):
+                        return [Require((p,))]
             if self._disjoint_type(t, fi, fj, 0):
                 return []
             return None
@@ -914,6 +971,48 @@ def _exact_object_not(s: dict, types: set[str]) -> bool:
     if "properties" not in keys:  # one name: forbidden at the leaf; several without "type": a group
         return len(set(req)) == 1 or "type" not in keys
     return isinstance(props, dict) and len(props) == 1 and list(props) == list(dict.fromkeys(req))
+
+
+def _presence_only(s: object, names: set[str], depth: int) -> bool:
+    """Whether schema s judges an object by which names are present alone (``required`` under
+    ``allOf``/``anyOf``/``oneOf``/``not``; no ``$ref``), adding those names to ``names``."""
+    if isinstance(s, bool):
+        return True
+    if not isinstance(s, dict) or depth > 8:
+        return False
+    for k, v in s.items():
+        if k in IGNORED_KEYWORDS:
+            continue
+        if k == "required" and isinstance(v, list) and all(isinstance(n, str) for n in v):
+            names.update(v)
+        elif k in ("allOf", "anyOf", "oneOf") and isinstance(v, list) and v:
+            if not all(_presence_only(sub, names, depth + 1) for sub in v):
+                return False
+        elif k == "not":
+            if not _presence_only(v, names, depth + 1):
+                return False
+        else:
+            return False
+    return True
+
+
+def _merged_terms(rows: list[int], full: int) -> list[tuple[int, int]]:
+    """Terms (bits, care mask) covering exactly the rows (bit masks over ``full``): rows merged where
+    they differ in one cared bit, until no two merge (the prime implicants)."""
+    terms = {(r, full) for r in rows}
+    while True:
+        merged: set[tuple[int, int]] = set()
+        used: set[tuple[int, int]] = set()
+        for a in terms:
+            for b in terms:
+                if a[1] == b[1] and a[0] < b[0]:
+                    diff = a[0] ^ b[0]
+                    if diff & (diff - 1) == 0:
+                        merged.add((a[0] & ~diff, a[1] & ~diff))
+                        used.update((a, b))
+        if not merged:
+            return sorted(terms)
+        terms = (terms - used) | merged
 
 
 def _is_not(s: object) -> bool:
