@@ -491,11 +491,11 @@ class Combinators(CompilerBase):
         return None
 
     def _apart_more(self, t: str, fi: Flat, fj: Optional[Flat], ci: Ctx, cj: Ctx) -> Optional[list[Action]]:
-        """Actions telling branch i's values of type t apart from branch j's where the tests of
-        :meth:`_exclude` and the negations of branch j could not (tried last, so that what compiled
-        before keeps its output): arrays whose first items are disjoint, apart from ``[]``; objects
-        that need a property the other branch forbids in each of its sets of required names; objects
-        apart from branch j's object constants. None where none applies."""
+        """Actions telling branch i's values of type t apart from branch j's exactly, in the strict
+        round (:meth:`one_of_branches`) after :meth:`_exclude`'s tests: arrays whose first items are
+        disjoint, apart from ``[]``; objects that need a property the other branch forbids in each of
+        its sets of required names; objects apart from branch j's object constants; ``not`` branch j
+        relative to branch i. None where none applies."""
         if fj is None:
             return None
         if t == "array":
