@@ -299,3 +299,14 @@ def test_not_of_a_nested_object_group_is_exact():
              "required": ["src", "alt"]}
     schema = {"allOf": [{"properties": {"x": outer}, "required": ["x"]}, {"not": {"properties": {"x": inner}}}]}
     assert not disagreements(schema, [{"x": {"src": "s", "alt": "a"}}, {"x": {"src": "s", "alt": "a", "bg": 1}}])
+
+
+def test_allow_unenforced_takes_the_exact_answer_and_records_only_what_is_not():
+    """With ``allow_unenforced`` the strict round's exact answer is used (nothing recorded); where it is
+    not exact either, the older sound part stays and the oneOf is recorded."""
+    name, schema, values = CASES[3]  # relative negation: the older round records it
+    r = schema_to_regex(schema, SchemaOptions(allow_unenforced=True, additional_properties="spec"))
+    assert r.unenforced == () and not disagreements(schema, values, r.regex), name
+    open_objects = {"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}},
+                              {"type": "object", "properties": {"a": {"type": "integer"}}, "patternProperties": {"x": {}}}]}
+    assert schema_to_regex(open_objects, SchemaOptions(allow_unenforced=True)).unenforced == ("/oneOf",)

@@ -69,6 +69,7 @@ class Combinators(CompilerBase):
         tried instead; so a schema that compiled before keeps its output, and one that compiles now is
         exact or refused by name."""
         mark = len(self.unenforced)
+        older: Optional[tuple[list[list[Action]], list[str]]] = None
         try:
             out = self._one_of_round(branches, ptr, outer)
         except UnsupportedKeywordError as e:
@@ -77,13 +78,19 @@ class Combinators(CompilerBase):
         else:
             if len(self.unenforced) == mark:
                 return out
+            older = (out, self.unenforced[mark:])  # allow_unenforced: the older sound part, recorded
             del self.unenforced[mark:]
         before = self.strict_oneof
         self.strict_oneof = True
         try:
-            return self._one_of_round(branches, ptr, outer)
+            strict = self._one_of_round(branches, ptr, outer)
         finally:
             self.strict_oneof = before
+        if older is not None and len(self.unenforced) > mark:  # not exact either: the older answer, as before
+            del self.unenforced[mark:]
+            self.unenforced.extend(older[1])
+            return older[0]
+        return strict
 
     def _one_of_round(self, branches: list[list[Action]], ptr: str, outer: Optional[set[str]]) -> list[list[Action]]:
         """One try at the branches (:meth:`one_of_branches`): refused (or recorded) by name where no
