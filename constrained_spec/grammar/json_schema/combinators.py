@@ -369,10 +369,25 @@ class Combinators(CompilerBase):
         except (UnsupportedKeywordError, SchemaError):
             return None
 
-    def _value_negatable(self, ctx: Ctx) -> bool:
+    def _value_negatable(self, ctx: Ctx, depth: int = 0) -> bool:
         """Whether ``not: ctx`` on a property's value (of any type) compiles: :meth:`apply_not` tried
         on a scratch leaf of every type (nothing recorded), and no constant left that the leaf
-        cannot exclude (objects, arrays, numbers)."""
+        cannot exclude (objects, arrays, numbers); in the strict round of a ``oneOf`` also where it is
+        a branch group (:meth:`negation_group`) whose properties' negations are so in turn."""
+        if self._leaf_negatable(ctx):
+            return True
+        if not self.strict_oneof or depth >= 4:
+            return False
+        target = self.bare_ref_target(ctx)
+        s = target.schema
+        if not isinstance(s, dict) or self.negation_group(ctx) is None:
+            return False
+        props = s.get("properties", {})
+        return isinstance(props, dict) and all(
+            self._value_negatable(target.child(v, "properties", p), depth + 1) for p, v in props.items())
+
+    def _leaf_negatable(self, ctx: Ctx) -> bool:
+        """:meth:`_value_negatable` at the leaf alone (:meth:`apply_not` on a scratch leaf)."""
         flat, types = Flat(), set(ALL_TYPES)
         mark = len(self.unenforced)
         try:
