@@ -55,7 +55,11 @@ class CompilerBase:
         self.automata_oneof: set[str] = set()
         #: whether the 'oneOf' whose branches are being told apart now is one of those
         self.automata_now = False
+        # the strict round of a oneOf (:meth:`Combinators.one_of_branches`): exact constructions only
+        self.strict_oneof = False
         self.synthetic: list[dict[str, Any]] = []  # schema parts the compiler made (negations), kept alive
+        # ids of the ``contains`` subschemas a ``not: {items: S}`` made (exact only as "some item anywhere")
+        self.negated_items: set[int] = set()
         self.ignored_formats: dict[str, str] = {}  # pointer -> format name
         self.active: dict[int, int] = {}  # id of a $ref target -> how many times it is being compiled now
         self.max_seen_depth = 0

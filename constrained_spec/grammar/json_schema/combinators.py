@@ -17,7 +17,7 @@ from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.content_dfa import MAX_STATES, DfaTooLarge
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
 from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Group, Holds, NarrowTypes, Require
-from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS
+from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS
 from constrained_spec.grammar.json_schema.negation import negation_keyword, plan_not
 from constrained_spec.grammar.json_schema.py_regex import py_pattern_ok, py_search
 from constrained_spec.grammar.json_schema.regex_ops import first_chars_disjoint
@@ -32,17 +32,75 @@ _ANNOTATIONS = frozenset({"title", "description", "$comment", "examples", "examp
                           "writeOnly", "deprecated"})
 
 
+#: the keywords that constrain values of some types only (every value of another type satisfies them)
+_OBJECT_ONLY = ("properties", "required", "additionalProperties", "patternProperties", "unevaluatedProperties",
+                "propertyNames", "minProperties", "maxProperties", "dependencies", "dependentRequired",
+                "dependentSchemas")
+_ARRAY_ONLY = ("items", "prefixItems", "additionalItems", "unevaluatedItems", "contains", "minContains",
+               "maxContains", "minItems", "maxItems", "uniqueItems")
+_TYPE_KEYWORDS: dict[str, frozenset[str]] = {
+    **{k: frozenset({"object"}) for k in _OBJECT_ONLY},
+    **{k: frozenset({"array"}) for k in _ARRAY_ONLY},
+    **{k: frozenset({"string"}) for k in ("pattern", "minLength", "maxLength", "format")},
+    **{k: frozenset({"number", "integer"}) for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                                      "multipleOf")},
+}
+
+#: most alternative sets of required names :meth:`Combinators.required_options` combines
+MAX_REQUIRED_OPTIONS = 32
+
+#: most names a oneOf about present names may mention (its truth table has 2**n rows)
+MAX_PRESENCE_NAMES = 6
+
+#: most object constants one branch is told apart from (each a branch group)
+MAX_OBJECT_CONSTS = 4
+
+
 class Combinators(CompilerBase):
     """``oneOf`` disjointness, subschema disjointness tests and ``not``."""
 
     def one_of_branches(self, branches: list[list[Action]], ptr: str,
                         outer: Optional[set[str]] = None) -> list[list[Action]]:
-        """:meth:`_one_of_branches`, telling string branches apart by their patterns' automata where
-        ``ptr`` is in :attr:`automata_oneof`."""
+        """The branches of the ``oneOf`` at ``ptr`` made pairwise disjoint (:meth:`_one_of_branches`),
+        telling string branches apart by their patterns' automata where ``ptr`` is in
+        :attr:`automata_oneof`. Where that refuses (after the automata retry) or records the keyword
+        as unenforced, once more in the *strict* mode: the older Forbid/Require restrictions (a sound
+        part) left out and the exact constructions of :meth:`_apart_more` / :meth:`_presence_rows`
+        tried instead; so a schema that compiled before keeps its output, and one that compiles now is
+        exact or refused by name."""
+        mark = len(self.unenforced)
+        older: Optional[tuple[list[list[Action]], list[str]]] = None
+        try:
+            out = self._one_of_round(branches, ptr, outer)
+        except UnsupportedKeywordError as e:
+            if e.keyword != "oneOf" or e.pointer != ptr or ptr not in self.automata_oneof:
+                raise
+        else:
+            if len(self.unenforced) == mark:
+                return out
+            older = (out, self.unenforced[mark:])  # allow_unenforced: the older sound part, recorded
+            del self.unenforced[mark:]
+        before = self.strict_oneof
+        self.strict_oneof = True
+        try:
+            strict = self._one_of_round(branches, ptr, outer)
+        finally:
+            self.strict_oneof = before
+        if older is not None and len(self.unenforced) > mark:  # not exact either: the older answer, as before
+            del self.unenforced[mark:]
+            self.unenforced.extend(older[1])
+            return older[0]
+        return strict
+
+    def _one_of_round(self, branches: list[list[Action]], ptr: str, outer: Optional[set[str]]) -> list[list[Action]]:
+        """One try at the branches (:meth:`one_of_branches`): refused (or recorded) by name where no
+        branch keeps anything."""
         before = self.automata_now
         self.automata_now = ptr in self.automata_oneof
         try:
-            out = self._one_of_branches(branches, ptr, outer, set())
+            out = self._presence_rows(branches) if self.strict_oneof else None  # about present names only
+            if out is None:
+                out = self._one_of_branches(branches, ptr, outer, set())
             if out is None:  # nothing told apart: twin branches, where there are some, admit none of theirs
                 twins = self._twin_branches([_branch_ctx(b) for b in branches])
                 if twins:
@@ -111,6 +169,8 @@ class Combinators(CompilerBase):
                     if self._complementary(ctxs[i], ctxs[j]):
                         continue  # one branch is "not X", the other holds X
                     res = None if fj is None else self._exclude(t, fi, fj, ctxs[i], ctxs[j])
+                    if res is None and self.strict_oneof:  # the exact constructions before the negations
+                        res = self._apart_more(t, fi, fj, ctxs[i], ctxs[j])
                     if res is None:
                         neg = self._negated_branch(ctxs[j], fj, neg_types, bare)
                         if neg is not None:
@@ -121,7 +181,8 @@ class Combinators(CompilerBase):
                             negs_t[j] = neg
                             continue
                         ok = False
-                        dropped.append((i, t, j))
+                        if not (self.strict_oneof and self.admits_all(ctxs[j], t, 0)):  # else: every value of type t satisfies branch j
+                            dropped.append((i, t, j))  # (none of branch i's is exactly one: dropped exactly)
                         break
                     acts_t += res
                 if ok:
@@ -151,6 +212,34 @@ class Combinators(CompilerBase):
             for i, t, j in dropped:
                 if not any(i in g and j in g for g in groups):  # a twin's values all satisfy i: none is lost
                     self.refuse_dropped_type(ptr, i, t, j)
+        return out
+
+    def _presence_rows(self, branches: list[list[Action]]) -> Optional[list[list[Action]]]:
+        """A ``oneOf`` whose branches say only which names are present (``required`` under
+        ``allOf``/``anyOf``/``oneOf``/``not``, at most :data:`MAX_PRESENCE_NAMES` names): every row of
+        the truth table over those names judged by the validator (an object with exactly those names;
+        a non-object), the rows where exactly one branch holds kept, merged into terms (required
+        names, forbidden names). Exact; None where the branches are not of this form."""
+        ctxs = [_branch_ctx(b) for b in branches]
+        names: set[str] = set()
+        if not all(_presence_only(self.bare_ref_target(c).schema, names, 0) for c in ctxs):
+            return None
+        if not names or len(names) > MAX_PRESENCE_NAMES:
+            return None
+        order = sorted(names)
+        full = (1 << len(order)) - 1
+        rows = [m for m in range(full + 1)
+                if sum(self.doc.valid(c, {n: None for k, n in enumerate(order) if m >> k & 1}) for c in ctxs) == 1]
+        out: list[list[Action]] = []
+        for bits, care in _merged_terms(rows, full):
+            acts: list[Action] = [NarrowTypes(frozenset({"object"}))]
+            present = tuple(n for k, n in enumerate(order) if care >> k & 1 and bits >> k & 1)
+            if present:
+                acts.append(Require(present))
+            acts += [Forbid(n) for k, n in enumerate(order) if care >> k & 1 and not bits >> k & 1]
+            out.append(acts)
+        if sum(self.doc.valid(c, None) for c in ctxs) == 1:  # such a branch holds for every non-object alike
+            out.append([NarrowTypes(frozenset(ALL_TYPES - {"object"}))])
         return out
 
     def _complementary(self, a: Ctx, b: Ctx) -> bool:
@@ -260,6 +349,10 @@ class Combinators(CompilerBase):
             for sub in (target.child(b, "anyOf", k) for k, b in enumerate(ts["anyOf"]))
         ):
             return Holds(cj, False)  # not anyOf [A, B]: not A and not B (absorb writes it so)
+        if isinstance(ts, dict) and "items" in keys and keys <= {"items", "type"} and ts.get("type", "array") == "array" \
+                and isinstance(ts["items"], (dict, bool)) and (_is_not(ts["items"]) or self._value_negatable(
+                    target.child(ts["items"], "items"))):
+            return Holds(cj, False)  # not {items: S}: an array with an item failing S (:meth:`_items_not`)
         if isinstance(ts, dict) and _exact_object_not(ts, types):
             props = ts.get("properties")
             if not isinstance(props, dict) or all(self._value_negatable(target.child(v, "properties", k))
@@ -276,10 +369,25 @@ class Combinators(CompilerBase):
         except (UnsupportedKeywordError, SchemaError):
             return None
 
-    def _value_negatable(self, ctx: Ctx) -> bool:
+    def _value_negatable(self, ctx: Ctx, depth: int = 0) -> bool:
         """Whether ``not: ctx`` on a property's value (of any type) compiles: :meth:`apply_not` tried
         on a scratch leaf of every type (nothing recorded), and no constant left that the leaf
-        cannot exclude (objects, arrays, numbers)."""
+        cannot exclude (objects, arrays, numbers); in the strict round of a ``oneOf`` also where it is
+        a branch group (:meth:`negation_group`) whose properties' negations are so in turn."""
+        if self._leaf_negatable(ctx):
+            return True
+        if not self.strict_oneof or depth >= 4:
+            return False
+        target = self.bare_ref_target(ctx)
+        s = target.schema
+        if not isinstance(s, dict) or self.negation_group(ctx) is None:
+            return False
+        props = s.get("properties", {})
+        return isinstance(props, dict) and all(
+            self._value_negatable(target.child(v, "properties", p), depth + 1) for p, v in props.items())
+
+    def _leaf_negatable(self, ctx: Ctx) -> bool:
+        """:meth:`_value_negatable` at the leaf alone (:meth:`apply_not` on a scratch leaf)."""
         flat, types = Flat(), set(ALL_TYPES)
         mark = len(self.unenforced)
         try:
@@ -389,19 +497,200 @@ class Combinators(CompilerBase):
             for p in fi.required:
                 if p in fj.props and p in fi.props and self._props_disjoint(fi, fj, p):
                     return []
-            for p in fj.required:
-                if p not in fi.required:
-                    return [Forbid(p)]
-            for p in fi.props:
-                if p in fj.props and self._props_disjoint(fi, fj, p):
-                    return [Require((p,))]
-            for p in fi.props:
-                if self.forbids(fj, p) and not self.forbids(fi, p):
-                    return [Require((p,))]
+            if not self.strict_oneof:  # restrictions of branch i (a sound part), not in the strict mode
+                for p in fj.required:
+                    if p not in fi.required:
+                        return [Forbid(p)]
+                for p in fi.props:
+                    if p in fj.props and self._props_disjoint(fi, fj, p):
+                        return [Require((p,))]
+                for p in fi.props:
+                    if self.forbids(fj, p) and not self.forbids(fi, p):
+                        return [Require((p,))]
             if self._disjoint_type(t, fi, fj, 0):
                 return []
             return None
         return None
+
+    def _apart_more(self, t: str, fi: Flat, fj: Optional[Flat], ci: Ctx, cj: Ctx) -> Optional[list[Action]]:
+        """Actions telling branch i's values of type t apart from branch j's exactly, in the strict
+        round (:meth:`one_of_branches`) after :meth:`_exclude`'s tests: arrays whose first items are
+        disjoint, apart from ``[]``; objects that need a property the other branch forbids in each of
+        its sets of required names; objects apart from branch j's object constants; ``not`` branch j
+        relative to branch i. None where none applies."""
+        if fj is None:
+            return None
+        if t == "array":
+            return self._nonempty_apart(fi, fj, ci, cj)
+        if t != "object":
+            return None
+        if self._required_apart(fi, cj) or self._required_apart(fj, ci):
+            return []
+        if fj.enum is not None:
+            return self._objects_unlike(fi, ci, [v for v in fj.enum if type_of(v) == "object" and self.doc.valid(ci, v)])
+        return self._relative_not(fi, cj)
+
+    def _relative_not(self, fi: Flat, cj: Ctx) -> Optional[list[Action]]:
+        """``not`` branch j within branch i, for an object-only branch i and a branch j of the form
+        ``{type: object, properties, required}``: the names i requires too and the properties whose
+        schema i has as well (the same JSON, the same base URI) hold in every object of i, so i and j
+        meet where i and the rest j' of j meet, and i minus j is i and ``not j'`` (a branch group, each
+        property's negation exact). No object of i where nothing is left. None where not applicable."""
+        if fi.types is None or not fi.types <= {"object"}:
+            return None
+        target = self.bare_ref_target(cj)
+        s = target.schema
+        if not isinstance(s, dict):
+            return None
+        keys = {k for k in s if k not in IGNORED_KEYWORDS}
+        props, req = s.get("properties", {}), s.get("required", [])
+        if not keys <= {"type", "properties", "required"} or s.get("type", "object") != "object" or not isinstance(
+                props, dict) or not isinstance(req, list) or not all(isinstance(n, str) for n in req):
+            return None
+        left = {p: v for p, v in props.items() if not self._implied(fi, target.child(v, "properties", p), p)}
+        need = [n for n in dict.fromkeys(req) if n not in fi.required]
+        if not left and not need:
+            return [NarrowTypes(frozenset())]  # every object of i satisfies j
+        if not all(self._value_negatable(target.child(v, "properties", p)) for p, v in left.items()):
+            return None
+        part: dict = {"properties": left} if left else {}
+        if need:
+            part["required"] = need
+        return [Holds(self.made_up(part, target), False)]
+
+    def _implied(self, fi: Flat, cv: Ctx, p: str) -> bool:
+        """Whether every object of fi that has property p has a value satisfying cv: cv admits
+        everything, or one of fi's own subschemas for p is the same JSON under the same base URI."""
+        t = self.bare_ref_target(cv)
+        if t.schema is True or t.schema == {}:
+            return True
+        text = json.dumps(t.schema, sort_keys=True)
+        base = getattr(t.resolver, "_base_uri", None)
+        for c in fi.props.get(p, []):
+            if isinstance(c, NegCtx):
+                continue
+            u = self.bare_ref_target(c)
+            if getattr(u.resolver, "_base_uri", None) == base and json.dumps(u.schema, sort_keys=True) == text:
+                return True
+        return False
+
+    def _required_apart(self, fa: Flat, cb: Ctx) -> bool:
+        """Whether every object of cb has a property fa forbids: each of cb's alternative sets of
+        required names (:meth:`required_options`, through nested ``anyOf``/``oneOf``) holds one."""
+        opts = self.required_options(cb, 0)
+        return opts is not None and bool(opts) and all(any(self.forbids(fa, n) for n in names) for names in opts)
+
+    def required_options(self, ctx: Ctx, depth: int) -> Optional[list[frozenset[str]]]:
+        """Sets of names such that every object satisfying ctx has all the names of one of them
+        (``required`` through ``$ref``, ``allOf``, ``anyOf``/``oneOf``: a disjunction of
+        conjunctions); None where unknown or past :data:`MAX_REQUIRED_OPTIONS` sets."""
+        if depth > 8:
+            return None
+        s = ctx.schema
+        if not isinstance(s, dict):
+            return None
+        req = s.get("required", [])
+        opts = [frozenset(n for n in req if isinstance(n, str)) if isinstance(req, list) else frozenset()]
+        parts: list[list[frozenset[str]]] = []
+        if isinstance(s.get("$ref"), str) and self.draft <= 7:
+            s = {"$ref": s["$ref"]}  # siblings of $ref are ignored before 2019-09
+            opts = [frozenset()]
+        if isinstance(s.get("$ref"), str):
+            try:
+                target = self.doc.resolve_ref(ctx, s["$ref"])
+            except (UnsupportedKeywordError, SchemaError):
+                target = None
+            sub = None if target is None else self.required_options(target, depth + 1)
+            if sub is not None:
+                parts.append(sub)
+        for n, m in enumerate(s.get("allOf") or []):
+            sub = self.required_options(ctx.child(m, "allOf", n), depth + 1)
+            if sub is not None:
+                parts.append(sub)
+        for kw in ("anyOf", "oneOf"):
+            if isinstance(s.get(kw), list) and s[kw]:
+                union: list[frozenset[str]] = []
+                for n, m in enumerate(s[kw]):
+                    sub = self.required_options(ctx.child(m, kw, n), depth + 1)
+                    if sub is None:
+                        break
+                    union += sub
+                else:
+                    parts.append(union)
+        for part in parts:  # every object meets one set of each part: the sets combined
+            opts = [a | b for a in opts for b in part]
+            if len(opts) > MAX_REQUIRED_OPTIONS:
+                return None
+        return opts
+
+    def _nonempty_apart(self, fi: Flat, fj: Flat, ci: Ctx, cj: Ctx) -> Optional[list[Action]]:
+        """Branch i's arrays apart from branch j's where their first items are disjoint, so that the
+        empty array is the only array both can hold: nothing where branch j fails ``[]``, else
+        ``minItems: 1`` on branch i (exact: every non-empty array of i fails j). None where the first
+        items cannot be told apart."""
+        a, b = self._first_item(fi), self._first_item(fj)
+        if a is None or b is None or not self.disjoint(a, b, 1):
+            return None
+        if not self.doc.valid(cj, []):
+            return []
+        return [Holds(self.made_up({"minItems": 1}, ci), True)]
+
+    def admits_all(self, ctx: Ctx, t: str, depth: int) -> bool:
+        """Whether every value of type t satisfies ctx: its keywords (through ``$ref`` and ``allOf``)
+        constrain only other types, and a ``type`` it has includes t (False: unknown)."""
+        if depth > 8:
+            return False
+        s = ctx.schema
+        if s is True:
+            return True
+        if not isinstance(s, dict):
+            return False
+        for k, v in s.items():
+            if k in IGNORED_KEYWORDS or (k in _TYPE_KEYWORDS and t not in _TYPE_KEYWORDS[k]):
+                continue
+            if k == "type":
+                named = {v} if isinstance(v, str) else set(v) if isinstance(v, list) else set()
+                if not (t in named or (t == "integer" and "number" in named)):
+                    return False
+            elif k == "$ref" and isinstance(v, str):
+                try:
+                    target = self.doc.resolve_ref(ctx, v)
+                except (UnsupportedKeywordError, SchemaError):
+                    return False
+                if not self.admits_all(target, t, depth + 1):
+                    return False
+            elif k == "allOf" and isinstance(v, list):
+                if not all(self.admits_all(ctx.child(sub, "allOf", n), t, depth + 1) for n, sub in enumerate(v)):
+                    return False
+            elif k in STRUCTURAL_KEYWORDS or hasattr(self, "_kw_" + k.replace("$", "_")):
+                return False  # a keyword the compiler reads, that may constrain type t
+        return True
+
+    def _objects_unlike(self, fi: Flat, ci: Ctx, consts: list[dict]) -> Optional[list[Action]]:
+        """Branch i's objects apart from a few object constants (branch j's ``enum``) where branch i
+        admits no name outside each constant's keys (``additionalProperties: false`` beside
+        properties among them): an object of i differs from c exactly where a key of c is missing or
+        a key's value differs, ``not: {properties: {k: {const: c[k]}}, required: [keys of c]}`` (a
+        branch group). None where a constant has other keys or a value's negation is not exact."""
+        if not consts or len(consts) > MAX_OBJECT_CONSTS:
+            return None
+        out: list[Action] = []
+        for c in consts:
+            if not c or not any(o.ap is not None and o.ap.schema is False and not o.patterns and o.names <= set(c)
+                                for o in fi.owners):
+                return None
+            values = {k: self.made_up({"const": v}, ci) for k, v in c.items()}
+            if not all(self._value_negatable(v) for v in values.values()):
+                return None
+            part = {"properties": {k: v.schema for k, v in values.items()}, "required": list(c)}
+            out.append(Holds(self.made_up(part, ci), False))
+        return out
+
+    def made_up(self, part: dict, near: Ctx) -> Ctx:
+        """A subschema the compiler writes (kept alive: contexts are remembered by the schema's id),
+        with the pointer and base URI of ``near``."""
+        self.synthetic.append(part)
+        return Ctx(part, near.ptr, near.resolver)
 
     def _props_disjoint(self, fa: Flat, fb: Flat, p: str) -> bool:
         """Whether the values of property p under fa and fb are disjoint (each side the conjunction
@@ -585,6 +874,10 @@ class Combinators(CompilerBase):
                 flat.props.setdefault(p, []).append(NegCtx(sub, nctx.ptr + "/properties/" + p, nctx.resolver))
                 types.intersection_update({"object"})
                 return
+            # not {items: S} (``type: array`` allowed): an array with some item failing S (``contains:
+            # {not: S}``); without ``type`` every non-array satisfies S, so only arrays are left
+            if self._items_not(flat, nctx, s, keys, types):
+                return
             # not {pattern: P}: the strings that do not match P; exact where a pattern the strings
             # already have admits no string that P matches (then the strings stay as they are)
             if keys == {"pattern"} and isinstance(s["pattern"], str) and any(
@@ -619,6 +912,26 @@ class Combinators(CompilerBase):
             "of strings or one number bound (and for a few object forms); this one constrains objects, arrays, "
             "numeric constants or nests combinators",
         )
+
+    def _items_not(self, flat: Flat, nctx: Ctx, s: dict, keys: set[str], types: set[str]) -> bool:
+        """``not: {items: S}`` (and ``type: array``) as ``contains: {not: S}`` where S's negation is
+        exact on an item (:meth:`_value_negatable`); False (nothing changed) where not this form."""
+        items = s.get("items")
+        if not (keys and "items" in keys and keys <= {"items", "type"} and s.get("type", "array") == "array"
+                and isinstance(items, (dict, bool))):
+            return False
+        ictx = nctx.child(items, "items")
+        if isinstance(items, dict) and _is_not(items):
+            part = self.made_up({"allOf": [items["not"]]}, ictx)  # not {items: {not: X}}: contains X
+        elif self._value_negatable(ictx):
+            part = self.made_up({"not": items}, ictx)
+        else:
+            return False
+        self.negated_items.add(id(part.schema))
+        flat.contains = flat.contains + [(part, 1, None, nctx.ptr)]
+        if "type" not in keys:  # S holds for every non-array
+            types.intersection_update({"array"})
+        return True
 
     def apply_general_not(self, flat: Flat, nctx: Ctx, nf: Flat, types: set[str]) -> bool:
         """``not: nctx`` type by type (:func:`~.negation.plan_not`): applied and True where exact,
@@ -680,6 +993,53 @@ def _exact_object_not(s: dict, types: set[str]) -> bool:
     if "properties" not in keys:  # one name: forbidden at the leaf; several without "type": a group
         return len(set(req)) == 1 or "type" not in keys
     return isinstance(props, dict) and len(props) == 1 and list(props) == list(dict.fromkeys(req))
+
+
+def _presence_only(s: object, names: set[str], depth: int) -> bool:
+    """Whether schema s judges an object by which names are present alone (``required`` under
+    ``allOf``/``anyOf``/``oneOf``/``not``; no ``$ref``), adding those names to ``names``."""
+    if isinstance(s, bool):
+        return True
+    if not isinstance(s, dict) or depth > 8:
+        return False
+    for k, v in s.items():
+        if k in IGNORED_KEYWORDS:
+            continue
+        if k == "required" and isinstance(v, list) and all(isinstance(n, str) for n in v):
+            names.update(v)
+        elif k in ("allOf", "anyOf", "oneOf") and isinstance(v, list) and v:
+            if not all(_presence_only(sub, names, depth + 1) for sub in v):
+                return False
+        elif k == "not":
+            if not _presence_only(v, names, depth + 1):
+                return False
+        else:
+            return False
+    return True
+
+
+def _merged_terms(rows: list[int], full: int) -> list[tuple[int, int]]:
+    """Terms (bits, care mask) covering exactly the rows (bit masks over ``full``): rows merged where
+    they differ in one cared bit, until no two merge (the prime implicants)."""
+    terms = {(r, full) for r in rows}
+    while True:
+        merged: set[tuple[int, int]] = set()
+        used: set[tuple[int, int]] = set()
+        for a in terms:
+            for b in terms:
+                if a[1] == b[1] and a[0] < b[0]:
+                    diff = a[0] ^ b[0]
+                    if diff & (diff - 1) == 0:
+                        merged.add((a[0] & ~diff, a[1] & ~diff))
+                        used.update((a, b))
+        if not merged:
+            return sorted(terms)
+        terms = (terms - used) | merged
+
+
+def _is_not(s: object) -> bool:
+    """Whether s is a schema ``{not: X}`` (annotations aside)."""
+    return isinstance(s, dict) and {k for k in s if k not in IGNORED_KEYWORDS} == {"not"}
 
 
 def _branch_ctx(branch: list[Action]) -> Ctx:

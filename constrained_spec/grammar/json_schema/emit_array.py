@@ -50,6 +50,11 @@ class ArrayEmitter(CompilerBase):
                 self.unsupported("maxContains", ptr.rsplit("/", 1)[0] + "/maxContains", "maxContains is not supported")
         n_contains = max([mn for _, mn, _, _ in contains], default=0)
         n_prefix = max([len(pre) for pre, _ in flat.arr_owners], default=0)
+        exact_contains = n_prefix == 0 and M is None and m <= n_contains and not flat.unique
+        for cctx, _mn, _mx, ptr in flat.contains:
+            if id(cctx.schema) in self.negated_items and not exact_contains:
+                self.unsupported("not", ptr, "'not: {items: ...}' is enforced as an item anywhere in the array, not "
+                                 "beside prefixItems, maxItems, uniqueItems or minItems above one")
         if flat.unique:
             return self.unique_array(flat, max(m, n_contains), M)
         rest_ctxs = self._rest_ctxs(flat)
