@@ -31,6 +31,7 @@ from constrained_spec.models.loading import attach_prefill_twins, context_length
 from constrained_spec.models.protocol import SequenceModel
 from constrained_spec.prompts import SCHEMA_HINT_MAX_CHARS as SCHEMA_HINT_MAX_CHARS  # re-exported: api.SCHEMA_HINT_MAX_CHARS
 from constrained_spec.prompts import prompt_token_ids, schema_hint
+from constrained_spec.prompts.chat import hint_heads
 from constrained_spec.sampling import SamplingPolicy
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ class Generator:
 
         config = (config or GeneratorConfig()).with_options(**options)
         self.config = config = dataclasses.replace(config, models=dataclasses.replace(config.models, model=model, draft=draft))
-        loaded = load_models(config.models, tokenizer, config.progress, batched=config.batch.max_batch_size > 1)
+        loaded = load_models(config.models, tokenizer, config.progress, batched=config.batch.max_batch_size > 1, prompt_heads=hint_heads)
         self._loaded = loaded.keep  # holds the shared weights while this Generator lives
         self.target: SequenceModel = loaded.target
         self.tokenizer = loaded.tokenizer

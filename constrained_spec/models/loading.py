@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from constrained_spec.config import ModelConfig
 from constrained_spec.errors import ConfigError, ModelLoadError
@@ -65,11 +65,14 @@ def load_shared(spec: str, role: str, cache_dir: Any, dtype: str, progress: bool
 
 
 def load_model(spec: Any, tokenizer: Any, role: str, models: ModelConfig, progress: bool,
-               keep: list[LoadedModel], batched: bool = False) -> tuple[SequenceModel, Any]:
+               keep: list[LoadedModel], batched: bool = False,
+               prompt_heads: Callable[[Any], Sequence[Sequence[int]]] | None = None) -> tuple[SequenceModel, Any]:
     """A model spec loaded as ``models`` says (its cache folder, device, runtime; ``dtype`` for the
     target, ``draft_dtype`` or else ``dtype`` for the draft), or a model object, left where it is (an
     explicit device that is not where the object lives is a ConfigError); and its tokenizer.
-    ``keep`` receives the registry entries the caller must hold while it uses them."""
+    ``keep`` receives the registry entries the caller must hold while it uses them. ``prompt_heads``: tokenizer ->
+    the token ids many prompts start with (``prompts.chat.hint_heads``), where llama.cpp cuts prefills so that
+    prompts with other schemas keep them."""
     from constrained_spec.models.runtime import resolve_runtime
     from constrained_spec.models.torch.devices import normalize_device, resolve_device, same_device
 
@@ -83,10 +86,8 @@ def load_model(spec: Any, tokenizer: Any, role: str, models: ModelConfig, progre
             from constrained_spec.models.llamacpp.model import gguf_tokenizer
 
             loaded.tokenizer = gguf_tokenizer(loaded.model.path, models.cache_dir)
-        if concrete == "llamacpp":  # prompts with other schemas share the chat header and the hint's first words
-            from constrained_spec.prompts.chat import hint_heads
-
-            loaded.model.share_heads(hint_heads(tokenizer or loaded.tokenizer))
+        if concrete == "llamacpp" and prompt_heads is not None:  # the chat header and the hint's first words
+            loaded.model.share_heads(prompt_heads(tokenizer or loaded.tokenizer))
         if concrete == "llamacpp" and models.prompt_cache_mb > 0 and loaded.model.prompt_states is None:
             from constrained_spec.paths import cache_root
 
@@ -115,15 +116,18 @@ class LoadedModels:
     keep: list[LoadedModel] = field(default_factory=list)
 
 
-def load_models(models: ModelConfig, tokenizer: Any = None, progress: bool = True, batched: bool = False) -> LoadedModels:
+def load_models(models: ModelConfig, tokenizer: Any = None, progress: bool = True, batched: bool = False,
+                prompt_heads: Callable[[Any], Sequence[Sequence[int]]] | None = None) -> LoadedModels:
     """``models.model`` and ``models.draft`` (specs or model objects; ``tokenizer`` for objects)
     loaded as ``models`` says; the draft of a spec loads its own tokenizer. ``batched``: for
-    continuous batching (``runtime="auto"`` then picks torch on a CPU: ``models.runtime``)."""
+    continuous batching (``runtime="auto"`` then picks torch on a CPU: ``models.runtime``); ``prompt_heads``: see
+    :func:`load_model`."""
     out = LoadedModels(target=None, tokenizer=None)  # type: ignore[arg-type]  # filled below
-    out.target, out.tokenizer = load_model(models.model, tokenizer, "target", models, progress, out.keep, batched)
+    out.target, out.tokenizer = load_model(models.model, tokenizer, "target", models, progress, out.keep, batched, prompt_heads)
     if models.draft is not None:
         draft_tokenizer = None if isinstance(models.draft, str) else tokenizer
-        out.draft, out.draft_tokenizer = load_model(models.draft, draft_tokenizer, "draft", models, progress, out.keep, batched)
+        out.draft, out.draft_tokenizer = load_model(models.draft, draft_tokenizer, "draft", models, progress, out.keep, batched,
+                                                    prompt_heads)
     return out
 
 

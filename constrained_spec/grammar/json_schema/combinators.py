@@ -192,8 +192,7 @@ class Combinators(CompilerBase):
                     extra += acts_t
                     if negs_t:
                         by_type[t] = negs_t
-            if keep:
-                kept_any = True
+            kept_any = kept_any or bool(keep)
             common = extra + [negated[j] for j in sorted(negated)]
             if by_type:  # one branch for the types that need no negation of their own, one per type that does
                 plain = keep - set(by_type) - ({"integer"} if "number" in by_type else set())
