@@ -183,14 +183,14 @@ def test_a_row_prompt_fed_in_chunks_holds_the_cache_one_sequence_prefill_makes(i
     """The coordinator feeds a row's prompt in chunks; the row computes them on the fast paths, cut as a single
     sequence's prefill cuts it (a prefill piece as soon as it is complete, the rest when the row is next read: before 2026-12-04 every chunk after the first ran on
     the reference paths: 93-118 s a prompt as rows against 11-17 s one at a time on the real target, 2026-12-04), and its verify is bitwise the one-token reference.
-    On this tiny file computing chunk by chunk happens to give the same bits too (measured), so the control is a
-    prompt that differs in its first chunk: the comparison sees it."""
+    Controls: each chunk computed as a prefill piece of its own as it comes (other pieces: other bits on this file
+    since prefill pieces are 512 wide, measured 2026-12-05), and a prompt that differs in its first chunk."""
     weights = invariant_weights["Q4_K_M"]
-    prompt, block = _tokens(40, 300), _tokens(41, 6)  # 300: one sequence's prefill cuts it at 256
+    prompt, block = _tokens(40, 300), _tokens(41, 6)  # 300: one sequence's prefill computes it as one piece
     ref = one_token_logits(weights, prompt, block)
     got = _chunked_row_logits(weights, prompt, block, chunk=64, eager=False)
     assert torch.equal(got, ref), _mismatch(got, ref)
-    assert torch.equal(_chunked_row_logits(weights, prompt, block, chunk=64, eager=True), ref)
+    assert not torch.equal(_chunked_row_logits(weights, prompt, block, chunk=64, eager=True), ref), "the eager control"
     other = _chunked_row_logits(weights, [prompt[0] + 1] + prompt[1:], block, chunk=64, eager=False)
     assert not torch.equal(other, ref), "the control: another prompt must give other logits"
 
@@ -201,33 +201,39 @@ def test_a_row_prompt_is_computed_a_piece_at_a_time_between_decode_steps_of_anot
     time while it is fed (llama.cpp's own count of its positions, not the runtime's bookkeeping: before 2026-12-05 it
     held nothing until its first read, which then computed the whole prompt and stalled row 0), and row 1's first verify
     is bitwise the one-token reference after one sequence's prefill of the same prompt."""
+    import dataclasses
+
     from constrained_spec.models.llamacpp.model import LlamaCppRows
-    from constrained_spec.models.llamacpp.pieces import PREFILL_PIECE
 
     weights = invariant_weights["Q4_K_M"]
-    rows = LlamaCppRows(weights, slots=2, max_length=900)
-    rng = random.Random(5)
-    prompt0, prompt1 = _tokens(50, 40), _tokens(51, 2 * PREFILL_PIECE + 120)  # 2 full pieces and a partial one
-    call = SimpleNamespace
-    rows.forward([call(slot=0, start=0, tokens=prompt0, head="none")])
-    committed, chunk, fed = list(prompt0), 100, 0
-    while fed < len(prompt1):
-        block = [rng.randrange(50000) for _ in range(rng.choice(BLOCKS))]
-        piece = prompt1[fed : fed + chunk]
-        out = rows.forward([call(slot=1, start=fed, tokens=piece, head="none"),
-                            call(slot=0, start=len(committed), tokens=block, head="all")])
-        fed += len(piece)
-        ref = one_token_logits(weights, prompt0, committed[len(prompt0):] + block)[-len(block):]
-        assert out[0] is None and torch.equal(out[1], ref), f"row 0 after {fed} prompt tokens of row 1: {_mismatch(out[1], ref)}"
-        committed += block
-        held = rows._ctx.seq_length(1)
-        assert held == fed - fed % PREFILL_PIECE, f"row 1 holds {held} positions after {fed} fed: its complete pieces are not computed"
-    block1 = _tokens(52, 6)
-    got = rows.forward([call(slot=1, start=len(prompt1), tokens=block1, head="all")])[0]
-    ref1 = one_token_logits(weights, prompt1, block1)
-    assert torch.equal(got, ref1), f"row 1's first verify: {_mismatch(got, ref1)}"
-    control = one_token_logits(weights, [prompt1[0] + 1] + prompt1[1:], block1)
-    assert not torch.equal(control, ref1), "the control: another prompt must give other logits"
+    width, rule = 256, weights.pieces  # pieces of 256 (the runtime's: 512) keep the tiny file's prompts short
+    weights.pieces = dataclasses.replace(rule, width=width)
+    try:
+        rows = LlamaCppRows(weights, slots=2, max_length=900)
+        rng = random.Random(5)
+        prompt0, prompt1 = _tokens(50, 40), _tokens(51, 2 * width + 120)  # 2 full pieces and a partial one
+        call = SimpleNamespace
+        rows.forward([call(slot=0, start=0, tokens=prompt0, head="none")])
+        committed, chunk, fed = list(prompt0), 100, 0
+        while fed < len(prompt1):
+            block = [rng.randrange(50000) for _ in range(rng.choice(BLOCKS))]
+            piece = prompt1[fed : fed + chunk]
+            out = rows.forward([call(slot=1, start=fed, tokens=piece, head="none"),
+                                call(slot=0, start=len(committed), tokens=block, head="all")])
+            fed += len(piece)
+            ref = one_token_logits(weights, prompt0, committed[len(prompt0):] + block)[-len(block):]
+            assert out[0] is None and torch.equal(out[1], ref), f"row 0 after {fed} prompt tokens of row 1: {_mismatch(out[1], ref)}"
+            committed += block
+            held = rows._ctx.seq_length(1)
+            assert held == fed - fed % width, f"row 1 holds {held} positions after {fed} fed: its complete pieces are not computed"
+        block1 = _tokens(52, 6)
+        got = rows.forward([call(slot=1, start=len(prompt1), tokens=block1, head="all")])[0]
+        ref1 = one_token_logits(weights, prompt1, block1)
+        assert torch.equal(got, ref1), f"row 1's first verify: {_mismatch(got, ref1)}"
+        control = one_token_logits(weights, [prompt1[0] + 1] + prompt1[1:], block1)
+        assert not torch.equal(control, ref1), "the control: another prompt must give other logits"
+    finally:
+        weights.pieces = rule
 
 
 def test_negative_control_the_default_paths_are_not_batch_invariant(quantized):
@@ -281,7 +287,7 @@ def test_a_row_prompt_with_message_ends_is_cut_as_one_sequence_cuts_it(quantized
 
     weights = _weights(quantized["Q4_K_M"], True)
     stop = 49999
-    weights.pieces = PieceRule(weights.pieces.width, frozenset({stop}))
+    weights.pieces = PieceRule(256, frozenset({stop}))  # 256 wide (the runtime's: 512) to keep the prompt short
     prompt = _tokens(60, 90) + [stop] + _tokens(61, 200) + [stop] + _tokens(62, 30)  # cuts at 91, 256, 292
     rows = LlamaCppRows(weights, slots=2, max_length=600)
     call = SimpleNamespace

@@ -28,11 +28,20 @@ def q4_path(tmp_path_factory):
     return quantize_gguf(f32, base / "wide-Q4_K_M.gguf", "Q4_K_M")
 
 
+#: the tests cut prefills every 256 positions (the runtime: every 512, ``PREFILL_PIECE``) to keep the tiny file's prompts
+#: short; a piece never exceeds ``N_BATCH``, so one ``llama_decode`` computes it either way
+WIDTH = 256
+
+
 @pytest.fixture(scope="module")
 def weights(q4_path):
+    import dataclasses
+
     from constrained_spec.models.llamacpp.model import LlamaCppWeights
 
-    return LlamaCppWeights(q4_path, threads=2, n_ctx=1024)
+    w = LlamaCppWeights(q4_path, threads=2, n_ctx=1024)
+    w.pieces = dataclasses.replace(w.pieces, width=WIDTH)
+    return w
 
 
 def _tokens(seed: int, n: int) -> list[int]:
@@ -54,7 +63,6 @@ def test_a_restored_prefix_gives_bitwise_the_cache_of_a_prefill_from_scratch(wei
     the plain prefill's. Warm: a second prompt sharing 530 tokens restores 512 and computes the rest,
     bitwise equal to its plain prefill. Control: a store whose restore points are multiples of 16 (off the
     256-token ubatches) gives other bytes than the plain prefill of the same prompt."""
-    from constrained_spec.models.llamacpp.model import N_BATCH
     from constrained_spec.models.llamacpp.pieces import PieceRule
     from constrained_spec.models.llamacpp.prompt_states import PromptStates
 
@@ -67,7 +75,7 @@ def test_a_restored_prefix_gives_bitwise_the_cache_of_a_prefill_from_scratch(wei
         assert weights.prefilled_state(second) == _plain(weights, second)
         assert store.hits == 1
         hit = store.longest(second)
-        assert hit is not None and hit.length == 2 * N_BATCH
+        assert hit is not None and hit.length == 2 * WIDTH
 
         # the control: restore points every 16 tokens. The first prompt is saved at 592 (positions 512-591 computed as
         # one 80-token ubatch); a prompt of its first 529 tokens restores 528 of them, where a prefill from scratch
@@ -92,6 +100,7 @@ def test_a_damaged_entry_is_deleted_and_computed_again(weights, tmp_path) -> Non
         (name,) = store._names()
         (store.folder / (name + STATE_SUFFIX)).write_bytes(b"\0" * 64)  # truncated and wrong
         later = LlamaCppWeights(weights.path, threads=weights.threads, n_ctx=weights.n_ctx)  # as a new process: nothing held
+        later.pieces = weights.pieces
         store = later.keep_prompt_states(tmp_path, max_bytes=1 << 30)
         assert later.prefilled_state(tokens) == _plain(weights, tokens)
         assert store.hits == 1  # found, refused by llama.cpp, deleted, then saved afresh
@@ -131,6 +140,7 @@ def test_a_later_process_reuses_what_an_earlier_one_saved(q4_path, tmp_path) -> 
 import random, sys
 from constrained_spec.models.llamacpp.model import LlamaCppWeights
 w = LlamaCppWeights({str(q4_path)!r}, threads=2, n_ctx=1024)
+w.pieces = __import__("dataclasses").replace(w.pieces, width={WIDTH})
 store = w.keep_prompt_states({str(tmp_path)!r}, max_bytes=1 << 30)
 rng = random.Random(7)
 tokens = [rng.randrange(50000) for _ in range(400)]
@@ -143,14 +153,14 @@ sys.stdout.write(str(store.hits) + " " + digest)
 
 
 def test_a_generator_keeps_prompt_states_when_asked(tiny_ggufs, gpt2_tokenizer, tmp_path) -> None:
-    """``Generator(prompt_cache_mb=...)`` on llama.cpp: two calls whose prompts share their first 300+
-    tokens (a long system message) restore the saved prefix on the second call, with the same greedy
+    """``Generator(prompt_cache_mb=...)`` on llama.cpp: two calls whose prompts share their first 600+
+    tokens (a long system message: past the first 512-position cut) restore the saved prefix on the second call, with the same greedy
     output as a Generator without the store; ``prompt_cache_mb=0`` keeps nothing."""
     from constrained_spec.api import Generator
     from constrained_spec.grammar import Regex
 
     target, draft = (str(p) for p in tiny_ggufs)
-    system = {"role": "system", "content": " ".join(f"rule {i}: be brief." for i in range(80))}
+    system = {"role": "system", "content": " ".join(f"rule {i}: be brief." for i in range(160))}
     prompts = [[system, {"role": "user", "content": q}] for q in ("First question?", "Second question?")]
 
     def outputs(cache_mb: int, folder) -> tuple[list[str], object]:
@@ -172,7 +182,7 @@ def _with_stop(q4_path):
     from constrained_spec.models.llamacpp.pieces import PieceRule
 
     w = LlamaCppWeights(q4_path, threads=2, n_ctx=1024)
-    w.pieces = PieceRule(w.pieces.width, frozenset({STOP}))
+    w.pieces = PieceRule(WIDTH, frozenset({STOP}))
     return w
 
 

@@ -52,7 +52,7 @@ logger = logging.getLogger("constrained_spec")
 #: tokens one sequence's context holds by default (prompt and output): its KV cache is allocated up front
 DEFAULT_N_CTX = 8192
 #: tokens per ``llama_decode`` call (longer inputs are split); also the graph's reserved width
-N_BATCH = 256
+N_BATCH = 512
 
 _INIT_LOCK = threading.Lock()
 _STATE: dict[str, Any] = {}

@@ -20,7 +20,7 @@ __all__ = ["PREFILL_PIECE", "PREFILL_TAIL", "PieceRule", "common_prefix", "compl
 
 #: positions per prefill piece (= ``llama_decode``'s batch width there, so one sequence's prefill from position 0
 #: is cut where it always was)
-PREFILL_PIECE = 256
+PREFILL_PIECE = 512
 #: a message end is a cut only where the prefill goes on for at least this many tokens after it (the answer's header
 #: after the last message, 3 tokens in ChatML, is computed with the piece before it)
 PREFILL_TAIL = 8
