@@ -2,39 +2,38 @@
 
 from __future__ import annotations
 
-import pytest
+from constrained_spec.models.llamacpp.pieces import PieceRule
 
-from constrained_spec.models.llamacpp.pieces import complete_end, piece_bounds
+WIDE = PieceRule(256)  # no stops, no heads: cuts at the width's multiples only
+
+
+def _span(start: int, end: int) -> tuple[int, list[int]]:
+    return start, list(range(start, end))
 
 
 def test_pieces_are_cut_at_absolute_multiples():
-    assert piece_bounds(0, 600, 256) == [(0, 256), (256, 512), (512, 600)]
-    assert piece_bounds(300, 800, 256) == [(300, 512), (512, 768), (768, 800)]
-    assert piece_bounds(256, 512, 256) == [(256, 512)]
-    assert piece_bounds(7, 7, 256) == []
+    assert WIDE.bounds(*_span(0, 600)) == [(0, 256), (256, 512), (512, 600)]
+    assert WIDE.bounds(*_span(300, 800)) == [(300, 512), (512, 768), (768, 800)]
+    assert WIDE.bounds(*_span(256, 512)) == [(256, 512)]
+    assert WIDE.bounds(*_span(7, 7)) == []
 
 
 def test_a_prompt_fed_in_any_chunks_is_cut_where_one_prefill_cuts_it():
     """Chunks of 100 computed up to their complete pieces, then the rest, give the one-prefill cuts."""
     cuts, start = [], 0
     for end in range(100, 701, 100):
-        cut = complete_end(start, end, 256)
-        cuts += piece_bounds(start, cut, 256)
+        cut = WIDE.complete_end(*_span(start, end))
+        cuts += WIDE.bounds(*_span(start, cut))
         start = cut
-    cuts += piece_bounds(start, 700, 256)
-    assert cuts == piece_bounds(0, 700, 256)
+    cuts += WIDE.bounds(*_span(start, 700))
+    assert cuts == [(0, 256), (256, 512), (512, 700)]
 
 
 def test_complete_end():
-    assert complete_end(0, 255, 256) == 0
-    assert complete_end(0, 256, 256) == 256
-    assert complete_end(100, 600, 256) == 512
-    assert complete_end(512, 600, 256) == 512
-
-
-def test_bad_spans_raise():
-    with pytest.raises(ValueError):
-        piece_bounds(5, 4)
+    assert WIDE.complete_end(*_span(0, 255)) == 0
+    assert WIDE.complete_end(*_span(0, 256)) == 256
+    assert WIDE.complete_end(*_span(100, 600)) == 512
+    assert WIDE.complete_end(*_span(512, 600)) == 512
 
 
 def test_a_rule_with_stops_cuts_after_each_stop_and_at_multiples():
@@ -47,8 +46,8 @@ def test_a_rule_with_stops_cuts_after_each_stop_and_at_multiples():
     assert rule.bounds(5, tokens[5:]) == [(5, 8), (8, 11), (11, 13)]
     assert rule.complete_end(0, tokens) == 11 and rule.complete_end(0, tokens[:2]) == 0
     assert rule.last_cut(tokens, 10) == 8 and rule.last_cut(tokens, 11) == 11 and rule.last_cut(tokens, 2) == 0
-    assert rule.message_ends(tokens) == [3, 11]
-    assert PieceRule(256).bounds(0, list(range(600))) == piece_bounds(0, 600, 256)  # no stops: the width cuts only
+    assert rule.shared_ends(tokens) == [3, 11]
+    assert PieceRule(256).bounds(0, list(range(600))) == [(0, 256), (256, 512), (512, 600)]  # no stops: the width cuts only
 
 
 def test_a_prompt_fed_in_any_chunks_is_cut_where_one_prefill_cuts_it_with_stops():

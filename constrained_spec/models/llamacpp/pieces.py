@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["PREFILL_PIECE", "PREFILL_TAIL", "PieceRule", "common_prefix", "complete_end", "piece_bounds"]
+__all__ = ["PREFILL_PIECE", "PREFILL_TAIL", "PieceRule", "common_prefix"]
 
 #: positions per prefill piece (= ``llama_decode``'s batch width there, so one sequence's prefill from position 0
 #: is cut where it always was)
@@ -24,26 +24,6 @@ PREFILL_PIECE = 512
 #: a message end is a cut only where the prefill goes on for at least this many tokens after it (the answer's header
 #: after the last message, 3 tokens in ChatML, is computed with the piece before it)
 PREFILL_TAIL = 8
-
-
-def piece_bounds(start: int, end: int, piece: int = PREFILL_PIECE) -> list[tuple[int, int]]:
-    """The ``[a, b)`` position ranges a prefill of positions ``start``..``end - 1`` is computed in: cut at every
-    multiple of ``piece`` (the first and last may be shorter)."""
-    if piece < 1 or start < 0 or end < start:
-        raise ValueError(f"no pieces for positions {start}..{end} of {piece}")
-    bounds, a = [], start
-    while a < end:
-        b = min(end, (a // piece + 1) * piece)
-        bounds.append((a, b))
-        a = b
-    return bounds
-
-
-def complete_end(start: int, end: int, piece: int = PREFILL_PIECE) -> int:
-    """Where the complete pieces of positions ``start``..``end - 1`` end: the last multiple of ``piece`` in
-    ``(start, end]``, or ``start`` when the span holds no piece boundary (all of it waits for more tokens)."""
-    cut = end - end % piece
-    return cut if cut > start else start
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -121,10 +101,6 @@ class PieceRule:
         n = len(tokens)
         return n > 0 and (n % self.width == 0 or tokens[-1] in self.stops or n in self.head_ends(tokens))
 
-    def message_ends(self, tokens: Sequence[int]) -> list[int]:
-        """The cuts of ``tokens`` (from position 0) right after a stop token."""
-        return [i + 1 for i, t in enumerate(tokens) if t in self.stops]
-
     def shared_ends(self, tokens: Sequence[int]) -> list[int]:
         """The cuts of a prompt ``tokens`` other prompts are likely to share: after a head and at message ends."""
-        return sorted(set(self.head_ends(tokens)) | set(self.message_ends(tokens)))
+        return sorted(set(self.head_ends(tokens)) | {i + 1 for i, t in enumerate(tokens) if t in self.stops})
