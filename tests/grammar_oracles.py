@@ -23,11 +23,31 @@ alphabet completes it).
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from functools import lru_cache
+from typing import Any, Callable, Optional
 
 import regex as regex_pkg
 from lark import Lark, Token
+
+
+def schema_disagreements(schema: dict[str, Any], regex: Optional[str], values: list[Any],
+                         accepts: Callable[[Optional[re.Pattern], Any], bool]) -> list[str]:
+    """The values that ``accepts`` (the compiled ``regex``; None: the empty language) judges otherwise
+    than ``jsonschema`` (draft 2020-12) on ``schema``, one line each: the JSON-Schema tests' shared
+    oracle, each test bringing its own ``accepts`` (which key orders of an object count)."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    rx = None if regex is None else re.compile(regex)
+    out = []
+    for v in values:
+        acc, ok = accepts(rx, v), validator.is_valid(v)
+        if acc != ok:
+            text = json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+            out.append(f"{'accepted' if acc else 'rejected'} {text} ({'valid' if ok else 'invalid'})")
+    return out
 
 
 def in_language(grammar: str, text: str) -> bool:

@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import jsonschema
 import pytest
+from grammar_oracles import schema_disagreements
 
 from constrained_spec.errors import EmptyLanguageError, UnsupportedKeywordError
 from constrained_spec.grammar.json_schema import SchemaOptions, schema_to_regex
@@ -55,14 +56,8 @@ def accepts(rx: Optional[re.Pattern], v: Any) -> bool:
 
 
 def disagreements(schema: dict[str, Any], regex: Optional[str], values: list[Any]) -> list[str]:
-    validator = jsonschema.Draft202012Validator(schema)
-    rx = None if regex is None else re.compile(regex)
-    out = []
-    for v in values:
-        acc, ok = accepts(rx, v), validator.is_valid(v)
-        if acc != ok:
-            out.append(f"{'accepted' if acc else 'rejected'} {dumps(v)} ({'valid' if ok else 'invalid'})")
-    return out
+    """The values judged otherwise than ``jsonschema`` (:func:`grammar_oracles.schema_disagreements`)."""
+    return schema_disagreements(schema, regex, values, accepts)
 
 
 # -- the four narrowings: a schema and a valid instance the old code rejected ------------------------

@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 import jsonschema
 import pytest
+from grammar_oracles import schema_disagreements
 
 from constrained_spec.errors import EmptyLanguageError, UnsupportedKeywordError
 from constrained_spec.grammar.json_schema import SchemaOptions, schema_to_regex
@@ -71,14 +72,7 @@ def disagreements(schema: dict[str, Any], values: list[Any], regex: Optional[str
     """The values the compiled schema judges otherwise than ``jsonschema``."""
     if regex is None:
         regex = regex_of(schema)
-    validator = jsonschema.Draft202012Validator(schema)
-    rx = None if regex is None else re.compile(regex)
-    out = []
-    for v in values:
-        acc, ok = accepts(rx, v), validator.is_valid(v)
-        if acc != ok:
-            out.append(f"{'accepted' if acc else 'rejected'} {dumps(v)} ({'valid' if ok else 'invalid'})")
-    return out
+    return schema_disagreements(schema, regex, values, accepts)
 
 
 def as_any_of(schema: Any) -> Any:
