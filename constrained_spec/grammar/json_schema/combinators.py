@@ -17,7 +17,7 @@ from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.content_dfa import MAX_STATES, DfaTooLarge
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
 from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Group, Holds, NarrowTypes, Require
-from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS
+from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS, asserting_keys
 from constrained_spec.grammar.json_schema.negation import negation_keyword, plan_not
 from constrained_spec.grammar.json_schema.py_regex import py_pattern_ok, py_search
 from constrained_spec.grammar.json_schema.regex_ops import first_chars_disjoint
@@ -247,7 +247,7 @@ class Combinators(CompilerBase):
         for x, y in ((a, b), (b, a)):
             xt = self.bare_ref_target(x)
             xs = xt.schema
-            if not (isinstance(xs, dict) and {k for k in xs if k not in IGNORED_KEYWORDS} == {"not"}):
+            if not (isinstance(xs, dict) and asserting_keys(xs) == {"not"}):
                 continue
             negated = self.bare_ref_target(xt.child(xs["not"], "not")).schema
             yt = self.bare_ref_target(y)
@@ -300,7 +300,7 @@ class Combinators(CompilerBase):
         s = ctx.schema
         if not isinstance(s, dict):
             return None
-        keys = {k for k in s if k not in IGNORED_KEYWORDS}
+        keys = asserting_keys(s)
         req = s.get("required", [])
         if not isinstance(req, list) or not all(isinstance(n, str) for n in req):
             return None
@@ -334,11 +334,11 @@ class Combinators(CompilerBase):
         ``bare_numbers``: the branch bounds none), ``not: {anyOf: [...]}`` as every branch failing, the
         object forms, else the general negation (:meth:`negatable`); None where not."""
         s = cj.schema
-        if isinstance(s, dict) and {k for k in s if k not in IGNORED_KEYWORDS} == {"not"}:
+        if isinstance(s, dict) and asserting_keys(s) == {"not"}:
             return Holds(cj.child(s["not"], "not"), True)
         target = self.bare_ref_target(cj)
         ts = target.schema
-        keys = {k for k in ts if k not in IGNORED_KEYWORDS} if isinstance(ts, dict) else set()
+        keys = asserting_keys(ts) if isinstance(ts, dict) else set()
         if keys and keys <= {"type"} and (bare_numbers or not (
                 fj is not None and fj.types is not None and "integer" in fj.types and "number" not in fj.types
                 and "number" in types)):
@@ -407,7 +407,7 @@ class Combinators(CompilerBase):
         target = ctx
         for _ in range(8):
             ts = target.schema
-            if not (isinstance(ts, dict) and {k for k in ts if k not in IGNORED_KEYWORDS} == {"$ref"}
+            if not (isinstance(ts, dict) and asserting_keys(ts) == {"$ref"}
                     and isinstance(ts["$ref"], str)):
                 break
             try:
@@ -496,20 +496,94 @@ class Combinators(CompilerBase):
             for p in fi.required:
                 if p in fj.props and p in fi.props and self._props_disjoint(fi, fj, p):
                     return []
-            if not self.strict_oneof:  # restrictions of branch i (a sound part), not in the strict mode
-                for p in fj.required:
-                    if p not in fi.required:
-                        return [Forbid(p)]
-                for p in fi.props:
-                    if p in fj.props and self._props_disjoint(fi, fj, p):
-                        return [Require((p,))]
-                for p in fi.props:
-                    if self.forbids(fj, p) and not self.forbids(fi, p):
-                        return [Require((p,))]
             if self._disjoint_type(t, fi, fj, 0):
                 return []
-            return None
+            return self._presence_halves(fi, fj, cj)
         return None
+
+    def _presence_halves(self, fi: Flat, fj: Flat, cj: Ctx) -> Optional[list[Action]]:
+        """Branch i's objects told apart from branch j's by which names are present, exactly: split
+        on the presence of the names that decide (one j requires, one i declares that j forbids or
+        holds to disjoint values, one j declares), at most :data:`MAX_PRESENCE_NAMES` deep; each half
+        is apart from j (kept whole), inside j (every object of it satisfies j: dropped, no object of
+        it has exactly one branch) or unknown (None: the caller negates branch j or refuses). The
+        actions drop the halves inside j. (The older round dropped one half on its face,
+        apart or not: a silent narrowing, e.g. ``{"b": 1}`` lost where j requires b as a string.)"""
+        fails: dict[str, bool] = {}  # name -> "an object of i that has it fails j"
+
+        def present_fails(n: str) -> bool:
+            if n not in fails:
+                fails[n] = self.forbids(fj, n) or (
+                    n in fi.props and n in fj.props and self._props_disjoint(fi, fj, n))
+            return fails[n]
+
+        needed = [n for n in dict.fromkeys(fj.required) if n not in fi.required]
+        declared = [n for n in fi.props if n not in fi.required and present_fails(n)]
+        of_j = [n for n in fj.props if n not in fi.required and not self.forbids(fi, n)]
+        split = [n for n in dict.fromkeys(needed + declared + of_j)]
+
+        def apart(present: frozenset[str], absent: frozenset[str]) -> bool:
+            return (any(present_fails(n) or self.forbids(fi, n) for n in present)
+                    or any(n in absent or self.forbids(fi, n) for n in needed))
+
+        dropped: list[tuple[frozenset[str], frozenset[str]]] = []
+
+        def classify(present: frozenset[str], absent: frozenset[str]) -> bool:
+            if apart(present, absent):
+                return True
+            if self._half_inside(fi, cj, present, absent):
+                dropped.append((present, absent))
+                return True
+            n = next((n for n in split if n not in present and n not in absent), None)
+            if n is None or len(present) + len(absent) >= MAX_PRESENCE_NAMES:
+                return False
+            return classify(present | {n}, absent) and classify(present, absent | {n})
+
+        if not classify(frozenset(), frozenset()):
+            return None
+        return [self._dropping(present, absent, cj) for present, absent in dropped]
+
+    def _dropping(self, present: frozenset[str], absent: frozenset[str], near: Ctx) -> Action:
+        """The action that drops a branch's objects with the names ``present`` and without
+        ``absent`` (its other values kept): ``Forbid``/``Require`` for one name, else an ``anyOf``
+        (a name of ``present`` missing, one of ``absent`` there, or not an object)."""
+        if len(present) == 1 and not absent:
+            return Forbid(next(iter(present)))
+        if not present and len(absent) == 1:
+            return Require((next(iter(absent)),))
+        terms: list[dict] = [{"type": sorted(ALL_TYPES - {"object", "integer"})}]
+        terms += [{"not": {"required": [n]}} for n in sorted(present)]
+        terms += [{"required": [n]} for n in sorted(absent)]
+        return Holds(self.made_up({"anyOf": terms}, near))
+
+    def _half_inside(self, fi: Flat, cj: Ctx, present: frozenset[str], absent: frozenset[str]) -> bool:
+        """Whether every object of branch i with the names ``present`` and without ``absent``
+        satisfies branch j, for a branch j of the form ``{type: object, properties, required,
+        additionalProperties: bool}``: j's required names are there, each property j declares is
+        absent or its schema is one of i's own (:meth:`_implied`), and where j admits no other
+        names, i admits none but j's and the absent ones. False where unknown."""
+        target = self.bare_ref_target(cj)
+        s = target.schema
+        if s is True:
+            return True
+        if not isinstance(s, dict):
+            return False
+        keys = asserting_keys(s)
+        props, req, ap = s.get("properties", {}), s.get("required", []), s.get("additionalProperties", True)
+        if (not keys <= {"type", "properties", "required", "additionalProperties"} or not isinstance(props, dict)
+                or not isinstance(req, list) or not isinstance(ap, bool)
+                or s.get("type", "object") not in ("object", ["object"])):
+            return False
+
+        def gone(n: str) -> bool:
+            return n in absent or self.forbids(fi, n)
+
+        if not all(isinstance(n, str) and (n in present or n in fi.required) for n in req):
+            return False
+        if not all(gone(p) or self._implied(fi, target.child(v, "properties", p), p) for p, v in props.items()):
+            return False
+        return ap or any(o.ap is not None and o.ap.schema is False and not o.patterns
+                         and all(n in props or gone(n) for n in o.names) for o in fi.owners)
 
     def _apart_more(self, t: str, fi: Flat, fj: Optional[Flat], ci: Ctx, cj: Ctx) -> Optional[list[Action]]:
         """Actions telling branch i's values of type t apart from branch j's exactly, in the strict
@@ -530,29 +604,30 @@ class Combinators(CompilerBase):
         return self._relative_not(fi, cj)
 
     def _relative_not(self, fi: Flat, cj: Ctx) -> Optional[list[Action]]:
-        """``not`` branch j within branch i, for an object-only branch i and a branch j of the form
-        ``{type: object, properties, required}``: the names i requires too and the properties whose
+        """``not`` branch j within branch i, for a branch j of the form ``{type: object, properties,
+        required}`` (i's other values kept where j says ``type: object``, else dropped): the names i requires too and the properties whose
         schema i has as well (the same JSON, the same base URI) hold in every object of i, so i and j
         meet where i and the rest j' of j meet, and i minus j is i and ``not j'`` (a branch group, each
         property's negation exact). No object of i where nothing is left. None where not applicable."""
-        if fi.types is None or not fi.types <= {"object"}:
-            return None
         target = self.bare_ref_target(cj)
         s = target.schema
         if not isinstance(s, dict):
             return None
-        keys = {k for k in s if k not in IGNORED_KEYWORDS}
+        keys = asserting_keys(s)
         props, req = s.get("properties", {}), s.get("required", [])
         if not keys <= {"type", "properties", "required"} or s.get("type", "object") != "object" or not isinstance(
                 props, dict) or not isinstance(req, list) or not all(isinstance(n, str) for n in req):
             return None
         left = {p: v for p, v in props.items() if not self._implied(fi, target.child(v, "properties", p), p)}
         need = [n for n in dict.fromkeys(req) if n not in fi.required]
-        if not left and not need:
-            return [NarrowTypes(frozenset())]  # every object of i satisfies j
+        typed = "type" in s  # j admits objects only: i's other values fail it (else they all satisfy it)
+        if not left and not need:  # every object of i satisfies j
+            return [NarrowTypes(frozenset(ALL_TYPES - {"object"}) if typed else frozenset())]
         if not all(self._value_negatable(target.child(v, "properties", p)) for p, v in left.items()):
             return None
-        part: dict = {"properties": left} if left else {}
+        part: dict = {"type": "object"} if typed else {}
+        if left:
+            part["properties"] = left
         if need:
             part["required"] = need
         return [Holds(self.made_up(part, target), False)]
@@ -836,7 +911,7 @@ class Combinators(CompilerBase):
             return  # exact filtering by validation
         nf = self._absorbed(nctx)
         if nf is not None:
-            keys = {k for k in s if k not in IGNORED_KEYWORDS} if isinstance(s, dict) else set()
+            keys = asserting_keys(s) if isinstance(s, dict) else set()
             # not {type: ...}
             if keys and keys <= {"type"}:
                 rm = nf.types or set()
@@ -977,7 +1052,7 @@ def _exact_object_not(s: dict, types: set[str]) -> bool:
     """Whether ``not: s`` on values of ``types`` is one of the object forms the compiler writes exactly: one property's
     value failing (``{properties: {p: S}}``, no ``required``), one name absent (``{required: [a]}``),
     or a branch group (:meth:`Combinators.negation_group`: several properties, or names with them)."""
-    keys = {k for k in s if k not in IGNORED_KEYWORDS}
+    keys = asserting_keys(s)
     props, req = s.get("properties"), s.get("required")
     if s.get("type", "object") != "object" or not keys or not keys <= {"properties", "required", "type"}:
         return False
@@ -1038,7 +1113,7 @@ def _merged_terms(rows: list[int], full: int) -> list[tuple[int, int]]:
 
 def _is_not(s: object) -> bool:
     """Whether s is a schema ``{not: X}`` (annotations aside)."""
-    return isinstance(s, dict) and {k for k in s if k not in IGNORED_KEYWORDS} == {"not"}
+    return isinstance(s, dict) and asserting_keys(s) == {"not"}
 
 
 def _branch_ctx(branch: list[Action]) -> Ctx:

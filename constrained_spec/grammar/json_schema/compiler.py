@@ -39,7 +39,7 @@ from constrained_spec.grammar.json_schema.emit_object import ObjectEmitter
 from constrained_spec.grammar.json_schema.emit_string import StringEmitter
 from constrained_spec.grammar.json_schema.emit_value import ValueEmitter
 from constrained_spec.grammar.json_schema.ir import Action, Conjunct, Flat, Forbid, Holds, Require
-from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS, Keywords
+from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS, Keywords, asserting_keys
 from constrained_spec.grammar.json_schema.options import (
     DECLARED_PROPERTIES_NOTE,
     HOIST_CHARS,
@@ -259,12 +259,12 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
         ctx = self.doc.enter(ctx)
         s = ctx.schema
         if not positive:
-            if isinstance(s, dict) and set(s) - IGNORED_KEYWORDS == {"not"}:
+            if isinstance(s, dict) and asserting_keys(s) == {"not"}:
                 self.absorb(flat, ctx.child(s["not"], "not"), True, depth + 1)  # not not X: X
                 return
             t = self.bare_ref_target(ctx)
             ts = t.schema
-            if isinstance(ts, dict) and set(ts) - IGNORED_KEYWORDS == {"anyOf"} and isinstance(ts["anyOf"], list) and ts["anyOf"]:
+            if isinstance(ts, dict) and asserting_keys(ts) == {"anyOf"} and isinstance(ts["anyOf"], list) and ts["anyOf"]:
                 for i, sub in enumerate(ts["anyOf"]):  # not anyOf [A, B]: not A and not B
                     self.absorb(flat, t.child(sub, "anyOf", i), False, depth + 1)
                 return

@@ -29,6 +29,23 @@ IGNORED_KEYWORDS = {
     "contentEncoding", "contentMediaType", "contentSchema", "$defs", "definitions", "nullable",
 }
 
+#: the keywords of the JSON Schema drafts (4 to 2020-12) that assert; others (annotations, a
+#: schema's own extensions such as ``_uniqueItems``) are ignored by validators and by the compiler
+ASSERTING_KEYWORDS = frozenset({
+    "$ref", "$dynamicRef", "$recursiveRef", "allOf", "anyOf", "oneOf", "not", "if", "then", "else",
+    "dependentSchemas", "dependencies", "dependentRequired", "prefixItems", "items", "additionalItems",
+    "contains", "minContains", "maxContains", "properties", "patternProperties", "additionalProperties",
+    "propertyNames", "unevaluatedItems", "unevaluatedProperties", "type", "enum", "const", "multipleOf",
+    "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum", "maxLength", "minLength", "pattern",
+    "maxItems", "minItems", "uniqueItems", "maxProperties", "minProperties", "required", "format",
+})
+
+
+def asserting_keys(s: dict) -> set[str]:
+    """The keywords of schema object ``s`` that assert (:data:`ASSERTING_KEYWORDS`)."""
+    return {k for k in s if k in ASSERTING_KEYWORDS}
+
+
 #: keywords that constrain only through :meth:`Keywords.absorb_structure`
 STRUCTURAL_KEYWORDS = {
     "additionalProperties", "patternProperties", "unevaluatedProperties", "unevaluatedItems",
