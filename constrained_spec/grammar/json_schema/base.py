@@ -60,6 +60,8 @@ class CompilerBase:
         self.synthetic: list[dict[str, Any]] = []  # schema parts the compiler made (negations), kept alive
         # ids of the ``contains`` subschemas a ``not: {items: S}`` made (exact only as "some item anywhere")
         self.negated_items: set[int] = set()
+        # (id of a schema, its pointer) -> its parts for ``not`` by De Morgan (Combinators.conjunction_parts)
+        self.conjunction_memo: dict[tuple[int, str], Optional[list[Ctx]]] = {}
         self.ignored_formats: dict[str, str] = {}  # pointer -> format name
         self.active: dict[int, int] = {}  # id of a $ref target -> how many times it is being compiled now
         self.max_seen_depth = 0

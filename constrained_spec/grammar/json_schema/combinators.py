@@ -52,6 +52,18 @@ MAX_REQUIRED_OPTIONS = 32
 #: most names a oneOf about present names may mention (its truth table has 2**n rows)
 MAX_PRESENCE_NAMES = 6
 
+#: keywords that read one another: ``not`` of a schema holding one is not split by De Morgan
+_DEPENDENT_KEYWORDS = frozenset({"unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"})
+#: keywords that read one another, kept together in one part of a conjunction (:meth:`Combinators.conjunction_parts`)
+_KEYWORD_UNITS: list[frozenset[str]] = [
+    frozenset({"properties", "patternProperties", "additionalProperties"}),
+    frozenset({"items", "prefixItems", "additionalItems"}),
+    frozenset({"contains", "minContains", "maxContains"}),
+    frozenset({"if", "then", "else"}),
+]
+#: draft 4's bounds, whose exclusive forms are flags on them
+_DRAFT4_BOUNDS: list[frozenset[str]] = [frozenset({"minimum", "exclusiveMinimum"}), frozenset({"maximum", "exclusiveMaximum"})]
+
 #: most object constants one branch is told apart from (each a branch group)
 MAX_OBJECT_CONSTS = 4
 
@@ -304,7 +316,7 @@ class Combinators(CompilerBase):
         req = s.get("required", [])
         if not isinstance(req, list) or not all(isinstance(n, str) for n in req):
             return None
-        if not req and not (isinstance(s.get("properties"), dict) and len(s["properties"]) > 1):
+        if not req and "type" not in keys and not (isinstance(s.get("properties"), dict) and len(s["properties"]) > 1):
             return None  # one property and nothing required: the leaf's (apply_not), as before
         obj = NarrowTypes(frozenset({"object"}))
         ptr = ctx.ptr + "/not"
@@ -327,6 +339,40 @@ class Combinators(CompilerBase):
                 branches.append([NarrowTypes(frozenset(ALL_TYPES - {"object"}))])
             return ("anyOf", branches, ptr)
         return None
+
+    def conjunction_parts(self, ctx: Ctx) -> Optional[list[Ctx]]:
+        """ctx's schema as a conjunction of two or more independent parts, for ``not`` by De Morgan
+        (``not (A and B)`` is ``not A or not B``, exact): each keyword alone, the keywords that read
+        one another together (``properties`` with ``patternProperties``/``additionalProperties``,
+        the item keywords, ``contains`` with its counts, ``if``/``then``/``else``, draft 4's bounds
+        with their exclusive flags), each ``allOf`` member apart. None where it is one part, or where
+        the keywords are not independent (``unevaluated*``, dynamic references, a ``$ref`` whose
+        siblings a draft before 2019-09 ignores, an ``$id`` that moves the base URI)."""
+        target = self.bare_ref_target(ctx)
+        s = target.schema
+        if not isinstance(s, dict):
+            return None
+        key = (id(s), target.ptr)
+        if key in self.conjunction_memo:
+            return self.conjunction_memo[key]
+        keys = asserting_keys(s)
+        parts: Optional[list[Ctx]] = None
+        if not (keys & _DEPENDENT_KEYWORDS or "$id" in s or "id" in s or ("$ref" in keys and self.draft <= 7)):
+            units = _KEYWORD_UNITS + (_DRAFT4_BOUNDS if self.draft == 4 else [])
+            found: list[Ctx] = []
+            rest = set(keys)
+            for unit in units:
+                if rest & unit:
+                    found.append(self.made_up({k: s[k] for k in sorted(rest & unit)}, target))
+                    rest -= unit
+            for k in sorted(rest):
+                if k == "allOf" and isinstance(s[k], list):
+                    found += [target.child(m, "allOf", n) for n, m in enumerate(s[k])]
+                else:
+                    found.append(self.made_up({k: s[k]}, target))
+            parts = found if len(found) >= 2 else None
+        self.conjunction_memo[key] = parts
+        return parts
 
     def _negated_branch(self, cj: Ctx, fj: Optional[Flat], types: set[str], bare_numbers: bool = False) -> Optional[Action]:
         """The action "branch j fails" where it can be written exactly on every type of ``types``:
@@ -368,22 +414,26 @@ class Combinators(CompilerBase):
         except (UnsupportedKeywordError, SchemaError):
             return None
 
-    def _value_negatable(self, ctx: Ctx, depth: int = 0) -> bool:
+    def _value_negatable(self, ctx: Ctx, depth: int = 0, deep: Optional[bool] = None) -> bool:
         """Whether ``not: ctx`` on a property's value (of any type) compiles: :meth:`apply_not` tried
         on a scratch leaf of every type (nothing recorded), and no constant left that the leaf
-        cannot exclude (objects, arrays, numbers); in the strict round of a ``oneOf`` also where it is
-        a branch group (:meth:`negation_group`) whose properties' negations are so in turn."""
+        cannot exclude (objects, arrays, numbers); ``deep`` (by default in the strict round of a
+        ``oneOf``) also where it is a branch group (:meth:`negation_group`) whose properties'
+        negations are so in turn, or a conjunction whose parts' are (:meth:`conjunction_parts`)."""
         if self._leaf_negatable(ctx):
             return True
-        if not self.strict_oneof or depth >= 4:
+        if not (self.strict_oneof if deep is None else deep) or depth >= 4:
             return False
+        parts = None if self.negation_group(ctx) is not None else self.conjunction_parts(ctx)
+        if parts is not None:  # not (A and B): not A or not B (compiler.absorb), each exact in turn
+            return all(self._value_negatable(p, depth + 1, deep) for p in parts)
         target = self.bare_ref_target(ctx)
         s = target.schema
         if not isinstance(s, dict) or self.negation_group(ctx) is None:
             return False
         props = s.get("properties", {})
         return isinstance(props, dict) and all(
-            self._value_negatable(target.child(v, "properties", p), depth + 1) for p, v in props.items())
+            self._value_negatable(target.child(v, "properties", p), depth + 1, deep) for p, v in props.items())
 
     def _leaf_negatable(self, ctx: Ctx) -> bool:
         """:meth:`_value_negatable` at the leaf alone (:meth:`apply_not` on a scratch leaf)."""
@@ -925,22 +975,23 @@ class Combinators(CompilerBase):
                 return
             # not {enum/const} over finite types only
             if keys and keys <= {"enum", "const", "type"} and nf.enum is not None:
+                admitted = [v for v in nf.enum if self.doc.valid(nctx, v)]  # e.g. not the enum's strings of type integer
                 finite = {"boolean", "null"}
                 if types <= finite:
                     vals = [v for v in ([True, False] if "boolean" in types else []) + ([None] if "null" in types else [])]
                     flat.enum = vals
                     return
                 # strings/numbers/objects: values not in a finite set
-                flat.excluded = flat.excluded + [(nctx, nf.enum)]
+                flat.excluded = flat.excluded + [(nctx, admitted)]
                 return
-            # not {properties: {p: S}, required: [p]?}: p present with a value failing S
+            # not {properties: {p: S}, required: [p]?}: p present with a value failing S (with ``type:
+            # object`` every non-object too: a disjunction, :meth:`negation_group`'s)
             if (
                 keys
-                and keys <= {"properties", "required", "type"}
+                and keys <= {"properties", "required"}
                 and isinstance(s.get("properties"), dict)
                 and len(s["properties"]) == 1
                 and set(s.get("required", [])) <= set(s["properties"])
-                and s.get("type", "object") == "object"
             ):
                 (p, sub), = s["properties"].items()
                 if p not in flat.required:
@@ -997,7 +1048,7 @@ class Combinators(CompilerBase):
         ictx = nctx.child(items, "items")
         if isinstance(items, dict) and _is_not(items):
             part = self.made_up({"allOf": [items["not"]]}, ictx)  # not {items: {not: X}}: contains X
-        elif self._value_negatable(ictx):
+        elif self._value_negatable(ictx, deep=True):  # the item's negation compiles as a group too
             part = self.made_up({"not": items}, ictx)
         else:
             return False

@@ -269,8 +269,13 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
                     self.absorb(flat, t.child(sub, "anyOf", i), False, depth + 1)
                 return
             group = self.negation_group(ctx)
+            parts = None if group is not None else self.conjunction_parts(ctx)
+            if parts is not None and self._leaf_negatable(ctx):
+                parts = None  # the leaf negates it whole, as before
             if group is not None:
                 flat.groups.append(group)
+            elif parts is not None:  # not (A and B): not A or not B, each part negated in turn
+                flat.groups.append(("anyOf", [[Holds(p, False)] for p in parts], ctx.ptr))
             else:
                 flat.nots.append(ctx)
             flat.sources.append((ctx, False))

@@ -56,7 +56,9 @@ def search_node(pattern: str) -> Node:
 
 
 def length_node(lo: int, hi: Optional[int]) -> Node:
-    """The node of the strings lo..hi code points long."""
+    """The node of the strings lo..hi code points long (none where hi < lo)."""
+    if hi is not None and hi < lo:
+        return ("set", ())  # e.g. minLength 2 with maxLength 1: no string (a rep of 2..1 is not that)
     return ("rep", ANY_CHAR, lo, hi)
 
 
