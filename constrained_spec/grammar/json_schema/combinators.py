@@ -52,6 +52,8 @@ MAX_REQUIRED_OPTIONS = 32
 #: most names a oneOf about present names may mention (its truth table has 2**n rows)
 MAX_PRESENCE_NAMES = 6
 
+#: the keywords of a value schema whose language its flat's types, lengths and bounds say exactly
+_LEAF_BOUNDS = frozenset({"type", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 #: keywords that read one another: ``not`` of a schema holding one is not split by De Morgan
 _DEPENDENT_KEYWORDS = frozenset({"unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"})
 #: keywords that read one another, kept together in one part of a conjunction (:meth:`Combinators.conjunction_parts`)
@@ -658,8 +660,10 @@ class Combinators(CompilerBase):
         required}`` (i's other values kept where j says ``type: object``, else dropped): the names i requires too and the properties whose
         schema i has as well (the same JSON, the same base URI) hold in every object of i, so i and j
         meet where i and the rest j' of j meet, and i minus j is i and ``not j'`` (a branch group, each
-        property's negation exact). No object of i where nothing is left. None where not applicable."""
-        target = self.bare_ref_target(cj)
+        property's negation exact). No object of i where nothing is left. A branch j that is an
+        ``allOf`` counts as its one member that i does not hold itself (:meth:`_own_member`). None
+        where not applicable."""
+        target = self._own_member(fi, self.bare_ref_target(cj))
         s = target.schema
         if not isinstance(s, dict):
             return None
@@ -682,9 +686,22 @@ class Combinators(CompilerBase):
             part["required"] = need
         return [Holds(self.made_up(part, target), False)]
 
+    def _own_member(self, fi: Flat, target: Ctx) -> Ctx:
+        """For a branch j that is only an ``allOf``: its one member (through bare ``$ref``s) that is
+        not one of branch i's own subschemas (the same schema object i absorbed: every value of i
+        satisfies those); target itself where j is not of that form or more than one is left."""
+        s = target.schema
+        if not (isinstance(s, dict) and asserting_keys(s) == {"allOf"} and isinstance(s["allOf"], list)):
+            return target
+        held = {id(c.schema) for c, positive in fi.sources if positive}
+        members = [self.bare_ref_target(target.child(m, "allOf", n)) for n, m in enumerate(s["allOf"])]
+        own = [m for m in members if id(m.schema) not in held]
+        return own[0] if len(own) == 1 else target
+
     def _implied(self, fi: Flat, cv: Ctx, p: str) -> bool:
         """Whether every object of fi that has property p has a value satisfying cv: cv admits
-        everything, or one of fi's own subschemas for p is the same JSON under the same base URI."""
+        everything, one of fi's own subschemas for p is the same JSON under the same base URI, or
+        fi's values for p lie within cv (:meth:`_values_within`)."""
         t = self.bare_ref_target(cv)
         if t.schema is True or t.schema == {}:
             return True
@@ -696,7 +713,43 @@ class Combinators(CompilerBase):
             u = self.bare_ref_target(c)
             if getattr(u.resolver, "_base_uri", None) == base and json.dumps(u.schema, sort_keys=True) == text:
                 return True
-        return False
+        return self._values_within(fi.props.get(p, []), t)
+
+    def _values_within(self, ctxs: list[Ctx], cv: Ctx) -> bool:
+        """Whether every value satisfying all of ``ctxs`` satisfies ``cv``: a finite side (an
+        ``enum``/``const``) whose admitted values cv admits each, or a cv of types, lengths and
+        bounds only (its language exactly those) that holds the types, lengths and bounds the
+        ctxs' conjunction says (a superset of its language). False where unknown."""
+        if not ctxs or any(isinstance(c, NegCtx) for c in ctxs):
+            return False
+        x = Flat()
+        try:
+            for c in ctxs:
+                self.absorb(x, c)
+        except UnsupportedKeywordError:
+            return False
+        if x.enum is not None:
+            return all(self.doc.valid(cv, v) for v in x.enum if self.doc.valid_all(x.sources, v))
+        s = cv.schema
+        if not isinstance(s, dict) or not asserting_keys(s) <= _LEAF_BOUNDS or (self.draft == 4 and (
+                "exclusiveMinimum" in s or "exclusiveMaximum" in s)):
+            return False
+        y = self._absorbed(cv)
+        if y is None:
+            return False
+        tx = set(ALL_TYPES) if x.types is None else x.types
+        ty = set(ALL_TYPES) if y.types is None else y.types
+        if not all(t in ty or (t == "integer" and "number" in ty) for t in tx):
+            return False
+        if "string" in tx and (x.min_len < y.min_len or (y.max_len is not None and (
+                x.max_len is None or x.max_len > y.max_len))):
+            return False
+        if tx & {"number", "integer"}:
+            if y.lo is not None and (x.lo is None or x.lo < y.lo or (x.lo == y.lo and y.lo_strict and not x.lo_strict)):
+                return False
+            if y.hi is not None and (x.hi is None or x.hi > y.hi or (x.hi == y.hi and y.hi_strict and not x.hi_strict)):
+                return False
+        return True
 
     def _required_apart(self, fa: Flat, cb: Ctx) -> bool:
         """Whether every object of cb has a property fa forbids: each of cb's alternative sets of
@@ -932,7 +985,16 @@ class Combinators(CompilerBase):
         return ctxs[0], flat
 
     def forbids(self, f: Flat, name: str) -> bool:
-        """Whether f forbids a property called name (a false subschema, or no owner admits it)."""
+        """Whether f forbids a property called name (a false subschema, no owner admits it, a
+        ``not: {required}`` names it, or every branch of one of its groups forbids it or admits no
+        object)."""
+        if name in f.forbidden:
+            return True
+        for _kind, branches, _ptr in f.groups:
+            if branches and all(any((isinstance(a, Forbid) and a.name == name)
+                                    or (isinstance(a, NarrowTypes) and "object" not in a.types) for a in br)
+                                for br in branches):
+                return True
         for c in f.props.get(name, []):
             if c.schema is False and not isinstance(c, NegCtx):
                 return True
