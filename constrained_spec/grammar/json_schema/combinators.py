@@ -1034,6 +1034,7 @@ class Combinators(CompilerBase):
                     # numbers that are not integers: not expressible simply -> keep only
                     # values with a non-zero fraction
                     flat.non_integer = True
+                    flat.non_integer_ptr = flat.non_integer_ptr or nctx.ptr
                 return
             # not {enum/const} over finite types only
             if keys and keys <= {"enum", "const", "type"} and nf.enum is not None:

@@ -49,7 +49,7 @@ class NumberEmitter(CompilerBase):
                 # the numbers that are not integers, each spelled without an exponent (every such
                 # value has that spelling: a narrowing of spellings, not of values)
                 return "-?(0|[1-9][0-9]*)\\.[0-9]*[1-9][0-9]*"
-            self.unsupported("not", "", "'not: {type: integer}' on bounded numbers or multiples is not supported")
+            self.unsupported("not", flat.non_integer_ptr, "'not: {type: integer}' on bounded numbers or multiples is not supported")
         q: Optional[int] = None
         frac_set: Optional[set[str]] = None
         for m, ptr in flat.multiple_of:

@@ -106,6 +106,7 @@ class Flat:
     hi_strict: bool = False
     multiple_of: list[tuple[Decimal, str]] = field(default_factory=list)  # (divisor, ptr)
     non_integer: bool = False
+    non_integer_ptr: str = ""  # ptr of the ``not`` that set non_integer
 
     # -- strings: ``minLength``, ``maxLength``, ``pattern``, ``format`` (as a pattern)
     min_len: int = 0
