@@ -66,6 +66,7 @@ class SchemaDocument:
     def __init__(self, schema: Union[dict[str, Any], bool], options: SchemaOptions) -> None:
         from jsonschema import exceptions as js_exc
 
+        from constrained_spec.grammar import meta_check
         from constrained_spec.grammar.nesting import COMPOSE_MARGIN, MAX_SCHEMA_NESTING, check_nesting
         from constrained_spec.grammar.schema_refs import make_registry, validator_class
 
@@ -77,7 +78,7 @@ class SchemaDocument:
         except Exception as e:  # unknown $schema etc.
             raise SchemaError(f"cannot choose a validator for this schema: {e}") from e
         try:
-            cls.check_schema(schema)
+            meta_check.check_schema(cls, schema)  # jsonschema's check_schema where jsonschema-rs cannot say valid
         except js_exc.SchemaError as e:
             ptr = "/" + "/".join(str(p) for p in e.absolute_path) if e.absolute_path else ""
             raise SchemaError(f"schema is not valid JSON Schema: {e.message}", ptr) from e
