@@ -13,6 +13,7 @@ compiles the schema. A negative control: the walk tells a looser schema's gramma
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -353,3 +354,52 @@ def test_merged_rules_keep_the_language():
     root, kept = _merged(("alt", [("R", "r2"), ("R", "r3")]), rules)
     assert set(kept) == {"r1", "r3"} and root == ("alt", [("R", "r1"), ("R", "r3")])
     assert kept["r3"] == ("seq", [("T", "B"), ("rep", ("R", "r1"), 0, 1)])
+
+
+NARROWING_OPTS = dataclasses.replace(OPTS, max_regex_chars=40_000)  # the retries' regex fits: a narrowed one
+
+
+def test_narrowed_regex_comes_with_its_grammar():
+    """At this cap the all-optional schema's retries fit a regex that requires each such object's
+    first property (a narrowing, listed in ``narrowed``): the grammar holds the whole language."""
+    compiled = schema_to_regex(OPTIONAL_SCHEMA, NARROWING_OPTS)
+    assert compiled.regex and any("first property required" in n for n in compiled.narrowed)
+    assert compiled.lark is not None
+
+
+def test_narrowed_regex_without_a_grammar_is_refused_by_name(monkeypatch):
+    """No grammar can be built (the greedy-lexing check made to fail): the narrowed regex alone is
+    not returned as the schema's language (before 2026-12-05 it was, silently); it is refused with
+    the pointers of the narrowing, or with ``allow_unenforced`` kept with them recorded."""
+    import constrained_spec.grammar.json_schema.emit_lark as emit_lark
+
+    monkeypatch.setattr(emit_lark, "greedy_safe_ids", lambda *args, **kwargs: False)
+    with pytest.raises(CompileLimitError, match="first property required") as info:
+        schema_to_regex(OPTIONAL_SCHEMA, NARROWING_OPTS)
+    assert getattr(info.value, "kind", "") == "size"
+    kept = schema_to_regex(OPTIONAL_SCHEMA, dataclasses.replace(NARROWING_OPTS, allow_unenforced=True))
+    assert kept.lark is None and kept.regex
+    assert any("first property required" in u for u in kept.unenforced)
+
+
+def test_narrowed_regex_gets_json_token_grammar_where_longer_terminals_fail(monkeypatch, byte_vocab):
+    """Where the grammars of longer terminals fail, the JSON-token terminals are tried for a narrowed
+    regex too (before 2026-12-05 only where no regex fitted): the grammar compiles in llguidance and its
+    language is the oracle's, including values the narrowed regex rejects (a first property missing)."""
+    import constrained_spec.grammar.json_schema.emit_lark as emit_lark
+
+    real = emit_lark._build_lark
+    monkeypatch.setattr(emit_lark, "_build_lark",
+                        lambda *a, split=False, **k: real(*a, split=split, **k) if split else None)
+    compiled = schema_to_regex(OPTIONAL_SCHEMA, NARROWING_OPTS)
+    assert compiled.lark is not None and '/:/' in compiled.lark
+    grammar = compile_grammar("lark", compiled.lark, byte_vocab)
+    rng = random.Random(3)
+    valid = [dumps(generate(rng, OPTIONAL_SCHEMA, OPTIONAL_SCHEMA)) for _ in range(15)]
+    texts = list(dict.fromkeys(valid + [m for t in valid for m in mutations(rng, t, 6)]))
+    narrowed_out = 0
+    for text in texts:
+        want = oracle(OPTIONAL_SCHEMA, text)
+        assert accepts(grammar, text) == want, text[:300]
+        narrowed_out += want and re.fullmatch(compiled.regex, text) is None
+    assert narrowed_out >= 1  # the grammar holds values the regex alone would have lost

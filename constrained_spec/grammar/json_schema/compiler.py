@@ -90,9 +90,31 @@ def schema_to_regex(
         return _over_cap(schema, options, start, e, comp)
     if (recursive or result.narrowed) and options.recursive_refs == "grammar":
         lark, _ = _schema_grammar(schema, options, start, doc=comp.doc)
+        if lark is None and result.narrowed:  # the regex alone would narrow: JSON-token terminals
+            lark, _ = _schema_grammar(schema, options, start, hoist=HOIST_CHARS, doc=comp.doc, split=True,
+                                      split_only=True)
         if lark is not None:
             result = dataclasses.replace(result, lark=lark)
-    return result
+    return _exact_or_refused(result, options)
+
+
+def _exact_or_refused(result: SchemaRegex, options: SchemaOptions) -> SchemaRegex:
+    """``result`` where its language is the schema's: a grammar holds it, or the regex is not
+    narrowed. A narrowed regex alone (no grammar could be built: e.g. a large all-optional object
+    whose grammar fails the greedy-lexing check) is refused by name (:class:`CompileLimitError`,
+    the pointers of the narrowing), or with ``allow_unenforced`` kept with those pointers recorded
+    in ``unenforced`` (a sound part, said so)."""
+    if result.lark is not None or not result.narrowed or options.recursive_refs != "grammar":
+        return result  # (recursive_refs="unroll" asks for one regex: its narrowings are the documented ones)
+    if options.allow_unenforced:
+        return dataclasses.replace(result, unenforced=tuple(dict.fromkeys(result.unenforced + result.narrowed)))
+    err = CompileLimitError(
+        "the schema's language needs a grammar here and none could be built exactly (the regex alone would "
+        "hold only part of it at " + ", ".join(result.narrowed[:3]) + (", ..." if len(result.narrowed) > 3 else "")
+        + "); allow_unenforced keeps that part, recorded"
+    )
+    err.kind = "size"
+    raise err
 
 
 def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start: float, error: CompileLimitError,
@@ -122,7 +144,10 @@ def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start
     if result is not None:
         if lark is None and (recursive or result.narrowed):
             lark, _ = _schema_grammar(schema, options, start, doc=first.doc)
-        return dataclasses.replace(result, lark=lark) if lark is not None else result
+        if lark is None and result.narrowed:  # the regex alone would narrow: JSON-token terminals
+            lark, _ = _schema_grammar(schema, options, start, hoist=HOIST_CHARS, doc=first.doc, split=True,
+                                      split_only=True)
+        return _exact_or_refused(dataclasses.replace(result, lark=lark) if lark is not None else result, options)
     if lark is None:  # the last try: smaller rules (a schema that had an answer never comes here)
         lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS_SMALL, doc=first.doc, split=True,
                                       split_only=True)
