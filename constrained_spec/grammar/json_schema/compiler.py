@@ -138,15 +138,14 @@ def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start
         if result is None:
             raise error
         return result
-    # JSON-token terminals (``build_lark(split=True)``) only where nothing else answers: a schema
-    # that had a regex keeps the grammar it had
-    lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS, doc=first.doc, split=result is None)
+    # JSON-token terminals (``build_lark(split=True)``, its last try) where nothing else answers or the
+    # regex is narrowed (without a grammar it would be refused); a recursive schema whose regex is
+    # exact keeps the grammar it had
+    lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS, doc=first.doc,
+                                  split=result is None or bool(result.narrowed))
     if result is not None:
         if lark is None and (recursive or result.narrowed):
             lark, _ = _schema_grammar(schema, options, start, doc=first.doc)
-        if lark is None and result.narrowed:  # the regex alone would narrow: JSON-token terminals
-            lark, _ = _schema_grammar(schema, options, start, hoist=HOIST_CHARS, doc=first.doc, split=True,
-                                      split_only=True)
         return _exact_or_refused(dataclasses.replace(result, lark=lark) if lark is not None else result, options)
     if lark is None:  # the last try: smaller rules (a schema that had an answer never comes here)
         lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS_SMALL, doc=first.doc, split=True,
