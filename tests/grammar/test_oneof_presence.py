@@ -156,3 +156,31 @@ def test_control_containment_forgetting_required_is_caught(monkeypatch):
 
     monkeypatch.setattr(Combinators, "_half_inside", forgetful)
     assert sweep(0, 60)["wrong"] >= 3
+
+
+#: a oneOf met where its context requires a name (``dependencies``, or ``required`` beside it): only
+#: objects with that name meet it, so the half without it (inside every branch here) needs no answer
+GIVEN_SHAPES: list[dict[str, Any]] = [
+    {"type": "object", "properties": {"kind": {}, "a": {}},
+     "dependentSchemas": {"kind": {"oneOf": [{"properties": {"kind": {"const": "x"}, "a": {"const": 1}}},
+                                             {"properties": {"kind": {"const": 1}}}]}}},
+    {"type": "object", "required": ["kind"],
+     "oneOf": [{"properties": {"kind": {"const": "x"}, "a": {"const": 1}}}, {"properties": {"kind": {"const": 1}}}]},
+]
+
+
+@pytest.mark.parametrize("schema", GIVEN_SHAPES, ids=["dependentSchemas", "required beside"])
+def test_context_required_names_start_the_split(schema):
+    values = SCALARS + objects(["kind", "a", "b"], ATOMS, most=3)
+    assert not disagreements(schema, values)
+
+
+@pytest.mark.parametrize("schema", GIVEN_SHAPES, ids=["dependentSchemas", "required beside"])
+def test_control_without_the_context_names_refused(monkeypatch, schema):
+    """Without the context's names the half without ``kind`` is neither apart from the first branch nor
+    inside it, and the first branch's negation needs a numeric constant's: refused."""
+    plain = Combinators.one_of_branches
+    monkeypatch.setattr(Combinators, "one_of_branches",
+                        lambda self, branches, ptr, outer=None, given=frozenset(): plain(self, branches, ptr, outer))
+    with pytest.raises(UnsupportedKeywordError):
+        regex_of(schema)

@@ -57,6 +57,8 @@ class CompilerBase:
         self.automata_now = False
         # the strict round of a oneOf (:meth:`Combinators.one_of_branches`): exact constructions only
         self.strict_oneof = False
+        # the names every object has where the oneOf being told apart now is met (its context's required)
+        self.oneof_given: frozenset[str] = frozenset()
         self.synthetic: list[dict[str, Any]] = []  # schema parts the compiler made (negations), kept alive
         # ids of the ``contains`` subschemas a ``not: {items: S}`` made (exact only as "some item anywhere")
         self.negated_items: set[int] = set()

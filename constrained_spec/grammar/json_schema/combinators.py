@@ -73,15 +73,24 @@ MAX_OBJECT_CONSTS = 4
 class Combinators(CompilerBase):
     """``oneOf`` disjointness, subschema disjointness tests and ``not``."""
 
-    def one_of_branches(self, branches: list[list[Action]], ptr: str,
-                        outer: Optional[set[str]] = None) -> list[list[Action]]:
+    def one_of_branches(self, branches: list[list[Action]], ptr: str, outer: Optional[set[str]] = None,
+                        given: frozenset[str] = frozenset()) -> list[list[Action]]:
         """The branches of the ``oneOf`` at ``ptr`` made pairwise disjoint (:meth:`_one_of_branches`),
         telling string branches apart by their patterns' automata where ``ptr`` is in
         :attr:`automata_oneof`. Where that refuses (after the automata retry) or records the keyword
-        as unenforced, once more in the *strict* mode: the older Forbid/Require restrictions (a sound
-        part) left out and the exact constructions of :meth:`_apart_more` / :meth:`_presence_rows`
-        tried instead; so a schema that compiled before keeps its output, and one that compiles now is
-        exact or refused by name."""
+        as unenforced, once more in the *strict* mode, with the exact constructions of
+        :meth:`_apart_more` / :meth:`_presence_rows` and the deeper negations tried too; either way
+        the answer is exact or refused by name. ``given``: the names every object has where the ``oneOf`` is met
+        (the context's ``required``): the presence split (:meth:`_presence_halves`) starts from them."""
+        before_given = self.oneof_given
+        self.oneof_given = given
+        try:
+            return self._one_of_rounds(branches, ptr, outer)
+        finally:
+            self.oneof_given = before_given
+
+    def _one_of_rounds(self, branches: list[list[Action]], ptr: str, outer: Optional[set[str]]) -> list[list[Action]]:
+        """:meth:`one_of_branches`' rounds: the older one, then the strict one where it must."""
         mark = len(self.unenforced)
         older: Optional[tuple[list[list[Action]], list[str]]] = None
         try:
@@ -572,7 +581,9 @@ class Combinators(CompilerBase):
         needed = [n for n in dict.fromkeys(fj.required) if n not in fi.required]
         declared = [n for n in fi.props if n not in fi.required and present_fails(n)]
         of_j = [n for n in fj.props if n not in fi.required and not self.forbids(fi, n)]
-        split = [n for n in dict.fromkeys(needed + declared + of_j)]
+        # a name j requires that i's objects fail j with decides both halves at once: those first
+        split = sorted(dict.fromkeys(needed + declared + of_j), key=lambda n: not (n in needed and present_fails(n)))
+        given = self.oneof_given
 
         def apart(present: frozenset[str], absent: frozenset[str]) -> bool:
             return (any(present_fails(n) or self.forbids(fi, n) for n in present)
@@ -587,11 +598,11 @@ class Combinators(CompilerBase):
                 dropped.append((present, absent))
                 return True
             n = next((n for n in split if n not in present and n not in absent), None)
-            if n is None or len(present) + len(absent) >= MAX_PRESENCE_NAMES:
+            if n is None or len(present - given) + len(absent) >= MAX_PRESENCE_NAMES:
                 return False
             return classify(present | {n}, absent) and classify(present, absent | {n})
 
-        if not classify(frozenset(), frozenset()):
+        if not classify(given, frozenset()):  # the context's required names are there
             return None
         return [self._dropping(present, absent, cj) for present, absent in dropped]
 

@@ -466,7 +466,7 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
         """The alternatives of the first branch group (``kind`` at ``ptr``), each branch applied to
         ``rest`` (the flat without that group)."""
         if kind == "oneOf":
-            branches = self.one_of_branches(branches, ptr, rest.types)
+            branches = self.one_of_branches(branches, ptr, rest.types, frozenset(rest.required))
         outs: list[str] = []
         for bi, br in enumerate(branches):
             f2 = rest.copy()
