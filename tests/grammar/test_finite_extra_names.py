@@ -22,8 +22,7 @@ import jsonschema
 import pytest
 
 from constrained_spec.errors import EmptyLanguageError, UnsupportedKeywordError
-from constrained_spec.grammar.json_schema import SchemaOptions, schema_to_regex
-from constrained_spec.grammar.json_schema import emit_object
+from constrained_spec.grammar.json_schema import SchemaOptions, emit_object, schema_to_regex
 
 PATTERNS = ["^a[0-2]$", "^(b|c)$", "^d$", "^(a1|b)$", "^e[0-9]$"]
 DECLARED = {"p": {"type": "integer"}, "q": {"type": "string"}, "a1": {"type": "integer"}}
