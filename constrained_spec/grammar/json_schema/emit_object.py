@@ -218,18 +218,18 @@ class ObjectEmitter(CompilerBase):
         closed = any(o.ap is not None and o.ap.schema is False for o in flat.owners)
         if named and closed and not stars and lo > n_opt:
             return None  # the schema's names, all spelled out, are too few: no object has the counts
-        if lo > n_opt + (1 if stars else 0):
-            self.unsupported(
-                "minProperties", flat.min_props_ptr,
-                "minProperties larger than the declared properties (extra properties may repeat a name); "
-                + DECLARED_PROPERTIES_NOTE,
-            )
-            return self._sound_part(flat, items, extras, n_req)
         if lo >= 2 and stars:
             self.unsupported(
                 "minProperties", flat.min_props_ptr,
-                "minProperties two or more above the required properties where extra properties may be among "
-                "them (their names would have to differ: no regex says so)",
+                "minProperties two or more above the required properties where extra properties from an "
+                "infinite set of names may be among them (two such names would have to differ, and no regular "
+                "language tells unbounded names apart; a repeated name counts once)",
+            )
+            return self._sound_part(flat, items, extras, n_req)
+        if lo > n_opt + (1 if stars else 0):
+            self.unsupported(
+                "minProperties", flat.min_props_ptr,
+                "minProperties larger than the properties generated; " + DECLARED_PROPERTIES_NOTE,
             )
             return self._sound_part(flat, items, extras, n_req)
         if lo == 1 and not binding_hi and all(it.kind != "req" for it in seq):
