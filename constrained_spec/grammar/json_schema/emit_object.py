@@ -13,6 +13,7 @@ from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.content_dfa import DfaTooLarge
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
 from constrained_spec.grammar.json_schema.emit_lark import placeholder
+from constrained_spec.grammar.json_schema.finite_names import named_extras
 from constrained_spec.grammar.json_schema.ir import EMPTY, Flat, Owner
 from constrained_spec.grammar.json_schema.key_languages import key_cells
 from constrained_spec.grammar.json_schema.member_counts import counted_max, member_shapes
@@ -194,11 +195,17 @@ class ObjectEmitter(CompilerBase):
         None where no object has the counts. Refused by name (``minProperties``: two or more extra
         properties would have to differ in name, or more than the declared properties; past
         ``MAX_SHAPES``: the keyword that binds); recorded, the older sound part."""
+        lo = max(0, flat.min_props - n_req)
+        named = False
+        if lo >= 2 and any(count != 1 for _, _, count in extras):
+            # two or more counted beyond the required ones: rules of finitely many names as one
+            # optional member per name (only here, so that other objects keep their regex)
+            spelled = named_extras(extras)
+            named, extras = spelled != extras, spelled
         ws = self.ws
         seq = [SeqItem("req" if kind == "req" else "opt", kv) for kind, kv, _ in items]
         # an extra rule of one literal name (count 1) is one more optional member
         seq += [SeqItem("opt" if count == 1 else "star", k + ws + ":" + ws + group(v), count) for k, v, count in extras]
-        lo = max(0, flat.min_props - n_req)
         hi = None if flat.max_props is None else flat.max_props - n_req
         if hi is not None and hi < lo:
             return None
@@ -208,18 +215,21 @@ class ObjectEmitter(CompilerBase):
             return [seq], False
         stars = any(it.kind == "star" for it in seq)
         n_opt = sum(1 for it in seq if it.kind == "opt")
-        if lo > n_opt + (1 if stars else 0):
-            self.unsupported(
-                "minProperties", flat.min_props_ptr,
-                "minProperties larger than the declared properties (extra properties may repeat a name); "
-                + DECLARED_PROPERTIES_NOTE,
-            )
-            return self._sound_part(flat, items, extras, n_req)
+        closed = any(o.ap is not None and o.ap.schema is False for o in flat.owners)
+        if named and closed and not stars and lo > n_opt:
+            return None  # the schema's names, all spelled out, are too few: no object has the counts
         if lo >= 2 and stars:
             self.unsupported(
                 "minProperties", flat.min_props_ptr,
-                "minProperties two or more above the required properties where extra properties may be among "
-                "them (their names would have to differ: no regex says so)",
+                "minProperties two or more above the required properties where extra properties from an "
+                "infinite set of names may be among them (two such names would have to differ, and no regular "
+                "language tells unbounded names apart; a repeated name counts once)",
+            )
+            return self._sound_part(flat, items, extras, n_req)
+        if lo > n_opt + (1 if stars else 0):
+            self.unsupported(
+                "minProperties", flat.min_props_ptr,
+                "minProperties larger than the properties generated; " + DECLARED_PROPERTIES_NOTE,
             )
             return self._sound_part(flat, items, extras, n_req)
         if lo == 1 and not binding_hi and all(it.kind != "req" for it in seq):
