@@ -19,7 +19,16 @@ from constrained_spec.grammar.json_schema.context import Ctx, SchemaDocument
 from constrained_spec.grammar.json_schema.ir import Conjunct, Flat, Group
 from constrained_spec.grammar.json_schema.options import SchemaOptions, whitespace_regex
 
-__all__ = ["CompilerBase", "ConjunctionKey", "RuleKey", "MemoKey"]
+__all__ = ["CompilerBase", "ConjunctionKey", "RuleKey", "MemoKey", "time_limit_error"]
+
+
+def time_limit_error(budget_s: Optional[float]) -> CompileLimitError:
+    """The error of a compile past its time budget (kind ``"time"``): the last-resort wall-time guard.
+    It is raised out of every try (retries, grammars, the greedy-lexing check) instead of turning
+    into "no answer there", so a busy host refuses by time rather than answering differently."""
+    e = CompileLimitError(f"compiling the schema took longer than {budget_s} s")
+    e.kind = "time"
+    return e
 
 #: a conjunction as the grammar mode knows it: per subschema (schema id, pointer, context type, sign)
 ConjunctionKey = tuple[tuple[int, str, str, bool], ...]
@@ -104,11 +113,9 @@ class CompilerBase:
     # -- bookkeeping -------------------------------------------------------
 
     def tick(self) -> None:
-        """Raise :class:`CompileLimitError` once the time budget is spent."""
+        """Raise :func:`time_limit_error` once the time budget is spent."""
         if self.deadline is not None and time.monotonic() > self.deadline:
-            raise CompileLimitError(
-                f"compiling the schema took longer than {self.opts.time_budget_s} s"
-            )
+            raise time_limit_error(self.opts.time_budget_s)
 
     def unsupported(self, keyword: str, ptr: str, reason: str = "") -> None:
         """Refuse a keyword, or record it when allow_unenforced."""

@@ -29,7 +29,7 @@ import time
 from typing import Any, Optional, Union
 
 from constrained_spec.errors import CompileLimitError, EmptyLanguageError, SchemaError, UnsupportedKeywordError
-from constrained_spec.grammar.json_schema.base import ConjunctionKey, MemoKey
+from constrained_spec.grammar.json_schema.base import ConjunctionKey, MemoKey, time_limit_error
 from constrained_spec.grammar.json_schema.combinators import Combinators
 from constrained_spec.grammar.json_schema.context import Ctx, SchemaDocument
 from constrained_spec.grammar.json_schema.emit_array import ArrayEmitter
@@ -169,12 +169,14 @@ def _schema_grammar(schema: Union[dict[str, Any], bool], options: SchemaOptions,
     themselves, large all-optional objects and, with ``hoist``, every conjunction whose regex passes
     that many characters) and the compiler that wrote it; (None, None) where it cannot be built
     exactly (:func:`~.emit_lark.build_lark`, with JSON-token terminals as its last try where
-    ``split``; with those alone where ``split_only``) or in time."""
+    ``split``; with those alone where ``split_only``). Past the time budget it raises
+    :func:`~.base.time_limit_error` (kind ``"time"``) rather than answer None: whether a grammar
+    exists does not depend on how busy the host is."""
     budget = options.time_budget_s
     if budget is not None:
         budget -= time.monotonic() - start
         if budget <= 0:
-            return None, None
+            raise time_limit_error(options.time_budget_s)
     comp = Compiler(schema, dataclasses.replace(options, time_budget_s=budget), doc)
     comp.grammar_mode = True
     comp.hoist_chars = hoist
@@ -184,7 +186,11 @@ def _schema_grammar(schema: Union[dict[str, Any], bool], options: SchemaOptions,
             return None, None
         lark = build_lark(root, comp.rule_bodies, comp.and_lexemes, scaled=hoist is not None, deadline=comp.deadline,
                           split=split, split_only=split_only)
-    except (CompileLimitError, UnsupportedKeywordError, EmptyLanguageError, RecursionError):
+    except CompileLimitError as e:
+        if e.kind == "time":
+            raise
+        return None, None
+    except (UnsupportedKeywordError, EmptyLanguageError, RecursionError):
         return None, None
     return (lark, comp) if lark is not None else (None, None)
 
@@ -208,8 +214,8 @@ def _retry_regex(schema: Union[dict[str, Any], bool], options: SchemaOptions, st
         budget = options.time_budget_s
         if budget is not None:
             budget = budget - (time.monotonic() - start)
-            if budget <= 0:
-                break
+            if budget <= 0:  # the retries are not cut short by time (the answer would depend on it)
+                raise time_limit_error(options.time_budget_s)
         opts2 = dataclasses.replace(
             options, any_value_depth=ad, max_recursion_depth=rd, linear_objects=lin, time_budget_s=budget
         )

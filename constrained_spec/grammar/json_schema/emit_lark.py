@@ -689,7 +689,7 @@ def build_lark(root: str, rules: dict[int, Optional[str]],
     ``scaled``: the greedy-lexing check's work budget grows with the pairs of lexemes it must compare
     (:data:`PAIR_STEPS` each, at most :data:`MAX_CHECK_STEPS`) instead of staying
     :data:`~.lexeme_check.WORK_BUDGET`: for the grammars of large schemas (many rules, many lexemes).
-    ``deadline`` (``time.monotonic()``): past it the check answers False (None: no grammar).
+    ``deadline`` (``time.monotonic()``): past it the check raises ``CompileLimitError`` (kind ``"time"``).
 
     ``split``: where both of those fail, a third try with JSON-token terminals (``_Builder.split``:
     every punctuation character of ``{}[],:`` outside string literals a terminal of its own, the

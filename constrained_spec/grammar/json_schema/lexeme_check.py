@@ -228,7 +228,8 @@ def greedy_safe(terminals: dict[str, Lexeme], colive: list[frozenset[str]], foll
     ``terminals``: name -> normalised node; ``colive``: sets of terminal names that may start at
     one point; ``follows``: name -> the terminal names that may come right after it; ``budget``:
     the most derivative steps (False once spent); ``deadline``: a ``time.monotonic()`` past which it
-    answers False.
+    raises :class:`~constrained_spec.errors.CompileLimitError` (kind ``"time"``: the verdict never
+    depends on the clock).
     """
     nodes = Nodes()
     try:

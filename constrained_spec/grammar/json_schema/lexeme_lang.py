@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
+from constrained_spec.errors import CompileLimitError
 from constrained_spec.grammar import ecma_regex as ecma
 
 __all__ = ["Nodes", "Lang", "OverBudget", "NONE", "EPS_ID"]
@@ -33,7 +34,7 @@ _UNKNOWN = -2
 
 
 class OverBudget(Exception):
-    """The walk spent its step budget (or passed its deadline)."""
+    """The walk spent its step budget (past its deadline it raises CompileLimitError, kind "time")."""
 
 
 class Nodes:
@@ -292,7 +293,11 @@ class Lang:
         if self.budget < 0:
             raise OverBudget
         if self.deadline is not None and self.budget % 1024 == 0 and time.monotonic() > self.deadline:
-            raise OverBudget
+            # the wall-time guard is no "unsure" answer: it ends the compile (kind "time"), so the
+            # check's verdict depends on its step budget alone
+            e = CompileLimitError("the greedy-lexing check passed the compile's time budget")
+            e.kind = "time"
+            raise e
 
     def meets(self, a: ecma.Ranges, b: ecma.Ranges) -> bool:
         """Whether two range tuples share a character (remembered per pair of objects, kept beside
