@@ -131,7 +131,7 @@ def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start
     result: Optional[SchemaRegex] = None
     recursive = False
     if first.reducible:  # the retries first, as before grammars (their time limit raises as before)
-        found = _retry_regex(schema, options, start, first.doc)
+        found = _retry_regex(schema, options, start, first.doc, first_met_recursion=first.recursive)
         if found is not None:
             result, recursive = found
     if options.recursive_refs != "grammar":
@@ -196,11 +196,21 @@ def _schema_grammar(schema: Union[dict[str, Any], bool], options: SchemaOptions,
 
 
 def _retry_regex(schema: Union[dict[str, Any], bool], options: SchemaOptions, start: float,
-                 doc: Optional[SchemaDocument] = None) -> Optional[tuple[SchemaRegex, bool]]:
+                 doc: Optional[SchemaDocument] = None,
+                 first_met_recursion: bool = True) -> Optional[tuple[SchemaRegex, bool]]:
     """The regex under tighter (still sound) restrictions -- shallower free-form values, shallower
     recursion, all-optional objects that start with their first property -- and whether a $ref
-    target was met inside itself; None where none fits in ``max_regex_chars`` (or in time)."""
+    target was met inside itself; None where none fits in ``max_regex_chars``.
+
+    A try that passed the cap before any ``$ref`` target was met inside itself
+    (``first_met_recursion`` False for the compile before the retries) never read
+    ``max_recursion_depth``: the tries that differ from it in that depth alone take the same steps
+    to the same failure, and are skipped (the answer is the same, without their time)."""
     tried = {(options.any_value_depth, options.max_recursion_depth, options.linear_objects)}
+    # (any_value_depth, linear_objects) of the tries that passed the cap before meeting recursion
+    fail_any_depth: set[tuple[int, bool]] = set()
+    if not first_met_recursion:
+        fail_any_depth.add((options.any_value_depth, options.linear_objects))
     ad, rd = options.any_value_depth, options.max_recursion_depth
     plan = [(min(ad, 1), rd, options.linear_objects), (min(ad, 1), rd, True)]
     while rd > 1:
@@ -211,6 +221,8 @@ def _retry_regex(schema: Union[dict[str, Any], bool], options: SchemaOptions, st
         if (ad, rd, lin) in tried:
             continue
         tried.add((ad, rd, lin))
+        if (ad, lin) in fail_any_depth:
+            continue
         budget = options.time_budget_s
         if budget is not None:
             budget = budget - (time.monotonic() - start)
@@ -225,6 +237,8 @@ def _retry_regex(schema: Union[dict[str, Any], bool], options: SchemaOptions, st
         except CompileLimitError as e:
             if e.kind != "size":
                 raise
+            if not comp.recursive:
+                fail_any_depth.add((ad, lin))
     return None
 
 
