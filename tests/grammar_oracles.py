@@ -50,6 +50,24 @@ def schema_disagreements(schema: dict[str, Any], regex: Optional[str], values: l
     return out
 
 
+def exact_or_refused_tally(schemas: Any, compile_regex: Callable[[Any], Optional[str]],
+                           wrong: Callable[[Any, Optional[str]], bool], keywords: tuple[str, ...]) -> dict[str, int]:
+    """Random-schema sweeps' tally: each schema compiled exactly (``wrong`` finds no disagreement),
+    refused by name (``UnsupportedKeywordError`` of one of ``keywords``, with a pointer), or wrong."""
+    from constrained_spec.errors import UnsupportedKeywordError
+
+    counts = {"exact": 0, "refused": 0, "wrong": 0}
+    for schema in schemas:
+        try:
+            regex = compile_regex(schema)
+        except UnsupportedKeywordError as e:
+            assert e.keyword in keywords and e.pointer, (schema, e)
+            counts["refused"] += 1
+            continue
+        counts["wrong" if wrong(schema, regex) else "exact"] += 1
+    return counts
+
+
 def in_language(grammar: str, text: str) -> bool:
     """Whether lark (Earley) parses ``text`` with ``grammar``: the language oracle of the request-level tests."""
     from lark import Lark

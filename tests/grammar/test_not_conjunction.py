@@ -14,9 +14,9 @@ import random
 from typing import Any
 
 import pytest
+from grammar_oracles import exact_or_refused_tally
 from test_oneof_apart import disagreements, objects, regex_of
 
-from constrained_spec.errors import UnsupportedKeywordError
 from constrained_spec.grammar.json_schema.combinators import Combinators
 
 #: single-keyword schemas, each negatable alone at the leaf
@@ -47,17 +47,8 @@ def rand_conjunction(rng: random.Random) -> dict[str, Any]:
 def sweep(seed: int, n: int) -> dict[str, int]:
     """``not`` of random conjunctions: exact, refused by name, or wrong (disagrees with jsonschema)."""
     rng = random.Random(seed)
-    counts = {"exact": 0, "refused": 0, "wrong": 0}
-    for _ in range(n):
-        schema = {"not": rand_conjunction(rng)}
-        try:
-            regex = regex_of(schema)
-        except UnsupportedKeywordError as e:
-            assert e.keyword == "not" and e.pointer, (schema, e)
-            counts["refused"] += 1
-            continue
-        counts["wrong" if disagreements(schema, VALUES, regex) else "exact"] += 1
-    return counts
+    return exact_or_refused_tally(({"not": rand_conjunction(rng)} for _ in range(n)), regex_of,
+                                  lambda schema, regex: bool(disagreements(schema, VALUES, regex)), ("not",))
 
 
 def test_named_shapes_compile_exactly():

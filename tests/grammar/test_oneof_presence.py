@@ -20,6 +20,7 @@ import random
 from typing import Any
 
 import pytest
+from grammar_oracles import exact_or_refused_tally
 from test_oneof_apart import SCALARS, disagreements, objects, regex_of
 
 from constrained_spec.errors import UnsupportedKeywordError
@@ -101,17 +102,8 @@ def sweep(seed: int, n: int) -> dict[str, int]:
     """Random cases: exact, refused by name, or wrong (any disagreement with ``jsonschema``)."""
     rng = random.Random(seed)
     values = SCALARS + objects(NAMES, ATOMS)
-    counts = {"exact": 0, "refused": 0, "wrong": 0}
-    for _ in range(n):
-        schema = rand_schema(rng)
-        try:
-            regex = regex_of(schema)
-        except UnsupportedKeywordError as e:
-            assert e.keyword in ("oneOf", "not") and e.pointer, (schema, e)
-            counts["refused"] += 1
-            continue
-        counts["wrong" if disagreements(schema, values, regex) else "exact"] += 1
-    return counts
+    return exact_or_refused_tally((rand_schema(rng) for _ in range(n)), regex_of,
+                                  lambda schema, regex: bool(disagreements(schema, values, regex)), ("oneOf", "not"))
 
 
 def test_random_presence_cases_exact():
