@@ -59,6 +59,10 @@ class OutputSpec:
     #: narrows, for the automaton engine; ``""`` where no regex fits the cap); the value is still
     #: parsed as JSON and validated against the schema
     grammar: str | None = None
+    #: kinds json and pydantic: the JSON pointers where ``regex`` holds only part of the language
+    #: (``SchemaRegex.narrowed``; ``grammar`` then holds all of it): the automaton engine, which runs
+    #: ``regex``, refuses such a spec rather than narrow it
+    narrowed: tuple[str, ...] = ()
 
 
 def _is_pydantic_model(obj: Any) -> bool:
@@ -94,11 +98,11 @@ def output_spec(output_type: Any, schema_options: Any = None) -> OutputSpec:
         schema = output_type.model_json_schema()
         compiled = schema_to_regex(schema, schema_options)
         return OutputSpec("pydantic", compiled.regex, schema, output_type, tuple(compiled.unenforced),
-                          tuple(compiled.ignored_formats), schema_options, compiled.lark)
+                          tuple(compiled.ignored_formats), schema_options, compiled.lark, tuple(compiled.narrowed))
     schema = load_schema(output_type)
     compiled = schema_to_regex(schema, schema_options)
     return OutputSpec("json", compiled.regex, schema, None, tuple(compiled.unenforced), tuple(compiled.ignored_formats),
-                      schema_options, compiled.lark)
+                      schema_options, compiled.lark, tuple(compiled.narrowed))
 
 
 def _with_start(cfg: CFG) -> str:

@@ -403,3 +403,21 @@ def test_narrowed_regex_gets_json_token_grammar_where_longer_terminals_fail(monk
         assert accepts(grammar, text) == want, text[:300]
         narrowed_out += want and re.fullmatch(compiled.regex, text) is None
     assert narrowed_out >= 1  # the grammar holds values the regex alone would have lost
+
+
+def test_automaton_engine_refuses_a_narrowed_regex():
+    """The automaton engine runs the regex: where it holds only part of the language (the grammar
+    holds all of it), the spec is refused naming the narrowing and the lazy engine (before
+    2026-12-05 the engine ran the narrowed regex without a word). Control: a schema whose regex is
+    exact compiles on that engine."""
+    from constrained_spec.grammar.backends.outlines_core import OutlinesCoreBackend
+
+    spec = output_spec(OPTIONAL_SCHEMA, NARROWING_OPTS)
+    assert spec.regex and spec.grammar is not None and spec.narrowed
+    backend = OutlinesCoreBackend(TokenVocabulary({i: bytes([i]) for i in range(256)}, (256,), 257),
+                                  fallback=None, disk_cache=False)  # type: ignore[arg-type]
+    with pytest.raises(CompileLimitError, match="first property required.*lazy engine"):
+        backend.compile(spec)
+    exact = output_spec({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, OPTS)
+    assert not exact.narrowed
+    backend.compile(exact)

@@ -621,6 +621,10 @@ class OutlinesCoreBackend:
         if not spec.regex and spec.grammar is not None:
             raise CompileLimitError("this schema's regex passes max_regex_chars: only its Lark grammar holds it, which the "
                                     "automaton engine cannot run; use the lazy engine (the default)")
+        if spec.grammar is not None and spec.narrowed:
+            raise CompileLimitError("this schema's regex holds only part of its language (" + ", ".join(spec.narrowed[:3])
+                                    + "); its Lark grammar holds all of it, which the automaton engine cannot run; "
+                                    "use the lazy engine (the default)")
         compiler = self.automata
         if not disk_cache:
             compiler = AutomatonCompiler(self.vocab, disk_cache=False, compile_timeout=compiler.compile_timeout)
