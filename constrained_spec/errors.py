@@ -79,8 +79,13 @@ class CompileLimitError(GrammarError):
     """Compilation exceeded a configured size cap or timeout."""
 
     #: what ran out: ``"size"`` where a regex passed ``max_regex_chars`` (the JSON Schema compiler
-    #: then retries tighter or builds a grammar), ``""`` otherwise
+    #: then retries tighter or builds a grammar), ``"time"`` past the time budget, ``""`` otherwise
     kind: str = ""
+
+    def __init__(self, *args: object, kind: str = "") -> None:
+        super().__init__(*args)
+        if kind:
+            self.kind = kind
 
 
 class VocabularyMismatchError(ConstrainedSpecError):

@@ -26,9 +26,7 @@ def time_limit_error(budget_s: Optional[float]) -> CompileLimitError:
     """The error of a compile past its time budget (kind ``"time"``): the last-resort wall-time guard.
     It is raised out of every try (retries, grammars, the greedy-lexing check) instead of turning
     into "no answer there", so a busy host refuses by time rather than answering differently."""
-    e = CompileLimitError(f"compiling the schema took longer than {budget_s} s")
-    e.kind = "time"
-    return e
+    return CompileLimitError(f"compiling the schema took longer than {budget_s} s", kind="time")
 
 #: a conjunction as the grammar mode knows it: per subschema (schema id, pointer, context type, sign)
 ConjunctionKey = tuple[tuple[int, str, str, bool], ...]
@@ -133,11 +131,7 @@ class CompilerBase:
     def check_size(self, r: Optional[str]) -> Optional[str]:
         """r, or :class:`CompileLimitError` (kind ``"size"``) when it is over max_regex_chars."""
         if r is not None and len(r) > self.opts.max_regex_chars:
-            e = CompileLimitError(
-                f"regex grew past max_regex_chars={self.opts.max_regex_chars} characters"
-            )
-            e.kind = "size"
-            raise e
+            raise CompileLimitError(f"regex grew past max_regex_chars={self.opts.max_regex_chars} characters", kind="size")
         return r
 
     # -- entry points the parts call on one another ------------------------------------------

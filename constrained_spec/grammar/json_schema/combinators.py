@@ -626,22 +626,17 @@ class Combinators(CompilerBase):
         absent or its schema is one of i's own (:meth:`_implied`), and where j admits no other
         names, i admits none but j's and the absent ones. False where unknown."""
         target = self.bare_ref_target(cj)
-        s = target.schema
-        if s is True:
+        if target.schema is True:
             return True
-        if not isinstance(s, dict):
+        form = _object_form(target.schema, closed_too=True)
+        if form is None:
             return False
-        keys = asserting_keys(s)
-        props, req, ap = s.get("properties", {}), s.get("required", []), s.get("additionalProperties", True)
-        if (not keys <= {"type", "properties", "required", "additionalProperties"} or not isinstance(props, dict)
-                or not isinstance(req, list) or not isinstance(ap, bool)
-                or s.get("type", "object") not in ("object", ["object"])):
-            return False
+        props, req, ap = form
 
         def gone(n: str) -> bool:
             return n in absent or self.forbids(fi, n)
 
-        if not all(isinstance(n, str) and (n in present or n in fi.required) for n in req):
+        if not all(n in present or n in fi.required for n in req):
             return False
         if not all(gone(p) or self._implied(fi, target.child(v, "properties", p), p) for p, v in props.items()):
             return False
@@ -676,16 +671,13 @@ class Combinators(CompilerBase):
         where not applicable."""
         target = self._own_member(fi, self.bare_ref_target(cj))
         s = target.schema
-        if not isinstance(s, dict):
+        form = _object_form(s, closed_too=False)
+        if form is None:
             return None
-        keys = asserting_keys(s)
-        props, req = s.get("properties", {}), s.get("required", [])
-        if not keys <= {"type", "properties", "required"} or s.get("type", "object") != "object" or not isinstance(
-                props, dict) or not isinstance(req, list) or not all(isinstance(n, str) for n in req):
-            return None
+        props, req, _ = form
         left = {p: v for p, v in props.items() if not self._implied(fi, target.child(v, "properties", p), p)}
         need = [n for n in dict.fromkeys(req) if n not in fi.required]
-        typed = "type" in s  # j admits objects only: i's other values fail it (else they all satisfy it)
+        typed = "type" in asserting_keys(s)  # j admits objects only: i's other values fail it (else they all satisfy it)
         if not left and not need:  # every object of i satisfies j
             return [NarrowTypes(frozenset(ALL_TYPES - {"object"}) if typed else frozenset())]
         if not all(self._value_negatable(target.child(v, "properties", p)) for p, v in left.items()):
@@ -1049,14 +1041,14 @@ class Combinators(CompilerBase):
                 return
             # not {enum/const} over finite types only
             if keys and keys <= {"enum", "const", "type"} and nf.enum is not None:
-                admitted = [v for v in nf.enum if self.doc.valid(nctx, v)]  # e.g. not the enum's strings of type integer
                 finite = {"boolean", "null"}
                 if types <= finite:
                     vals = [v for v in ([True, False] if "boolean" in types else []) + ([None] if "null" in types else [])]
                     flat.enum = vals
                     return
-                # strings/numbers/objects: values not in a finite set
-                flat.excluded = flat.excluded + [(nctx, admitted)]
+                # strings/numbers/objects: values not in a finite set (those the negated schema admits:
+                # not the enum's strings where it says type integer)
+                flat.excluded = flat.excluded + [(nctx, [v for v in nf.enum if self.doc.valid(nctx, v)])]
                 return
             # not {properties: {p: S}, required: [p]?}: p present with a value failing S (with ``type:
             # object`` every non-object too: a disjunction, :meth:`negation_group`'s)
@@ -1234,6 +1226,20 @@ def _merged_terms(rows: list[int], full: int) -> list[tuple[int, int]]:
         if not merged:
             return sorted(terms)
         terms = (terms - used) | merged
+
+
+def _object_form(s: object, closed_too: bool) -> Optional[tuple[dict, list[str], bool]]:
+    """(properties, required, additionalProperties) of a schema ``{type: object, properties,
+    required}`` (``additionalProperties: true/false`` too where ``closed_too``); None for any other."""
+    if not isinstance(s, dict):
+        return None
+    allowed = {"type", "properties", "required"} | ({"additionalProperties"} if closed_too else set())
+    props, req, ap = s.get("properties", {}), s.get("required", []), s.get("additionalProperties", True)
+    if (not asserting_keys(s) <= allowed or s.get("type", "object") not in ("object", ["object"])
+            or not isinstance(props, dict) or not isinstance(req, list) or not all(isinstance(n, str) for n in req)
+            or not isinstance(ap, bool)):
+        return None
+    return props, req, ap
 
 
 def _is_not(s: object) -> bool:

@@ -108,13 +108,10 @@ def _exact_or_refused(result: SchemaRegex, options: SchemaOptions) -> SchemaRege
         return result  # (recursive_refs="unroll" asks for one regex: its narrowings are the documented ones)
     if options.allow_unenforced:
         return dataclasses.replace(result, unenforced=tuple(dict.fromkeys(result.unenforced + result.narrowed)))
-    err = CompileLimitError(
+    raise CompileLimitError(
         "the schema's language needs a grammar here and none could be built exactly (the regex alone would "
         "hold only part of it at " + ", ".join(result.narrowed[:3]) + (", ..." if len(result.narrowed) > 3 else "")
-        + "); allow_unenforced keeps that part, recorded"
-    )
-    err.kind = "size"
-    raise err
+        + "); allow_unenforced keeps that part, recorded", kind="size")
 
 
 def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start: float, error: CompileLimitError,
@@ -282,11 +279,8 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
                 "schema does not declare: " + DECLARED_PROPERTIES_NOTE
             )
         if len(r) > self.opts.max_regex_chars:
-            err = CompileLimitError(
-                f"regex has {len(r)} characters, over max_regex_chars={self.opts.max_regex_chars}"
-            )
-            err.kind = "size"
-            raise err
+            raise CompileLimitError(f"regex has {len(r)} characters, over max_regex_chars={self.opts.max_regex_chars}",
+                                    kind="size")
         return SchemaRegex(
             r,
             tuple(self.unenforced),

@@ -295,9 +295,7 @@ class Lang:
         if self.deadline is not None and self.budget % 1024 == 0 and time.monotonic() > self.deadline:
             # the wall-time guard is no "unsure" answer: it ends the compile (kind "time"), so the
             # check's verdict depends on its step budget alone
-            e = CompileLimitError("the greedy-lexing check passed the compile's time budget")
-            e.kind = "time"
-            raise e
+            raise CompileLimitError("the greedy-lexing check passed the compile's time budget", kind="time")
 
     def meets(self, a: ecma.Ranges, b: ecma.Ranges) -> bool:
         """Whether two range tuples share a character (remembered per pair of objects, kept beside
