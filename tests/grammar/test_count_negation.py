@@ -5,11 +5,13 @@ of values of every type, both ways (accepted iff valid):
   likewise ``maxItems``, ``minProperties``/``maxProperties`` (objects), ``minLength``/``maxLength``
   (strings, no DFA);
 * ``oneOf`` with exactly one branch that admits every value (``true``, or only unknown keywords):
-  it holds where none of the others does, so its negation is "one of the others holds";
+  it holds where none of the others does, so its negation is "one of the others holds"; a ``oneOf``
+  of pairwise disjoint branches is their ``anyOf``, so its negation is "every branch fails";
 * a ``oneOf`` branch negated by De Morgan (``not (A and B)``: ``not A or not B``), and ``not: {not:
   X}`` on a property a branch is told apart by.
 
-The controls: a flip off by one, and a ``oneOf`` taken as ``anyOf``, are caught by the same checks.
+The controls: a flip off by one, a ``oneOf`` taken as ``anyOf``, and overlapping branches taken as
+disjoint, are caught by the same checks.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from test_oneof_apart import accepts, arrays, as_any_of, disagreements, objects,
 
 from constrained_spec.errors import UnsupportedKeywordError
 from constrained_spec.grammar.json_schema import negation
+from constrained_spec.grammar.json_schema.combinators import Combinators
 
 POOL: list[Any] = ([None, True, 0, 2, 1.5, "", "a", "ab", "abc"] + arrays([1, "a", [1, 2, 3]], most=3)
                    + objects(["a", "b", "c"], [1, "x", [1]], most=3))
@@ -88,6 +91,27 @@ def test_oneof_with_a_true_branch_is_exact(schema: dict[str, Any]) -> None:
 def test_control_oneof_taken_as_anyof_is_caught() -> None:
     caught = [s for s in TRUE_BRANCH_SCHEMAS if judged(s, pool_of(s), regex_of(as_any_of(s)))]
     assert len(caught) == len(TRUE_BRANCH_SCHEMAS), caught
+
+
+#: a oneOf of disjoint branches is their anyOf: its negation is every branch failing
+DISJOINT_SCHEMAS: list[dict[str, Any]] = [
+    {"not": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["a"]}]}},
+    {"oneOf": [{"properties": {"a": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["b"]}]}}},
+               {"properties": {"a": {"type": "array"}}}]},
+]
+
+
+@pytest.mark.parametrize("schema", DISJOINT_SCHEMAS, ids=range(len(DISJOINT_SCHEMAS)))
+def test_not_of_a_disjoint_oneof_is_exact(schema: dict[str, Any]) -> None:
+    assert not judged(schema, POOL, regex_of(schema)), schema
+
+
+def test_control_overlapping_branches_taken_as_disjoint_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    overlapping = {"not": {"oneOf": [{"type": "string"}, {"minLength": 1}]}}  # "a" satisfies both: valid here
+    with pytest.raises(UnsupportedKeywordError):
+        regex_of(overlapping)
+    monkeypatch.setattr(Combinators, "disjoint", lambda self, a, b, depth: True)
+    assert judged(overlapping, POOL, regex_of(overlapping))
 
 
 BRANCH_SCHEMAS: list[dict[str, Any]] = [

@@ -66,8 +66,14 @@ _KEYWORD_UNITS: list[frozenset[str]] = [
 #: draft 4's bounds, whose exclusive forms are flags on them
 _DRAFT4_BOUNDS: list[frozenset[str]] = [frozenset({"minimum", "exclusiveMinimum"}), frozenset({"maximum", "exclusiveMaximum"})]
 
+#: how deep :meth:`Combinators._value_negatable` looks into a schema (properties, items, parts)
+MAX_NEGATION_DEPTH = 8
+
 #: most :meth:`Combinators._value_negatable` calls open at once (each level of a negation it checks)
 MAX_NEGATABLE_NESTING = 16
+
+#: most branches of a ``oneOf`` tested pairwise for disjointness to negate it as an ``anyOf``
+MAX_DISJOINT_BRANCHES = 12
 
 #: most object constants one branch is told apart from (each a branch group)
 MAX_OBJECT_CONSTS = 4
@@ -449,16 +455,19 @@ class Combinators(CompilerBase):
         """:meth:`_value_negatable` within the nesting bound."""
         deep_now = self.strict_oneof if deep is None else deep
         leaf = self._leaf_negation(ctx)
-        if leaf is not None and (not deep_now or depth >= 4 or all(
+        if leaf is not None and (not deep_now or depth >= MAX_NEGATION_DEPTH or all(
                 self._value_negatable(c, depth + 1, deep) for cs in leaf.props.values() for c in cs
                 if isinstance(c, NegCtx))):  # deep: "p present and failing S" needs S's negation too
             return True
-        if not deep_now or depth >= 4:
+        if not deep_now or depth >= MAX_NEGATION_DEPTH:
             return False
         if isinstance(ctx.schema, dict) and asserting_keys(ctx.schema) == {"not"}:
             return True  # not not X: X, held as it is (compiler.absorb)
         if oneof_true_rest(self.bare_ref_target(ctx).schema) is not None:
             return True  # not oneOf [true, X, ...]: some X holds, held as it is (compiler.absorb)
+        branches = self.disjoint_one_of(ctx)
+        if branches is not None:  # not oneOf of disjoint branches: not anyOf, every branch failing
+            return all(self._value_negatable(b, depth + 1, deep) for b in branches)
         parts = None if self.negation_group(ctx) is not None else self.conjunction_parts(ctx)
         if parts is not None:  # not (A and B): not A or not B (compiler.absorb), each exact in turn
             return all(self._value_negatable(p, depth + 1, deep) for p in parts)
@@ -469,6 +478,21 @@ class Combinators(CompilerBase):
         props = s.get("properties", {})
         return isinstance(props, dict) and all(
             self._value_negatable(target.child(v, "properties", p), depth + 1, deep) for p, v in props.items())
+
+    def disjoint_one_of(self, ctx: Ctx) -> Optional[list[Ctx]]:
+        """The branches of ctx (through bare ``$ref``s) where it is only a ``oneOf`` whose branches
+        are pairwise disjoint (:meth:`disjoint`: at most one holds, so it is their ``anyOf``);
+        None for any other form, or more than :data:`MAX_DISJOINT_BRANCHES` branches."""
+        target = self.bare_ref_target(ctx)
+        s = target.schema
+        if not (isinstance(s, dict) and asserting_keys(s) == {"oneOf"} and isinstance(s["oneOf"], list)
+                and 0 < len(s["oneOf"]) <= MAX_DISJOINT_BRANCHES):
+            return None
+        ctxs = [target.child(b, "oneOf", n) for n, b in enumerate(s["oneOf"])]
+        pairs = [(c, self._absorbed(c)) for c in ctxs]
+        if all(self.disjoint(pairs[i], pairs[j], 0) for i in range(len(pairs)) for j in range(i + 1, len(pairs))):
+            return ctxs
+        return None
 
     def _leaf_negatable(self, ctx: Ctx) -> bool:
         """:meth:`_value_negatable` at the leaf alone (:meth:`apply_not` on a scratch leaf)."""

@@ -306,6 +306,11 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
                 for i, sub in enumerate(ts["anyOf"]):  # not anyOf [A, B]: not A and not B
                     self.absorb(flat, t.child(sub, "anyOf", i), False, depth + 1)
                 return
+            disjoint = self.disjoint_one_of(t)
+            if disjoint is not None:  # not oneOf of disjoint branches (its anyOf): every branch failing
+                for sub_ctx in disjoint:
+                    self.absorb(flat, sub_ctx, False, depth + 1)
+                return
             rest = oneof_true_rest(ts)
             if rest is not None:  # oneOf [true, X, ...] holds where no X does: its not, some X
                 if rest:
