@@ -196,3 +196,36 @@ def test_control_the_half_inside_kept_is_caught(monkeypatch):
     """The half of both (no name present) kept instead of dropped: ``{}`` accepted, which the check sees."""
     monkeypatch.setattr(Combinators, "_dropping", lambda self, present, absent, near: Forbid("zz"))
     assert disagreements(CLOSED_CHAIN, CHAIN_VALUES, regex_of(CLOSED_CHAIN))
+
+
+#: Github_trivial---o88605's shape: each branch requires its own name and lets the others' names be
+#: present only as null (``patternProperties``): a name's values under a pattern count when telling
+#: branches apart
+PATTERN_NULLS = {"oneOf": [
+    {"type": "object", "properties": {"a": {"type": "string"}}, "patternProperties": {"^(b|c)$": {"type": "null"}},
+     "required": ["a"]},
+    {"type": "object", "properties": {"b": {"type": "string"}}, "patternProperties": {"^(a|c)$": {"type": "null"}},
+     "required": ["b"]},
+    {"type": "object", "properties": {"c": {"type": "integer"}}, "patternProperties": {"^(a|b)$": {"type": "null"}},
+     "required": ["c"]}]}
+PATTERN_VALUES: list[Any] = SCALARS + objects(["a", "b", "c"], ["s", None, 1], most=3)
+
+
+@pytest.mark.parametrize("schema", [PATTERN_NULLS], ids=["nulls"])
+def test_pattern_property_values_tell_branches_apart(schema, monkeypatch):
+    """Exact against jsonschema; with the declared properties alone (the code before 2026-12-05,
+    late) the same ``oneOf`` is refused by name, so the pattern's values are what tell them apart."""
+    assert not disagreements(schema, PATTERN_VALUES)
+    monkeypatch.setattr(Combinators, "_name_ctxs", staticmethod(lambda f, name: list(f.props.get(name, []))))
+    with pytest.raises(UnsupportedKeywordError):
+        regex_of(schema)
+
+
+def test_a_half_inside_a_pattern_branch_is_still_refused():
+    """Not done: whether a half of branch i lies inside a branch j with ``patternProperties``
+    (``_half_inside`` reads j's ``properties`` form only): refused by name, not guessed."""
+    schema = {"type": "object", "oneOf": [{"properties": {"x": {"type": "string"}}},
+                                          {"patternProperties": {"^x$": {"type": "integer"}}}]}
+    with pytest.raises(UnsupportedKeywordError) as e:
+        regex_of(schema)
+    assert e.value.keyword == "oneOf"

@@ -19,7 +19,7 @@ from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
 from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Group, Holds, NarrowTypes, Require
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS, asserting_keys
 from constrained_spec.grammar.json_schema.negation import negation_keyword, plan_not
-from constrained_spec.grammar.json_schema.py_regex import py_pattern_ok, py_search
+from constrained_spec.grammar.json_schema.py_regex import pattern_problem, py_pattern_ok, py_search
 from constrained_spec.grammar.json_schema.regex_ops import first_chars_disjoint
 from constrained_spec.grammar.json_schema.values import ALL_TYPES, intersect_types, type_of
 from constrained_spec.grammar.linear_regex import patterns_disjoint
@@ -633,8 +633,7 @@ class Combinators(CompilerBase):
 
         def present_fails(n: str) -> bool:
             if n not in fails:
-                fails[n] = self.forbids(fj, n) or (
-                    n in fi.props and n in fj.props and self._props_disjoint(fi, fj, n))
+                fails[n] = self.forbids(fj, n) or self._props_disjoint(fi, fj, n)
             return fails[n]
 
         needed = [n for n in dict.fromkeys(fj.required) if n not in fi.required]
@@ -938,7 +937,7 @@ class Combinators(CompilerBase):
     def _props_disjoint(self, fa: Flat, fb: Flat, p: str) -> bool:
         """Whether the values of property p under fa and fb are disjoint (each side the conjunction
         of its subschemas for p)."""
-        cas, cbs = fa.props[p], fb.props[p]
+        cas, cbs = self._name_ctxs(fa, p), self._name_ctxs(fb, p)
         if not cas or not cbs or any(isinstance(c, NegCtx) for c in cas + cbs):
             return False
         x, y = Flat(), Flat()
@@ -956,6 +955,25 @@ class Combinators(CompilerBase):
                 ):
                     return True
         return self.disjoint((cas[0], x), (cbs[0], y), 1)  # its value checks read the first subschema only: conservative
+
+    @staticmethod
+    def _name_ctxs(f: Flat, name: str) -> Optional[list[Ctx]]:
+        """The subschemas a property ``name`` takes under ``f``: its ``properties`` entries, the
+        ``patternProperties`` that match it, ``additionalProperties`` where its owner neither declares
+        it nor has a pattern matching it; None where a pattern cannot be read (which would apply is
+        unknown)."""
+        out = list(f.props.get(name, []))
+        for o in f.owners:
+            matched = False
+            for pat, pc in o.patterns:
+                if pattern_problem(pat) is not None:
+                    return None
+                if py_search(pat, name):
+                    out.append(pc)
+                    matched = True
+            if not matched and name not in o.names and o.ap is not None:
+                out.append(o.ap)
+        return out
 
     def disjoint(self, a: tuple[Ctx, Optional[Flat]], b: tuple[Ctx, Optional[Flat]], depth: int) -> bool:
         """Whether no value satisfies both a and b, each a (ctx, flat) pair (False: unknown)."""
