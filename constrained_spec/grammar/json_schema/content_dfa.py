@@ -269,6 +269,24 @@ def _counted(base: Node, lo: int, hi: Optional[int]) -> Node:
     return ("rep", base, lo, hi)
 
 
+def _count_chars(lo: int, hi: Optional[int]) -> int:
+    """How many characters the count ``{lo,hi}`` adds to its base's spelling (``?``, ``{3}``...)."""
+    if (lo, hi) == (1, 1):
+        return 0
+    if (lo, hi) in ((0, 1), (0, None), (1, None)):
+        return 1
+    if lo == hi:
+        return 2 + len(str(lo))
+    return 3 + len(str(lo)) + (0 if hi is None else len(str(hi)))
+
+
+def _worth_merging(base: Node, counts: list[tuple[int, Optional[int]]], lo: int, hi: Optional[int]) -> bool:
+    """Whether ``base{lo,hi}`` is no longer than the repetitions of base it replaces (``aa``
+    stays, ``[^"\\]{2}`` and ``a{2}a?`` merge)."""
+    copies = sum(_size(base) + _count_chars(a, b) for a, b in counts)
+    return _size(base) + _count_chars(lo, hi) <= copies
+
+
 def _same(a: Node, b: Node) -> bool:
     """Whether two nodes are equal (identity first: shared subtrees are compared at once)."""
     return a is b or a == b
@@ -287,8 +305,9 @@ def _seq(*xs: Optional[Node]) -> Optional[Node]:
             if items:
                 b1, l1, h1 = _rep_parts(items[-1])
                 b2, l2, h2 = _rep_parts(y)
-                if _same(b1, b2):
-                    items[-1] = _counted(b1, l1 + l2, None if h1 is None or h2 is None else h1 + h2)
+                lo, hi = l1 + l2, (None if h1 is None or h2 is None else h1 + h2)
+                if _same(b1, b2) and _worth_merging(b1, [(l1, h1), (l2, h2)], lo, hi):
+                    items[-1] = _counted(b1, lo, hi)
                     continue
             items.append(y)
     if not items:
@@ -380,8 +399,10 @@ def _merge_counts(flat: list[Node], eps: bool) -> tuple[list[Node], bool]:
         merged = [spans[0]]
         for e in spans[1:]:
             last = merged[-1]
-            if last[2] is None or e[1] <= last[2] + 1:
-                last[2] = None if last[2] is None or e[2] is None else max(last[2], e[2])
+            hi = None if last[2] is None or e[2] is None else max(last[2], e[2])
+            if (last[2] is None or e[1] <= last[2] + 1) and _worth_merging(
+                    last[0], [(last[1], last[2]), (e[1], e[2])], last[1], hi):
+                last[2] = hi
             else:
                 merged.append(e)
         for e in merged:
@@ -464,6 +485,11 @@ def _weight(r: dict[int, dict[int, Node]], ins: dict[int, set[int]], k: int, siz
 HUB_MIN_CHARS = 12
 
 
+def _set_chars(r: Ranges) -> int:
+    """How many characters the JSON spelling of the class r takes."""
+    return _size(("set", r)) if r else 0
+
+
 def _atoms(d: Dfa) -> list[Ranges]:
     """The coarsest partition of the characters d reads into classes that every state sends to
     one target (one class per signature of (state, target) pairs)."""
@@ -486,18 +512,21 @@ def _generalised(d: Dfa) -> dict[int, dict[int, Node]]:
     then the start (``n``, an empty step to 0) and the final state (``n + 1``, an empty step from
     each accepting state), then hubs. Each edge s -R-> t whose classes (:func:`_atoms`) include
     costly ones (a JSON spelling past :data:`HUB_MIN_CHARS`: the escaped controls, "everything
-    but these letters") of union E, where another edge into t has the same E, reads E through a
-    hub h shared by them (s -> h by the empty string, h -E-> t) and only R - E directly: the
-    language is the same, and the costly class is written once per hub instead of once per edge."""
+    but these letters") of union E reads E through a hub h shared by the edges into t with that
+    E (s -> h by the empty string, h -E-> t) and only R - E directly, where what the edges save
+    outweighs writing E once more: the language is the same, and the costly class is written once
+    per hub instead of once per edge."""
     n = len(d.edges)
     costly = ecma.union(*[a for a in _atoms(d) if len(ecma.emit_set(a) or "") > HUB_MIN_CHARS])
-    uses: dict[tuple[Ranges, int], int] = {}
+    gain: dict[tuple[Ranges, int], int] = {}
     for es in d.edges:
         for rg, t in es:
             e = ecma.intersect(rg, costly)
             if e:
-                uses[(e, t)] = uses.get((e, t), 0) + 1
-    hubs = {key: n + 2 + i for i, key in enumerate(k for k, c in uses.items() if c > 1)}
+                if (e, t) not in gain:
+                    gain[(e, t)] = -_set_chars(e)
+                gain[(e, t)] += _set_chars(rg) - _set_chars(ecma.subtract(rg, e)) - 3
+    hubs = {key: n + 2 + i for i, key in enumerate(k for k, g in gain.items() if g > 0)}
     r: dict[int, dict[int, Node]] = {s: {} for s in range(n + 2 + len(hubs))}
     for s, es in enumerate(d.edges):
         for rg, t in es:
