@@ -252,6 +252,17 @@ def test_exactly_one_of_five_words_is_past_the_bound_and_refused_quickly():
     assert time.monotonic() - t0 < 5
 
 
+def test_hostile_automaton_is_refused_by_its_step_bound_quickly():
+    """The 9th letter from the end (512 states, each elimination joining hundreds of paths) passes
+    MAX_ELIMINATION_STEPS before its regex passes MAX_NODE_SIZE: refused in about a second."""
+    d = dfa_of_node(search_node("^[ab]*a[ab]{8}$"))
+    assert len(d.edges) == 512
+    t0 = time.monotonic()
+    with pytest.raises(DfaTooLarge, match="steps"):
+        to_node(d)
+    assert time.monotonic() - t0 < 10
+
+
 def test_one_of_five_contained_words_is_refused_by_name():
     schema = {"type": "array", "items": {"type": "string", "oneOf": [{"pattern": w} for w in SCOPES]}}
     with pytest.raises(UnsupportedKeywordError) as e:

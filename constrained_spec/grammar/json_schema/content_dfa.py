@@ -28,6 +28,9 @@ __all__ = ["Dfa", "DfaTooLarge", "dfa_of_node", "product", "to_node", "words_nod
 MAX_STATES = 1_000
 #: most characters (about) the regex of a DFA may take (state elimination can grow quadratically per state)
 MAX_NODE_SIZE = 40_000
+#: most paths state elimination may join into the regex (each a union simplified: a time bound; the
+#: dev splits' largest success needs about 1,500, a hostile 512-state DFA 59,000 before its size bound)
+MAX_ELIMINATION_STEPS = 20_000
 
 EPS: Node = ("seq", ())
 
@@ -545,10 +548,10 @@ def _generalised(d: Dfa) -> dict[int, dict[int, Node]]:
     return r
 
 
-def to_node(d: Dfa, max_size: int = MAX_NODE_SIZE) -> Optional[Node]:
+def to_node(d: Dfa, max_size: int = MAX_NODE_SIZE, max_steps: int = MAX_ELIMINATION_STEPS) -> Optional[Node]:
     """An ``ecma_regex`` node of d's language (None: empty) by state elimination on the trimmed,
     minimised DFA, eliminating first the states that add least (:class:`DfaTooLarge` past about
-    ``max_size`` characters)."""
+    ``max_size`` characters or past ``max_steps`` paths joined)."""
     d = minimise(trim(d))
     n = len(d.edges)
     if not any(d.accept):
@@ -561,6 +564,7 @@ def to_node(d: Dfa, max_size: int = MAX_NODE_SIZE) -> Optional[Node]:
             ins[t].add(s)
     remaining = set(r) - {start, final}
     size = _Sizes()
+    steps = 0
     while remaining:
         k = min(remaining, key=lambda x: (_weight(r, ins, x, size), x))
         remaining.discard(k)
@@ -569,6 +573,9 @@ def to_node(d: Dfa, max_size: int = MAX_NODE_SIZE) -> Optional[Node]:
         mid = _star(loop) if loop is not None else EPS
         for p in list(ins[k]):
             pk = r[p].pop(k)
+            steps += len(r[k])
+            if steps > max_steps:
+                raise DfaTooLarge(f"state elimination passes {max_steps} steps")
             for q, kq in r[k].items():
                 path = _seq(pk, mid, kq)
                 merged = _alt([r[p].get(q), path])
