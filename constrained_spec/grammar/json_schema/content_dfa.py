@@ -14,6 +14,7 @@ construction has a state bound (:class:`DfaTooLarge` past it) and the result a s
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -27,6 +28,9 @@ __all__ = ["Dfa", "DfaTooLarge", "dfa_of_node", "product", "to_node", "words_nod
 MAX_STATES = 1_000
 #: most characters (about) the regex of a DFA may take (state elimination can grow quadratically per state)
 MAX_NODE_SIZE = 40_000
+#: most paths state elimination may join into the regex (each a union simplified: a time bound; the
+#: dev splits' largest success needs about 1,500, a hostile 512-state DFA 59,000 before its size bound)
+MAX_ELIMINATION_STEPS = 20_000
 
 EPS: Node = ("seq", ())
 
@@ -252,19 +256,89 @@ def _size(n: Optional[Node]) -> int:
     return 3 + _size(n[1])
 
 
+def _rep_parts(x: Node) -> tuple[Node, int, Optional[int]]:
+    """x as a counted repetition (base, lo, hi): its own where it is one, else (x, 1, 1)."""
+    if x[0] == "rep":
+        return x[1], x[2], x[3]
+    return x, 1, 1
+
+
+def _counted(base: Node, lo: int, hi: Optional[int]) -> Node:
+    """The node of ``base{lo,hi}`` (base itself for {1,1}, the empty string for {0,0})."""
+    if hi == 0:
+        return EPS
+    if lo == 1 and hi == 1:
+        return base
+    return ("rep", base, lo, hi)
+
+
+def _count_chars(lo: int, hi: Optional[int]) -> int:
+    """How many characters the count ``{lo,hi}`` adds to its base's spelling (``?``, ``{3}``...)."""
+    if (lo, hi) == (1, 1):
+        return 0
+    if (lo, hi) in ((0, 1), (0, None), (1, None)):
+        return 1
+    if lo == hi:
+        return 2 + len(str(lo))
+    return 3 + len(str(lo)) + (0 if hi is None else len(str(hi)))
+
+
+def _worth_merging(base: Node, counts: list[tuple[int, Optional[int]]], lo: int, hi: Optional[int]) -> bool:
+    """Whether ``base{lo,hi}`` is no longer than the repetitions of base it replaces (``aa``
+    stays, ``[^"\\]{2}`` and ``a{2}a?`` merge)."""
+    copies = sum(_size(base) + _count_chars(a, b) for a, b in counts)
+    return _size(base) + _count_chars(lo, hi) <= copies
+
+
+def _same(a: Node, b: Node) -> bool:
+    """Whether two nodes are equal (identity first: shared subtrees are compared at once)."""
+    return a is b or a == b
+
+
 def _seq(*xs: Optional[Node]) -> Optional[Node]:
+    """The concatenation of xs (None: some x is empty); neighbours that repeat one base are one
+    counted repetition: ``X{a,b}X{c,d}`` is ``X{a+c,b+d}`` (every count between is a sum)."""
     items: list[Node] = []
     for x in xs:
         if x is None:
             return None
-        if x[0] == "seq":
-            items.extend(x[1])
-        else:
-            items.append(x)
+        for y in x[1] if x[0] == "seq" else (x,):
+            if y == EPS:
+                continue
+            if items:
+                b1, l1, h1 = _rep_parts(items[-1])
+                b2, l2, h2 = _rep_parts(y)
+                lo, hi = l1 + l2, (None if h1 is None or h2 is None else h1 + h2)
+                if _same(b1, b2) and _worth_merging(b1, [(l1, h1), (l2, h2)], lo, hi):
+                    items[-1] = _counted(b1, lo, hi)
+                    continue
+            items.append(y)
+    if not items:
+        return EPS
     return items[0] if len(items) == 1 else ("seq", tuple(items))
 
 
-def _alt(xs: list[Optional[Node]]) -> Optional[Node]:
+def _items(x: Node) -> tuple[Node, ...]:
+    """The items of x read as a concatenation (x alone where it is none)."""
+    return x[1] if x[0] == "seq" else (x,)
+
+
+def _concat(items: tuple[Node, ...]) -> Node:
+    """The node of a concatenation of items (the empty string for none)."""
+    if not items:
+        return EPS
+    return items[0] if len(items) == 1 else ("seq", items)
+
+
+def _key(x: Node) -> object:
+    """A grouping key of x: a character set by its value (cheap to hash, often rebuilt), any
+    other node by identity (its hash would walk the whole tree; equal copies just stay apart)."""
+    return x if x[0] == "set" else id(x)
+
+
+def _alternatives(xs: list[Optional[Node]]) -> tuple[list[Node], bool]:
+    """The alternatives of the union of xs (nested unions and optionals opened, duplicates
+    dropped) and whether the empty string is among them."""
     flat: list[Node] = []
     eps = False
     for x in xs:
@@ -277,8 +351,88 @@ def _alt(xs: list[Optional[Node]]) -> Optional[Node]:
             eps = True
             x = x[1]
         for y in x[1] if x[0] == "alt" else (x,):
-            if y not in flat:
+            if y == EPS:
+                eps = True
+            elif y not in flat:
                 flat.append(y)
+    return flat, eps
+
+
+def _factor(flat: list[Node], front: bool, depth: int) -> list[Node]:
+    """The alternatives with those sharing their first item (``front``) or their last one
+    written once: ``aX|aY`` is ``a(X|Y)``, ``Xb|Yb`` is ``(X|Y)b``."""
+    groups: dict[object, list[tuple[Node, ...]]] = {}
+    for y in flat:
+        its = _items(y)
+        groups.setdefault(_key(its[0] if front else its[-1]), []).append(its)
+    if len(groups) == len(flat):
+        return flat
+    out: list[Node] = []
+    for g in groups.values():
+        if len(g) == 1:
+            made: Optional[Node] = _concat(g[0])
+        else:
+            inner = _alt_at([_concat(its[1:] if front else its[:-1]) for its in g], depth + 1)
+            made = _seq(g[0][0], inner) if front else _seq(inner, g[0][-1])
+        assert made is not None  # every group is non-empty, every rest a word's
+        for z in made[1] if made[0] == "alt" else (made,):
+            if z not in out:
+                out.append(z)
+    return out
+
+
+def _merge_counts(flat: list[Node], eps: bool) -> tuple[list[Node], bool]:
+    """The alternatives with the counted repetitions of one base whose counts touch written as
+    one (``X{a,b}|X{c,d}`` is ``X{min,max}`` where the ranges meet), the empty string (``X{0,0}``)
+    folded into one that starts at 0 or 1; and whether the empty string is still apart."""
+    bases: dict[object, list[list]] = {}
+    order: list[object] = []
+    for y in flat:
+        base, lo, hi = _rep_parts(y)
+        k = _key(base)
+        if k not in bases:
+            bases[k] = []
+            order.append(k)
+        bases[k].append([base, lo, hi])
+    if len(order) == len(flat) and not eps:
+        return flat, eps
+    out: list[Node] = []
+    for k in order:
+        spans = sorted(bases[k], key=lambda e: e[1])
+        merged = [spans[0]]
+        for e in spans[1:]:
+            last = merged[-1]
+            hi = None if last[2] is None or e[2] is None else max(last[2], e[2])
+            if (last[2] is None or e[1] <= last[2] + 1) and _worth_merging(
+                    last[0], [(last[1], last[2]), (e[1], e[2])], last[1], hi):
+                last[2] = hi
+            else:
+                merged.append(e)
+        for e in merged:
+            if eps and e[1] <= 1:
+                e[1] = 0
+                eps = False
+            out.append(_counted(e[0], e[1], e[2]))
+    return out, eps
+
+
+#: deepest nesting of factored alternatives (past it, alternatives stay as they come)
+MAX_FACTOR_DEPTH = 32
+
+
+def _alt(xs: list[Optional[Node]]) -> Optional[Node]:
+    """The union of xs (None: no string), simplified without changing the language: common
+    first and last items factored out, touching counts of one base merged, character sets made
+    one class, the empty string making the rest optional."""
+    return _alt_at(xs, 0)
+
+
+def _alt_at(xs: list[Optional[Node]], depth: int) -> Optional[Node]:
+    """:func:`_alt` at a factoring ``depth`` (:data:`MAX_FACTOR_DEPTH`)."""
+    flat, eps = _alternatives(xs)
+    if depth < MAX_FACTOR_DEPTH and len(flat) > 1:
+        flat = _factor(_factor(flat, True, depth), False, depth)
+    flat, eps = _merge_counts(flat, eps)
     sets = [y for y in flat if y[0] == "set"]
     if len(sets) > 1:  # one character class
         flat = [y for y in flat if y[0] != "set"] + [("set", ecma.union(*[y[1] for y in sets]))]
@@ -330,28 +484,87 @@ def _weight(r: dict[int, dict[int, Node]], ins: dict[int, set[int]], k: int, siz
     return sin * (len(qout) - 1) + sout * (len(pin) - 1) + loop * (len(pin) * len(qout) - 1)
 
 
-def to_node(d: Dfa, max_size: int = MAX_NODE_SIZE) -> Optional[Node]:
+#: a character class whose JSON spelling is longer than this is written once per hub (:func:`_generalised`)
+HUB_MIN_CHARS = 12
+
+
+def _set_chars(r: Ranges) -> int:
+    """How many characters the JSON spelling of the class r takes."""
+    return _size(("set", r)) if r else 0
+
+
+def _atoms(d: Dfa) -> list[Ranges]:
+    """The coarsest partition of the characters d reads into classes that every state sends to
+    one target (one class per signature of (state, target) pairs)."""
+    bounds = partition_edges([rg for es in d.edges for rg, _ in es])
+    sig: list[list[tuple[int, int]]] = [[] for _ in range(max(0, len(bounds) - 1))]
+    for s, es in enumerate(d.edges):
+        for rg, t in es:
+            for a, b in rg:
+                for k in range(bisect.bisect_left(bounds, a), bisect.bisect_left(bounds, b + 1)):
+                    sig[k].append((s, t))
+    groups: dict[tuple[tuple[int, int], ...], list[tuple[int, int]]] = {}
+    for k, pairs in enumerate(sig):
+        if pairs:
+            groups.setdefault(tuple(pairs), []).append((bounds[k], bounds[k + 1] - 1))
+    return [ecma.norm(v) for v in groups.values()]
+
+
+def _generalised(d: Dfa) -> dict[int, dict[int, Node]]:
+    """The generalised automaton of a trimmed, minimised d for state elimination: d's states,
+    then the start (``n``, an empty step to 0) and the final state (``n + 1``, an empty step from
+    each accepting state), then hubs. Each edge s -R-> t whose classes (:func:`_atoms`) include
+    costly ones (a JSON spelling past :data:`HUB_MIN_CHARS`: the escaped controls, "everything
+    but these letters") of union E reads E through a hub h shared by the edges into t with that
+    E (s -> h by the empty string, h -E-> t) and only R - E directly, where what the edges save
+    outweighs writing E once more: the language is the same, and the costly class is written once
+    per hub instead of once per edge."""
+    n = len(d.edges)
+    costly = ecma.union(*[a for a in _atoms(d) if len(ecma.emit_set(a) or "") > HUB_MIN_CHARS])
+    gain: dict[tuple[Ranges, int], int] = {}
+    for es in d.edges:
+        for rg, t in es:
+            e = ecma.intersect(rg, costly)
+            if e:
+                if (e, t) not in gain:
+                    gain[(e, t)] = -_set_chars(e)
+                gain[(e, t)] += _set_chars(rg) - _set_chars(ecma.subtract(rg, e)) - 3
+    hubs = {key: n + 2 + i for i, key in enumerate(k for k, g in gain.items() if g > 0)}
+    r: dict[int, dict[int, Node]] = {s: {} for s in range(n + 2 + len(hubs))}
+    for s, es in enumerate(d.edges):
+        for rg, t in es:
+            e = ecma.intersect(rg, costly)
+            h = hubs.get((e, t)) if e else None
+            rest = ecma.subtract(rg, e) if h is not None else rg
+            if rest:
+                r[s][t] = ("set", rest)
+            if h is not None:
+                r[s][h] = EPS
+        if d.accept[s]:
+            r[s][n + 1] = EPS
+    for (e, t), h in hubs.items():
+        r[h][t] = ("set", e)
+    r[n][0] = EPS
+    return r
+
+
+def to_node(d: Dfa, max_size: int = MAX_NODE_SIZE, max_steps: int = MAX_ELIMINATION_STEPS) -> Optional[Node]:
     """An ``ecma_regex`` node of d's language (None: empty) by state elimination on the trimmed,
     minimised DFA, eliminating first the states that add least (:class:`DfaTooLarge` past about
-    ``max_size`` characters)."""
+    ``max_size`` characters or past ``max_steps`` paths joined)."""
     d = minimise(trim(d))
     n = len(d.edges)
     if not any(d.accept):
         return None
     start, final = n, n + 1
-    r: dict[int, dict[int, Node]] = {s: {} for s in range(n + 2)}
-    for s, es in enumerate(d.edges):
-        for rg, t in es:
-            r[s][t] = ("set", rg)
-        if d.accept[s]:
-            r[s][final] = EPS
-    r[start][0] = EPS
-    ins: dict[int, set[int]] = {s: set() for s in range(n + 2)}
+    r = _generalised(d)
+    ins: dict[int, set[int]] = {s: set() for s in r}
     for s in r:
         for t in r[s]:
             ins[t].add(s)
-    remaining = set(range(n))
+    remaining = set(r) - {start, final}
     size = _Sizes()
+    steps = 0
     while remaining:
         k = min(remaining, key=lambda x: (_weight(r, ins, x, size), x))
         remaining.discard(k)
@@ -360,6 +573,9 @@ def to_node(d: Dfa, max_size: int = MAX_NODE_SIZE) -> Optional[Node]:
         mid = _star(loop) if loop is not None else EPS
         for p in list(ins[k]):
             pk = r[p].pop(k)
+            steps += len(r[k])
+            if steps > max_steps:
+                raise DfaTooLarge(f"state elimination passes {max_steps} steps")
             for q, kq in r[k].items():
                 path = _seq(pk, mid, kq)
                 merged = _alt([r[p].get(q), path])
@@ -378,4 +594,5 @@ def to_node(d: Dfa, max_size: int = MAX_NODE_SIZE) -> Optional[Node]:
 
 def words_node(words: list[str]) -> Optional[Node]:
     """The node of a finite set of strings (None: none)."""
-    return _alt([_seq(*[("set", ((ord(c), ord(c)),)) for c in w]) if w else EPS for w in words])
+    chars = [tuple(("set", ((ord(c), ord(c)),)) for c in w) for w in words]
+    return _alt_at([_concat(cs) for cs in chars], MAX_FACTOR_DEPTH)
