@@ -252,15 +252,35 @@ def _size(n: Optional[Node]) -> int:
     return 3 + _size(n[1])
 
 
+def _power(x: Node) -> tuple[Node, int, Optional[int]]:
+    """x as ``B{lo,hi}``: a repetition's body and bounds, any other node once."""
+    if x[0] == "rep":
+        return x[1], x[2], x[3]
+    return x, 1, 1
+
+
+def _append(items: list[Node], x: Node) -> None:
+    """Append x to a sequence's items, ``B{l1,h1} B{l2,h2}`` written ``B{l1+l2,h1+h2}`` (the same
+    language: i copies then j copies are i+j copies, and every count between the sums is one such
+    sum). A chain of optional copies (``B(B(B)?)?``, what state elimination writes for a run of
+    accepting states) is so one bounded repetition rather than a nesting as deep as the run, which
+    regex parsers refuse past a nesting limit (Rust ``regex-syntax``: 250)."""
+    if items:
+        body, lo, hi = _power(x)
+        pbody, plo, phi = _power(items[-1])
+        if body == pbody and body != EPS:
+            items[-1] = ("rep", body, plo + lo, None if hi is None or phi is None else phi + hi)
+            return
+    items.append(x)
+
+
 def _seq(*xs: Optional[Node]) -> Optional[Node]:
     items: list[Node] = []
     for x in xs:
         if x is None:
             return None
-        if x[0] == "seq":
-            items.extend(x[1])
-        else:
-            items.append(x)
+        for y in x[1] if x[0] == "seq" else (x,):
+            _append(items, y)
     return items[0] if len(items) == 1 else ("seq", tuple(items))
 
 
@@ -285,6 +305,8 @@ def _alt(xs: list[Optional[Node]]) -> Optional[Node]:
     if not flat:
         return EPS if eps else None
     body = flat[0] if len(flat) == 1 else ("alt", tuple(flat))
+    if eps and body[0] == "rep" and body[2] == 1:  # B{1,hi} or the empty string: B{0,hi}
+        return ("rep", body[1], 0, body[3])
     return ("rep", body, 0, 1) if eps else body
 
 
