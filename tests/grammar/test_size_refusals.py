@@ -117,7 +117,8 @@ def test_state_elimination_writes_a_run_of_optional_copies_as_one_repetition() -
     node = content_dfa.to_node(d)
     assert node is not None
     text = ecma.emit(node)
-    assert text is not None and _nesting(text) <= 3, text[:200]
+    assert text is not None
+    assert _nesting(text) <= 3, text[:200]
     rng = random.Random(1)
     for n in (0, 1, 2, 150, 299, 300, 301, 400):
         s = "".join(rng.choice("abz") for _ in range(n))
