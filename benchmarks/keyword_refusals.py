@@ -32,7 +32,7 @@ def compile_one(schema: object) -> tuple[str, str, str]:
     except UnsupportedKeywordError as e:
         return "unsupported:" + e.keyword, "", str(e)
     except CompileLimitError as e:
-        return "limit:" + str(getattr(e, "kind", "") or "time"), "", str(e)
+        return "limit:" + (e.kind or "other"), "", str(e)  # other: a count cap (e.g. branch combinations)
     except EmptyLanguageError:
         return "empty", "", ""
     except SchemaError:

@@ -240,12 +240,15 @@ def test_any_of_and_one_of():
           options=SchemaOptions(allow_unenforced=True))
     # without a bound the non-integers are written: exact
     check({"oneOf": [{"type": "integer"}, {"type": "number"}]}, good=[1.5, -0.25], bad=[3, 0, "a"])
-    # overlapping where a negation cannot be written (object constraints) is refused by name
+    # overlapping on counts: one count bound flipped is the negation (2026-12-05)
+    check({"oneOf": [{"type": "array", "minItems": 1}, {"type": "array", "maxItems": 3}]},
+          good=[[], [1, 2, 3, 4]], bad=[[1], [1, 2, 3], "a"])
+    # overlapping where a negation cannot be written (uniqueItems) is refused by name
     with pytest.raises(UnsupportedKeywordError) as ei:
-        schema_to_regex({"oneOf": [{"type": "array", "minItems": 1}, {"type": "array", "maxItems": 3}]})
+        schema_to_regex({"oneOf": [{"type": "array", "uniqueItems": True}, {"type": "array", "maxItems": 3}]})
     assert ei.value.keyword == "oneOf"
     # ... unless allow_unenforced
-    res = schema_to_regex({"oneOf": [{"type": "array", "minItems": 1}, {"type": "array", "maxItems": 3}]},
+    res = schema_to_regex({"oneOf": [{"type": "array", "uniqueItems": True}, {"type": "array", "maxItems": 3}]},
                           SchemaOptions(allow_unenforced=True))
     assert res.unenforced
 
@@ -523,8 +526,10 @@ def test_not_dependent_if_then_else():
     )
     # not of a pattern: the strings it does not match (a DFA complement, issue 49)
     check({"type": "string", "not": {"pattern": "^a"}}, good=["", "ba", "b"], bad=["a", "ab"])
+    # not of one count bound: the bound flipped (2026-12-05)
+    check({"type": "array", "not": {"minItems": 2}}, good=[[], [1]], bad=[[1, 2], [1, 2, 3]])
     with pytest.raises(UnsupportedKeywordError) as ei:
-        schema_to_regex({"type": "array", "not": {"minItems": 2}})
+        schema_to_regex({"type": "array", "not": {"uniqueItems": True}})
     assert ei.value.keyword == "not"
 
 

@@ -69,6 +69,9 @@ class CompilerBase:
         self.synthetic: list[dict[str, Any]] = []  # schema parts the compiler made (negations), kept alive
         # ids of the ``contains`` subschemas a ``not: {items: S}`` made (exact only as "some item anywhere")
         self.negated_items: set[int] = set()
+        # how many :meth:`Combinators._value_negatable` calls are open now (a recursive $ref met through
+        # ``not: {items: ...}`` starts a new one: bounded by MAX_NEGATABLE_NESTING)
+        self.negatable_nesting = 0
         # (id of a schema, its pointer) -> its parts for ``not`` by De Morgan (Combinators.conjunction_parts)
         self.conjunction_memo: dict[tuple[int, str], Optional[list[Ctx]]] = {}
         self.ignored_formats: dict[str, str] = {}  # pointer -> format name

@@ -66,6 +66,15 @@ _KEYWORD_UNITS: list[frozenset[str]] = [
 #: draft 4's bounds, whose exclusive forms are flags on them
 _DRAFT4_BOUNDS: list[frozenset[str]] = [frozenset({"minimum", "exclusiveMinimum"}), frozenset({"maximum", "exclusiveMaximum"})]
 
+#: how deep :meth:`Combinators._value_negatable` looks into a schema (properties, items, parts)
+MAX_NEGATION_DEPTH = 8
+
+#: most :meth:`Combinators._value_negatable` calls open at once (each level of a negation it checks)
+MAX_NEGATABLE_NESTING = 16
+
+#: most branches of a ``oneOf`` tested pairwise for disjointness to negate it as an ``anyOf``
+MAX_DISJOINT_BRANCHES = 12
+
 #: most object constants one branch is told apart from (each a branch group)
 MAX_OBJECT_CONSTS = 4
 
@@ -417,6 +426,9 @@ class Combinators(CompilerBase):
                                                   for k, v in props.items()):
                 return Holds(cj, False)
         if fj is None or not self.negatable(cj, fj, types):
+            parts = self.conjunction_parts(cj)
+            if parts is not None and all(self._value_negatable(p, deep=True) for p in parts):
+                return Holds(cj, False)  # not (A and B): not A or not B (compiler.absorb), each exact
             return None
         return Holds(cj, False)
 
@@ -433,10 +445,31 @@ class Combinators(CompilerBase):
         cannot exclude (objects, arrays, numbers); ``deep`` (by default in the strict round of a
         ``oneOf``) also where it is a branch group (:meth:`negation_group`) whose properties'
         negations are so in turn, or a conjunction whose parts' are (:meth:`conjunction_parts`)."""
-        if self._leaf_negatable(ctx):
+        if self.negatable_nesting >= MAX_NEGATABLE_NESTING:
+            return False  # (a recursive $ref negated inside itself: not exact here)
+        self.negatable_nesting += 1
+        try:
+            return self._value_negatable_now(ctx, depth, deep)
+        finally:
+            self.negatable_nesting -= 1
+
+    def _value_negatable_now(self, ctx: Ctx, depth: int, deep: Optional[bool]) -> bool:
+        """:meth:`_value_negatable` within the nesting bound."""
+        deep_now = self.strict_oneof if deep is None else deep
+        leaf = self._leaf_negation(ctx)
+        if leaf is not None and (not deep_now or depth >= MAX_NEGATION_DEPTH or all(
+                self._value_negatable(c, depth + 1, deep) for cs in leaf.props.values() for c in cs
+                if isinstance(c, NegCtx))):  # deep: "p present and failing S" needs S's negation too
             return True
-        if not (self.strict_oneof if deep is None else deep) or depth >= 4:
+        if not deep_now or depth >= MAX_NEGATION_DEPTH:
             return False
+        if isinstance(ctx.schema, dict) and asserting_keys(ctx.schema) == {"not"}:
+            return True  # not not X: X, held as it is (compiler.absorb)
+        if oneof_true_rest(self.bare_ref_target(ctx).schema) is not None:
+            return True  # not oneOf [true, X, ...]: some X holds, held as it is (compiler.absorb)
+        branches = self.disjoint_one_of(ctx)
+        if branches is not None:  # not oneOf of disjoint branches: not anyOf, every branch failing
+            return all(self._value_negatable(b, depth + 1, deep) for b in branches)
         parts = None if self.negation_group(ctx) is not None else self.conjunction_parts(ctx)
         if parts is not None:  # not (A and B): not A or not B (compiler.absorb), each exact in turn
             return all(self._value_negatable(p, depth + 1, deep) for p in parts)
@@ -448,21 +481,41 @@ class Combinators(CompilerBase):
         return isinstance(props, dict) and all(
             self._value_negatable(target.child(v, "properties", p), depth + 1, deep) for p, v in props.items())
 
+    def disjoint_one_of(self, ctx: Ctx) -> Optional[list[Ctx]]:
+        """The branches of ctx (through bare ``$ref``s) where it is only a ``oneOf`` whose branches
+        are pairwise disjoint (:meth:`disjoint`: at most one holds, so it is their ``anyOf``);
+        None for any other form, or more than :data:`MAX_DISJOINT_BRANCHES` branches."""
+        target = self.bare_ref_target(ctx)
+        s = target.schema
+        if not (isinstance(s, dict) and asserting_keys(s) == {"oneOf"} and isinstance(s["oneOf"], list)
+                and 0 < len(s["oneOf"]) <= MAX_DISJOINT_BRANCHES):
+            return None
+        ctxs = [target.child(b, "oneOf", n) for n, b in enumerate(s["oneOf"])]
+        pairs = [(c, self._absorbed(c)) for c in ctxs]
+        if all(self.disjoint(pairs[i], pairs[j], 0) for i in range(len(pairs)) for j in range(i + 1, len(pairs))):
+            return ctxs
+        return None
+
     def _leaf_negatable(self, ctx: Ctx) -> bool:
         """:meth:`_value_negatable` at the leaf alone (:meth:`apply_not` on a scratch leaf)."""
+        return self._leaf_negation(ctx) is not None
+
+    def _leaf_negation(self, ctx: Ctx) -> Optional[Flat]:
+        """The scratch leaf :meth:`apply_not` writes ``not: ctx`` on, where it can (nothing
+        recorded, no constant left that the leaf cannot exclude); None where not."""
         flat, types = Flat(), set(ALL_TYPES)
         mark = len(self.unenforced)
         try:
             self.apply_not(flat, ctx, types)
         except UnsupportedKeywordError:
-            return False
+            return None
         finally:
             recorded = len(self.unenforced) > mark
             del self.unenforced[mark:]
         if recorded:
-            return False
+            return None
         left = [v for _, vals in flat.excluded for v in vals]
-        return not any(type_of(v) in ("object", "array", "integer", "number") for v in left)
+        return None if any(type_of(v) in ("object", "array", "integer", "number") for v in left) else flat
 
     def bare_ref_target(self, ctx: Ctx) -> Ctx:
         """ctx, or where its schema is only a ``$ref`` (and annotations), what the reference leads
@@ -1185,6 +1238,22 @@ class Combinators(CompilerBase):
             d, strict = plan.lower
             if flat.lo is None or d > flat.lo or (d == flat.lo and strict):
                 flat.lo, flat.lo_strict = d, strict
+        if plan.lengths is not None:
+            lo, hi = plan.lengths
+            flat.min_len = max(flat.min_len, lo)
+            if hi is not None:
+                flat.max_len = hi if flat.max_len is None else min(flat.max_len, hi)
+        if plan.items is not None:
+            lo, hi = plan.items
+            flat.min_items = max(flat.min_items, lo)
+            if hi is not None:
+                flat.max_items = hi if flat.max_items is None else min(flat.max_items, hi)
+        if plan.props is not None:
+            lo, hi = plan.props
+            if lo > flat.min_props:
+                flat.min_props, flat.min_props_ptr = lo, nctx.ptr
+            if hi is not None and (flat.max_props is None or hi < flat.max_props):
+                flat.max_props, flat.max_props_ptr = hi, nctx.ptr
         return True
 
     def negatable(self, ctx: Ctx, f: Flat, types: set[str]) -> bool:
@@ -1271,6 +1340,18 @@ def _object_form(s: object, closed_too: bool) -> Optional[tuple[dict, list[str],
             or not isinstance(ap, bool)):
         return None
     return props, req, ap
+
+
+def oneof_true_rest(s: object) -> Optional[list[int]]:
+    """For ``{oneOf: [...]}`` with exactly one branch that admits every value (``true``, or no
+    asserting keyword, e.g. only an unknown one): the indices of the other branches (the schema
+    holds where none of them does); None for any other form."""
+    if not (isinstance(s, dict) and asserting_keys(s) == {"oneOf"} and isinstance(s["oneOf"], list)):
+        return None
+    trivial = [n for n, b in enumerate(s["oneOf"]) if b is True or (isinstance(b, dict) and not asserting_keys(b))]
+    if len(trivial) != 1:
+        return None
+    return [n for n in range(len(s["oneOf"])) if n != trivial[0]]
 
 
 def _is_not(s: object) -> bool:

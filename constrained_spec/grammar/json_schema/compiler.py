@@ -30,7 +30,7 @@ from typing import Any, Optional, Union
 
 from constrained_spec.errors import CompileLimitError, EmptyLanguageError, SchemaError, UnsupportedKeywordError
 from constrained_spec.grammar.json_schema.base import ConjunctionKey, MemoKey, time_limit_error
-from constrained_spec.grammar.json_schema.combinators import Combinators
+from constrained_spec.grammar.json_schema.combinators import Combinators, oneof_true_rest
 from constrained_spec.grammar.json_schema.context import Ctx, SchemaDocument
 from constrained_spec.grammar.json_schema.emit_array import ArrayEmitter
 from constrained_spec.grammar.json_schema.emit_lark import build_lark, placeholder
@@ -305,6 +305,21 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             if isinstance(ts, dict) and asserting_keys(ts) == {"anyOf"} and isinstance(ts["anyOf"], list) and ts["anyOf"]:
                 for i, sub in enumerate(ts["anyOf"]):  # not anyOf [A, B]: not A and not B
                     self.absorb(flat, t.child(sub, "anyOf", i), False, depth + 1)
+                return
+            disjoint = self.disjoint_one_of(t)
+            if disjoint is not None:  # not oneOf of disjoint branches (its anyOf): every branch failing
+                for sub_ctx in disjoint:
+                    self.absorb(flat, sub_ctx, False, depth + 1)
+                return
+            rest = oneof_true_rest(ts)
+            if rest is not None:  # oneOf [true, X, ...] holds where no X does: its not, some X
+                if rest:
+                    flat.groups.append(("anyOf", [[Holds(t.child(ts["oneOf"][i], "oneOf", i), True)] for i in rest],
+                                        ctx.ptr))
+                else:
+                    flat.types = set()
+                    flat.constrained = True
+                flat.sources.append((ctx, False))
                 return
             group = self.negation_group(ctx)
             parts = None if group is not None else self.conjunction_parts(ctx)

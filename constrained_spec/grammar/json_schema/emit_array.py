@@ -8,6 +8,7 @@ from typing import Any, Optional
 from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.context import Ctx
 from constrained_spec.grammar.json_schema.ir import EMPTY, Flat
+from constrained_spec.grammar.json_schema.negation import negation_keyword
 from constrained_spec.grammar.json_schema.options import MAX_UNIQUE_DOMAIN, UNROLL_BUDGET
 from constrained_spec.grammar.json_schema.regex_text import SeqItem, expanded_size, group, rep, sequence, strip_opt
 from constrained_spec.grammar.json_schema.values import json_key, norm_numbers
@@ -53,7 +54,8 @@ class ArrayEmitter(CompilerBase):
         exact_contains = n_prefix == 0 and M is None and m <= n_contains and not flat.unique
         for cctx, _mn, _mx, ptr in flat.contains:
             if id(cctx.schema) in self.negated_items and not exact_contains:
-                self.unsupported("not", ptr, "'not: {items: ...}' is enforced as an item anywhere in the array, not "
+                kw, at = negation_keyword(ptr)  # a oneOf branch negated to keep the branches apart is the oneOf's
+                self.unsupported(kw, at, "'not: {items: ...}' is enforced as an item anywhere in the array, not "
                                  "beside prefixItems, maxItems, uniqueItems or minItems above one")
         if flat.unique:
             return self.unique_array(flat, max(m, n_contains), M)

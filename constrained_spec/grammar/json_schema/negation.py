@@ -7,10 +7,13 @@ type (S admits every value of type t: t is dropped), or a set that the emitters 
 
 * ``null``/``boolean``: the (at most two) values S admits, asked of the validator;
 * strings: the *decoded* strings S admits, a regular language over code points (lengths,
-  ``pattern``s, or a finite ``enum``), subtracted with a bounded DFA (:mod:`.content_dfa`);
+  ``pattern``s, or a finite ``enum``), subtracted with a bounded DFA (:mod:`.content_dfa`); one
+  length bound alone is flipped instead (``not: {maxLength: 9}`` is ``minLength: 10``, no DFA);
   a ``format`` inside S is read as admitting every string (a larger S, so a smaller
   complement: sound whether the judge asserts formats or not);
-* numbers: one bound (``minimum``/``maximum``, exclusive or not) flipped.
+* numbers: one bound (``minimum``/``maximum``, exclusive or not) flipped;
+* arrays and objects: one count bound (``minItems``/``maxItems``, ``minProperties``/
+  ``maxProperties``) flipped, where S says nothing else of them.
 
 Everything else (objects or arrays that S constrains, numeric ``enum``s, nested combinators)
 answers None and the caller refuses by name. Exact or refused: never wider, never narrower.
@@ -44,6 +47,11 @@ class NotPlan:
     strings: Optional[Dfa] = None
     upper: Optional[tuple[Decimal, bool]] = None
     lower: Optional[tuple[Decimal, bool]] = None
+    #: strings, arrays, objects: one length or count bound flipped (``not: {minItems: 3}`` is at most
+    #: 2 items), each (lo, hi)
+    lengths: Optional[tuple[int, Optional[int]]] = None
+    items: Optional[tuple[int, Optional[int]]] = None
+    props: Optional[tuple[int, Optional[int]]] = None
 
 
 def search_node(pattern: str) -> Node:
@@ -153,6 +161,23 @@ def _array_free(nf: Flat) -> bool:
     return not (nf.arr_owners or nf.min_items or nf.max_items is not None or nf.unique or nf.contains)
 
 
+def _flipped_count(lo: int, hi: Optional[int]) -> Optional[tuple[int, Optional[int]]]:
+    """The counts outside ``[lo, hi]`` where they form one range (one bound given), as (lo, hi)."""
+    if hi is None and lo > 0:
+        return 0, lo - 1
+    if hi is not None and lo == 0:
+        return hi + 1, None
+    return None
+
+
+def _count_only_object(nf: Flat) -> bool:
+    return not (nf.props or nf.required or nf.owners or nf.property_names or nf.forbidden)
+
+
+def _count_only_array(nf: Flat) -> bool:
+    return not (nf.arr_owners or nf.unique or nf.contains)
+
+
 def plan_not(nf: Flat, types: set[str], valid: Any) -> Optional[NotPlan]:
     """How ``not: S`` acts on a leaf of ``types`` (S's flat is ``nf``; ``valid(value)`` asks the
     validator whether S admits a value), or None where it cannot be written exactly.
@@ -184,6 +209,8 @@ def plan_not(nf: Flat, types: set[str], valid: Any) -> Optional[NotPlan]:
             words = [v for v in enum if isinstance(v, str) and valid(v)]
             if words:
                 plan.strings = string_language(nf, words)
+        elif not any(kw == "pattern" for _, _, kw in nf.patterns) and _flipped_count(nf.min_len, nf.max_len):
+            plan.lengths = _flipped_count(nf.min_len, nf.max_len)  # not {maxLength: k}: k + 1 or more
         else:
             d = string_language(nf, None)
             if d is None:
@@ -217,6 +244,10 @@ def plan_not(nf: Flat, types: set[str], valid: Any) -> Optional[NotPlan]:
             continue
         elif free:
             plan.drop.add(t)
+        elif t == "array" and _count_only_array(nf) and _flipped_count(nf.min_items, nf.max_items) is not None:
+            plan.items = _flipped_count(nf.min_items, nf.max_items)  # not {minItems: k}: fewer than k items
+        elif t == "object" and _count_only_object(nf) and _flipped_count(nf.min_props, nf.max_props) is not None:
+            plan.props = _flipped_count(nf.min_props, nf.max_props)
         else:
             return None
     return plan
