@@ -68,3 +68,24 @@ def test_cli_exposes_the_option():
     assert schema_options(build_parser().parse_args(base)).additional_properties == "declared"
     args = build_parser().parse_args(base + ["--additional-properties", "spec"])
     assert schema_options(args).additional_properties == "spec"
+
+
+PATTERN_SCHEMAS = [
+    {"patternProperties": {"^x": {"type": "integer"}}},
+    {"type": "object", "properties": {"a": {}}, "patternProperties": {"^x": {"type": "integer"}}},
+    {"patternProperties": {"^x": {"type": "integer"}, "y$": {"type": "string"}}},
+]
+PATTERN_VALUES = [{}, {"x": 1}, {"y": "s"}, {"x": "s"}, {"a": 1, "y": 2}, {"xy": 1}, {"xy": "s"}, {"zy": "s"},
+                  {"zy": 1}, {"x1": 2, "q": None}]
+
+
+@pytest.mark.parametrize("schema", PATTERN_SCHEMAS, ids=range(len(PATTERN_SCHEMAS)))
+def test_spec_option_with_pattern_properties_and_no_additional_properties(schema):
+    """``patternProperties`` without ``additionalProperties``: a name no pattern matches takes any value
+    (it generated none before 2026-12-05, even with ``additional_properties="spec"``). The default,
+    the declared names and the patterns' names only, is the negative control the same check rejects."""
+    judge = Draft202012Validator(schema)
+    spec = re.compile(schema_to_regex(schema, SPEC).regex)
+    assert [v for v in PATTERN_VALUES if bool(spec.fullmatch(_dumps(v))) != judge.is_valid(v)] == []
+    declared = re.compile(schema_to_regex(schema).regex)
+    assert [v for v in PATTERN_VALUES if bool(declared.fullmatch(_dumps(v))) != judge.is_valid(v)]

@@ -309,7 +309,10 @@ class ObjectEmitter(CompilerBase):
                              "the intersection of both)")
             return self._extras_sound_part(flat, owner, declared, all_names)
         names = sorted(set(declared) | set(all_names))
-        ap_open = owner.ap is not None and owner.ap.schema is not False
+        ap_ctx = owner.ap
+        if ap_ctx is None and self.opts.additional_properties == "spec":
+            ap_ctx = Ctx(True, owner.ptr or "", None)  # no additionalProperties: any other name, any value
+        ap_open = ap_ctx is not None and ap_ctx.schema is not False
         if len(owner.patterns) == 1 and not ap_open:
             # one pattern and no other names: its names as before, where no declared name matches it
             p, pc = owner.patterns[0]
@@ -335,7 +338,7 @@ class ObjectEmitter(CompilerBase):
             self.refuse("patternProperties", ptr, str(e))
         out: list[Extra] = []
         for matched, body in cells:
-            ctxs = [owner.patterns[i][1] for i in matched] if matched else [owner.ap]
+            ctxs = [owner.patterns[i][1] for i in matched] if matched else [ap_ctx]
             v = self.compile_ctx([c for c in ctxs if c is not None])
             if v is not None:
                 out.append(('"' + body + '"', v, None))
