@@ -176,3 +176,23 @@ def test_control_without_the_context_names_refused(monkeypatch, schema):
                         lambda self, branches, ptr, outer=None, given=frozenset(): plain(self, branches, ptr, outer))
     with pytest.raises(UnsupportedKeywordError):
         regex_of(schema)
+
+
+#: two closed objects sharing no name (Github_medium---o53524's ``options``: seven optional names
+#: against two): only ``{}`` satisfies both; the split runs one name deeper per name (a chain of 8)
+CLOSED_CHAIN = {"oneOf": [
+    {"type": "object", "additionalProperties": False, "properties": {f"n{i}": {"type": "integer"} for i in range(8)}},
+    {"type": "object", "additionalProperties": False, "properties": {"x": {}, "y": {}}}]}
+CHAIN_VALUES: list[Any] = SCALARS + [{"n0": 1}, {"n7": 1}, {"x": 1}, {"x": 1, "n0": 1}, {"n3": 1, "n5": 2},
+                                     {"y": None}, {"n0": "s"}, {"q": 1}]
+
+
+def test_a_chain_of_names_longer_than_the_table_is_split_exactly():
+    assert not disagreements(CLOSED_CHAIN, CHAIN_VALUES)
+    assert {} in CHAIN_VALUES
+
+
+def test_control_the_half_inside_kept_is_caught(monkeypatch):
+    """The half of both (no name present) kept instead of dropped: ``{}`` accepted, which the check sees."""
+    monkeypatch.setattr(Combinators, "_dropping", lambda self, present, absent, near: Forbid("zz"))
+    assert disagreements(CLOSED_CHAIN, CHAIN_VALUES, regex_of(CLOSED_CHAIN))

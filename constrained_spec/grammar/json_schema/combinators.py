@@ -51,6 +51,11 @@ MAX_REQUIRED_OPTIONS = 32
 
 #: most names a oneOf about present names may mention (its truth table has 2**n rows)
 MAX_PRESENCE_NAMES = 6
+#: most halves :meth:`Combinators._presence_halves` looks at for one pair of branches, and how deep
+#: (names fixed present or absent) it splits: a chain of names each of which decides one half at
+#: once costs two halves a name, a full tree of 6 names 127
+MAX_PRESENCE_HALVES = 128
+MAX_PRESENCE_SPLIT = 16
 
 #: the keywords of a value schema whose language its flat's types, lengths and bounds say exactly
 _LEAF_BOUNDS = frozenset({"type", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
@@ -620,7 +625,8 @@ class Combinators(CompilerBase):
     def _presence_halves(self, fi: Flat, fj: Flat, cj: Ctx) -> Optional[list[Action]]:
         """Branch i's objects told apart from branch j's by which names are present, exactly: split
         on the presence of the names that decide (one j requires, one i declares that j forbids or
-        holds to disjoint values, one j declares), at most :data:`MAX_PRESENCE_NAMES` deep; each half
+        holds to disjoint values, one j declares), at most :data:`MAX_PRESENCE_SPLIT` deep and
+        :data:`MAX_PRESENCE_HALVES` halves; each half
         is apart from j (kept whole), inside j (every object of it satisfies j: dropped, no object of
         it has exactly one branch) or unknown (None: the caller negates branch j or refuses). The
         actions drop the halves inside j. (The older round dropped one half on its face,
@@ -645,15 +651,19 @@ class Combinators(CompilerBase):
                     or any(n in absent or self.forbids(fi, n) for n in needed))
 
         dropped: list[tuple[frozenset[str], frozenset[str]]] = []
+        budget = [MAX_PRESENCE_HALVES]
 
         def classify(present: frozenset[str], absent: frozenset[str]) -> bool:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return False
             if apart(present, absent):
                 return True
             if self._half_inside(fi, cj, present, absent):
                 dropped.append((present, absent))
                 return True
             n = next((n for n in split if n not in present and n not in absent), None)
-            if n is None or len(present - given) + len(absent) >= MAX_PRESENCE_NAMES:
+            if n is None or len(present - given) + len(absent) >= MAX_PRESENCE_SPLIT:
                 return False
             return classify(present | {n}, absent) and classify(present, absent | {n})
 
