@@ -423,6 +423,8 @@ class Combinators(CompilerBase):
                 and isinstance(ts["items"], (dict, bool)) and (_is_not(ts["items"]) or self._value_negatable(
                     target.child(ts["items"], "items"))):
             return Holds(cj, False)  # not {items: S}: an array with an item failing S (:meth:`_items_not`)
+        if self._contains_negatable(target, ts, keys):
+            return Holds(cj, False)  # not {contains: S}: an array whose items all fail S (:meth:`_contains_not`)
         if isinstance(ts, dict) and _exact_object_not(ts, types):
             props = ts.get("properties")
             if not isinstance(props, dict) or all(self._value_negatable(target.child(v, "properties", k))
@@ -1150,6 +1152,10 @@ class Combinators(CompilerBase):
             # {not: S}``); without ``type`` every non-array satisfies S, so only arrays are left
             if self._items_not(flat, nctx, s, keys, types):
                 return
+            # not {contains: S} (``type: array`` allowed): an array whose every item fails S (``items:
+            # {not: S}``); without ``type`` every non-array satisfies ``contains``, so only arrays are left
+            if self._contains_not(flat, nctx, s, keys, types):
+                return
             # not {pattern: P}: the strings that do not match P; exact where a pattern the strings
             # already have admits no string that P matches (then the strings stay as they are)
             if keys == {"pattern"} and isinstance(s["pattern"], str) and any(
@@ -1202,6 +1208,31 @@ class Combinators(CompilerBase):
         self.negated_items.add(id(part.schema))
         flat.contains = flat.contains + [(part, 1, None, nctx.ptr)]
         if "type" not in keys:  # S holds for every non-array
+            types.intersection_update({"array"})
+        return True
+
+    def _contains_negatable(self, nctx: Ctx, s: object, keys: set[str]) -> bool:
+        """Whether ``not: s`` is ``not: {contains: S}`` (``type: array`` allowed, no ``minContains`` or
+        ``maxContains``) with S's negation exact on an item (:meth:`_value_negatable`), or S a ``not``."""
+        if not (isinstance(s, dict) and "contains" in keys and keys <= {"contains", "type"}
+                and s.get("type", "array") == "array" and isinstance(s["contains"], (dict, bool))):
+            return False
+        c = s["contains"]
+        return _is_not(c) or self._value_negatable(nctx.child(c, "contains"), deep=True)
+
+    def _contains_not(self, flat: Flat, nctx: Ctx, s: dict, keys: set[str], types: set[str]) -> bool:
+        """``not: {contains: S}`` (and ``type: array``) as ``items: {not: S}`` where
+        :meth:`_contains_negatable`; False (nothing changed) where not this form."""
+        if not self._contains_negatable(nctx, s, keys):
+            return False
+        c = s["contains"]
+        cctx = nctx.child(c, "contains")
+        if isinstance(c, dict) and _is_not(c):
+            part = self.made_up({"allOf": [c["not"]]}, cctx)  # not {contains: {not: X}}: every item X
+        else:
+            part = self.made_up({"not": c}, cctx)
+        flat.arr_owners = flat.arr_owners + [([], part)]
+        if "type" not in keys:  # {contains: S} holds for every non-array
             types.intersection_update({"array"})
         return True
 

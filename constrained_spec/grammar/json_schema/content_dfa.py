@@ -295,6 +295,22 @@ def _same(a: Node, b: Node) -> bool:
     return a is b or a == b
 
 
+def _append(items: list[Node], x: Node) -> None:
+    """Append x to a sequence's items, ``B{l1,h1} B{l2,h2}`` written ``B{l1+l2,h1+h2}`` (the same
+    language: i copies then j copies are i+j copies, and every count between the sums is one such
+    sum). Always, even where the count is longer than the copies (``aa`` is ``a{2}``): a chain of
+    optional copies (``B(B(B)?)?``, what state elimination writes for a run of accepting states)
+    is so one bounded repetition rather than a nesting as deep as the run, which regex parsers
+    refuse past a nesting limit (Rust ``regex-syntax``: 250)."""
+    if items:
+        b1, l1, h1 = _rep_parts(items[-1])
+        b2, l2, h2 = _rep_parts(x)
+        if _same(b1, b2) and b1 != EPS:
+            items[-1] = _counted(b1, l1 + l2, None if h1 is None or h2 is None else h1 + h2)
+            return
+    items.append(x)
+
+
 def _seq(*xs: Optional[Node]) -> Optional[Node]:
     """The concatenation of xs (None: some x is empty); neighbours that repeat one base are one
     counted repetition: ``X{a,b}X{c,d}`` is ``X{a+c,b+d}`` (every count between is a sum)."""
@@ -305,14 +321,7 @@ def _seq(*xs: Optional[Node]) -> Optional[Node]:
         for y in x[1] if x[0] == "seq" else (x,):
             if y == EPS:
                 continue
-            if items:
-                b1, l1, h1 = _rep_parts(items[-1])
-                b2, l2, h2 = _rep_parts(y)
-                lo, hi = l1 + l2, (None if h1 is None or h2 is None else h1 + h2)
-                if _same(b1, b2) and _worth_merging(b1, [(l1, h1), (l2, h2)], lo, hi):
-                    items[-1] = _counted(b1, lo, hi)
-                    continue
-            items.append(y)
+            _append(items, y)
     if not items:
         return EPS
     return items[0] if len(items) == 1 else ("seq", tuple(items))
@@ -439,6 +448,8 @@ def _alt_at(xs: list[Optional[Node]], depth: int) -> Optional[Node]:
     if not flat:
         return EPS if eps else None
     body = flat[0] if len(flat) == 1 else ("alt", tuple(flat))
+    if eps and body[0] == "rep" and body[2] == 1:  # B{1,hi} or the empty string: B{0,hi}
+        return ("rep", body[1], 0, body[3])
     return ("rep", body, 0, 1) if eps else body
 
 

@@ -687,8 +687,9 @@ def build_lark(root: str, rules: dict[int, Optional[str]],
     reads it as ``regex``, a superset of it with the same quotes.
 
     ``scaled``: the greedy-lexing check's work budget grows with the pairs of lexemes it must compare
-    (:data:`PAIR_STEPS` each, at most :data:`MAX_CHECK_STEPS`) instead of staying
-    :data:`~.lexeme_check.WORK_BUDGET`: for the grammars of large schemas (many rules, many lexemes).
+    (:data:`PAIR_STEPS` each) too: for the grammars of large schemas (many rules, many lexemes). It
+    is :data:`~.lexeme_check.WORK_BUDGET` plus :data:`SIZE_STEPS` per node of the terminals, at most
+    :data:`MAX_CHECK_STEPS` (:func:`_check_budget`).
     ``deadline`` (``time.monotonic()``): past it the check raises ``CompileLimitError`` (kind ``"time"``).
 
     ``split``: where both of those fail, a third try with JSON-token terminals (``_Builder.split``:
@@ -721,6 +722,11 @@ def build_lark(root: str, rules: dict[int, Optional[str]],
 PAIR_STEPS = 4
 #: ``build_lark(scaled=True)``: the most derivative steps the greedy-lexing check may spend
 MAX_CHECK_STEPS = 2_000_000
+#: derivative steps the greedy-lexing check may spend per node of the grammar's terminals (their
+#: tuple forms, :meth:`~.lexeme_lang.Nodes.size`), on top of the budgets above: a lexeme checked
+#: against itself is walked whole, about 1 to 4 steps per node (an enum of 400 long strings, a
+#: key language built from unanchored patterns)
+SIZE_STEPS = 8
 
 
 def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tuple[str, str]],
@@ -774,11 +780,8 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
     used = set(flow.follows)
     terminals = {name: node for name, node in b.nodes.items() if name in used}
     follows = {name: frozenset(f) for name, f in flow.follows.items()}
-    budget = WORK_BUDGET
-    if scaled:
-        pairs = sum(len(group) ** 2 for group in flow.colive)
-        budget = min(WORK_BUDGET + PAIR_STEPS * pairs, MAX_CHECK_STEPS)
-    if not greedy_safe_ids(terminals, b.memo.lexemes, list(flow.colive), follows, budget, deadline):
+    if not greedy_safe_ids(terminals, b.memo.lexemes, list(flow.colive), follows,
+                           _check_budget(terminals, b.memo.lexemes, flow.colive, scaled), deadline):
         return None
     lines = ["start: " + _render(root_e)]
     lines += [f"{r}: {_render(kept[r])}" for r in sorted(kept, key=lambda s: int(s[1:]))]
@@ -787,3 +790,15 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
     if any(not line.split(":", 1)[1].strip() for line in lines):
         return None
     return "\n".join(lines) + "\n"
+
+
+def _check_budget(terminals: dict[str, int], lexemes: Nodes, colive: set[frozenset[str]], scaled: bool) -> int:
+    """The greedy-lexing check's step budget: :data:`~.lexeme_check.WORK_BUDGET`, plus
+    :data:`PAIR_STEPS` per pair of lexemes that may start at one point where ``scaled``, plus
+    :data:`SIZE_STEPS` per node of the terminals (a walk of a lexeme against itself takes a few
+    steps per node: a large enum or key language is read whole, however few lexemes there are),
+    at most :data:`MAX_CHECK_STEPS` in all."""
+    budget = WORK_BUDGET + SIZE_STEPS * sum(lexemes.size(i) for i in terminals.values())
+    if scaled:
+        budget += PAIR_STEPS * sum(len(group) ** 2 for group in colive)
+    return min(budget, MAX_CHECK_STEPS)
