@@ -266,7 +266,13 @@ def _checked(ids: dict[str, int], nodes: Nodes, colive: list[frozenset[str]], fo
         # the pairs of small lexemes first: where a conflict is there, it is most often one of
         # them, found before the long walks of large lexemes (the answer does not depend on the
         # order, see _maximal; a pair whose lexeme has no follow character cannot conflict)
-        for n1, n2 in sorted(pairs, key=lambda p: (min(size[p[0]], size[p[1]]), max(size[p[0]], size[p[1]]), p)):
+        # (sorted as (smaller size, larger size, n1, n2) tuples: no key function called per pair)
+        order: list[tuple[int, int, str, str]] = []
+        for n1, n2 in pairs:
+            s1, s2 = size[n1], size[n2]
+            order.append((s1, s2, n1, n2) if s1 <= s2 else (s2, s1, n1, n2))
+        order.sort()
+        for _, _, n1, n2 in order:
             if _conflict(lang, wide[n1], wide[n2], follow_chars[n1]):
                 return False, lang.budget
     except (OverBudget, RecursionError):
