@@ -159,16 +159,18 @@ def _pair_conflict(lang: Lang, t1: int, t2: int, follow: ecma.Ranges) -> bool:
     """:func:`_conflict` by a walk over pairs of derivatives (t1's, t2's)."""
     seen = {(t1, t2)}
     todo = [(t1, t2)]
+    nullable, meets, first_chars, front = lang.nullable, lang.meets, lang.first_chars, lang.front
+    shared_cells, spend, deriv = lang.shared_cells, lang.spend, lang.deriv  # (bound once: the walk's inner loop)
     while todo:
         a, b = todo.pop()
-        if lang.nullable(a) and lang.meets(lang.first_chars(b), follow):
+        if nullable(a) and meets(first_chars(b), follow):
             return True
-        fa, fb = lang.front(a), lang.front(b)
+        fa, fb = front(a), front(b)
         if not fa or not fb:
             continue
-        for c in lang.shared_cells(fa, fb):
-            lang.spend()
-            da, db = lang.deriv(a, c), lang.deriv(b, c)
+        for c in shared_cells(fa, fb):
+            spend()
+            da, db = deriv(a, c), deriv(b, c)
             if da == NONE or db == NONE:
                 continue
             if (da, db) not in seen:
@@ -183,16 +185,18 @@ def _self_conflict(lang: Lang, t: int, follow: ecma.Ranges) -> bool:
     in the same order, the same steps spent, without building the pairs."""
     seen = {t}
     todo = [t]
+    nullable, meets, first_chars, front = lang.nullable, lang.meets, lang.first_chars, lang.front
+    shared_cells, spend, deriv = lang.shared_cells, lang.spend, lang.deriv
     while todo:
         a = todo.pop()
-        if lang.nullable(a) and lang.meets(lang.first_chars(a), follow):
+        if nullable(a) and meets(first_chars(a), follow):
             return True
-        fa = lang.front(a)
+        fa = front(a)
         if not fa:
             continue
-        for c in lang.shared_cells(fa, fa):
-            lang.spend()
-            da = lang.deriv(a, c)
+        for c in shared_cells(fa, fa):
+            spend()
+            da = deriv(a, c)
             if da == NONE:
                 continue
             if da not in seen:
