@@ -636,9 +636,18 @@ def json_escape_char(cp: int) -> str:
     return chr(cp)
 
 
-def literal(s: str) -> str:
-    """Regex for the JSON-encoded content of the decoded string ``s`` (canonical spelling)."""
+def _literal(s: str) -> str:
     return "".join(escape_literal(json_escape_char(ord(c))) for c in s)
+
+
+_literal_memo = functools.lru_cache(maxsize=8192)(_literal)
+
+
+def literal(s: str) -> str:
+    """Regex for the JSON-encoded content of the decoded string ``s`` (canonical spelling).
+    Remembered for strings up to :data:`MEMO_TEXT_CHARS` (the most recent 8,192): every compile of
+    a schema (the first, the size-cap retries, the grammars) spells the same property names."""
+    return _literal_memo(s) if len(s) <= MEMO_TEXT_CHARS else _literal(s)
 
 
 RAW_EXCLUDED = norm([(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)])

@@ -83,6 +83,11 @@ class CompilerBase:
         self._any_cache: dict[int, str] = {}  # depth -> regex of any value
         self.reducible = False  # whether a retry with tighter restrictions can shrink the regex
         self.recursive = False  # whether a $ref target was met inside itself (the regex is unrolled)
+        #: whether this compile's steps read ``any_value_depth`` (a free-form value at its default
+        #: depth) and ``linear_objects`` (an all-optional object of two or more declared properties):
+        #: the size-cap retries skip a try that differs from a failed one only in options it never read
+        self.read_any_depth = False
+        self.read_linear = False
         # grammar mode (emit_lark): a conjunction met again while it is being compiled becomes a
         # placeholder, and its regex (placeholders in it) the body of a rule
         self.grammar_mode = False

@@ -128,7 +128,7 @@ def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start
     result: Optional[SchemaRegex] = None
     recursive = False
     if first.reducible:  # the retries first, as before grammars (their time limit raises as before)
-        found = _retry_regex(schema, options, start, first.doc, first_met_recursion=first.recursive)
+        found = _retry_regex(schema, options, start, first.doc, first_read=_options_read(first))
         if found is not None:
             result, recursive = found
     if options.recursive_refs != "grammar":
@@ -192,22 +192,47 @@ def _schema_grammar(schema: Union[dict[str, Any], bool], options: SchemaOptions,
     return (lark, comp) if lark is not None else (None, None)
 
 
+@dataclasses.dataclass(frozen=True)
+class _OptionsRead:
+    """The retry options one compile read, each None where its steps never read it: a compile that
+    differs from it only in options it never read takes the same steps to the same end."""
+
+    any_value_depth: Optional[int]
+    max_recursion_depth: Optional[int]
+    linear_objects: Optional[bool]
+
+    def covers(self, ad: int, rd: int, lin: bool) -> bool:
+        """Whether a compile under (ad, rd, lin) reads the same values where this one read any."""
+        return ((self.any_value_depth is None or self.any_value_depth == ad)
+                and (self.max_recursion_depth is None or self.max_recursion_depth == rd)
+                and (self.linear_objects is None or self.linear_objects == lin))
+
+
+def _options_read(comp: "Compiler") -> _OptionsRead:
+    """The retry options ``comp`` read: ``any_value_depth`` where a free-form value took its default
+    depth, ``max_recursion_depth`` where a ``$ref`` target was met inside itself (before that no
+    recursion count is compared with it), ``linear_objects`` where an all-optional object of two or
+    more declared properties was emitted."""
+    o = comp.opts
+    return _OptionsRead(o.any_value_depth if comp.read_any_depth else None,
+                        o.max_recursion_depth if comp.recursive else None,
+                        o.linear_objects if comp.read_linear else None)
+
+
 def _retry_regex(schema: Union[dict[str, Any], bool], options: SchemaOptions, start: float,
                  doc: Optional[SchemaDocument] = None,
-                 first_met_recursion: bool = True) -> Optional[tuple[SchemaRegex, bool]]:
+                 first_read: Optional[_OptionsRead] = None) -> Optional[tuple[SchemaRegex, bool]]:
     """The regex under tighter (still sound) restrictions -- shallower free-form values, shallower
     recursion, all-optional objects that start with their first property -- and whether a $ref
     target was met inside itself; None where none fits in ``max_regex_chars``.
 
-    A try that passed the cap before any ``$ref`` target was met inside itself
-    (``first_met_recursion`` False for the compile before the retries) never read
-    ``max_recursion_depth``: the tries that differ from it in that depth alone take the same steps
-    to the same failure, and are skipped (the answer is the same, without their time)."""
+    A try is skipped where an earlier one (``first_read``: the compile before the retries) passed
+    the cap having read none of the options they differ in (:class:`_OptionsRead`): it would take
+    the same steps to the same failure (the answer is the same, without its time). E.g. a compile
+    that passed the cap before any ``$ref`` target was met inside itself never read
+    ``max_recursion_depth``."""
     tried = {(options.any_value_depth, options.max_recursion_depth, options.linear_objects)}
-    # (any_value_depth, linear_objects) of the tries that passed the cap before meeting recursion
-    fail_any_depth: set[tuple[int, bool]] = set()
-    if not first_met_recursion:
-        fail_any_depth.add((options.any_value_depth, options.linear_objects))
+    failed: list[_OptionsRead] = [] if first_read is None else [first_read]
     ad, rd = options.any_value_depth, options.max_recursion_depth
     plan = [(min(ad, 1), rd, options.linear_objects), (min(ad, 1), rd, True)]
     while rd > 1:
@@ -218,7 +243,7 @@ def _retry_regex(schema: Union[dict[str, Any], bool], options: SchemaOptions, st
         if (ad, rd, lin) in tried:
             continue
         tried.add((ad, rd, lin))
-        if (ad, lin) in fail_any_depth:
+        if any(f.covers(ad, rd, lin) for f in failed):
             continue
         budget = options.time_budget_s
         if budget is not None:
@@ -234,8 +259,7 @@ def _retry_regex(schema: Union[dict[str, Any], bool], options: SchemaOptions, st
         except CompileLimitError as e:
             if e.kind != "size":
                 raise
-            if not comp.recursive:
-                fail_any_depth.add((ad, lin))
+            failed.append(_options_read(comp))
     return None
 
 

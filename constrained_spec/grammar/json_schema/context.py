@@ -17,7 +17,10 @@ from constrained_spec.grammar.json_schema.options import SchemaOptions
 if TYPE_CHECKING:  # referencing documents Resolver (what Registry.resolver() returns) but exports it from _core only
     from referencing._core import Resolver
 
-__all__ = ["Ctx", "NegCtx", "SchemaDocument"]
+__all__ = ["Ctx", "NegCtx", "SchemaDocument", "REF_MEMO_MAX"]
+
+#: most resolved ``$ref``s one :class:`SchemaDocument` remembers (then it resolves the rest each time)
+REF_MEMO_MAX = 4096
 
 
 class Ctx:
@@ -103,6 +106,10 @@ class SchemaDocument:
         if self.draft == 3:
             raise UnsupportedKeywordError("$schema", "#", "draft-03 schemas are not supported")
         self._val_cache: dict[tuple[int, int], Any] = {}  # (schema id, resolver id) -> validator
+        #: (id of a resolver, a ``$ref``) -> (that resolver, kept so its id is not reused, the entered
+        #: target): every compile of the document (the first, the size-cap retries, the grammars)
+        #: resolves the same references from the same resolvers (at most :data:`REF_MEMO_MAX`)
+        self._ref_memo: dict[tuple[int, str], tuple[Resolver[Any], Ctx]] = {}
         self._keep: list[Ctx] = []
 
     def root_ctx(self) -> Ctx:
@@ -142,15 +149,27 @@ class SchemaDocument:
         :class:`~constrained_spec.errors.RefRetrievalError`) when it cannot be resolved."""
         from constrained_spec.grammar.schema_refs import ref_error
 
+        resolver = _resolver(ctx)
+        key = (id(resolver), ref)
+        hit = self._ref_memo.get(key)
+        if hit is not None and hit[0] is resolver:
+            return hit[1]
         try:
-            resolved = _resolver(ctx).lookup(ref)
+            resolved = resolver.lookup(ref)
         except Exception as e:
             err = ref_error(e, ref, ctx.ptr + "/" + kw)
             if err is None:
                 err = SchemaError(f"$ref {ref!r} cannot be resolved ({type(e).__name__})", ctx.ptr + "/" + kw)
             raise err from None
         ptr = ref if not ref.startswith("#") else ref[1:]
-        return self.enter(Ctx(resolved.contents, ptr, resolved.resolver))
+        out = self.enter(Ctx(resolved.contents, ptr, resolved.resolver))
+        # remembered where nothing was retrieved (the registry is the resolver's own: the target is
+        # an object of a document already there, the same each time); a retrieval parses anew
+        registry = getattr(resolver, "_registry", None)  # (referencing names no public accessor)
+        if registry is not None and getattr(resolved.resolver, "_registry", None) is registry \
+                and len(self._ref_memo) < REF_MEMO_MAX:
+            self._ref_memo[key] = (resolver, out)
+        return out
 
     # -- validation oracle -------------------------------------------------------------
 

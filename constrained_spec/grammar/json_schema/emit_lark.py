@@ -219,16 +219,18 @@ def _without_empty(node: Node) -> Optional[Node]:
 _T = TypeVar("_T")
 
 
-def _remembered(field: str, by: Callable[[Node, Callable[[Node], _T]], _T]) -> Callable[["_NodeMemo", Node], _T]:
-    """A :class:`_NodeMemo` method answering ``by(node, itself)``, remembered in the table
-    ``field`` by the node's identity (the node kept beside its answer, so its id is not reused)."""
+def _remembered(by: Callable[[Node, Callable[[Node], _T]], _T],
+                table: dict[int, tuple[Node, _T]]) -> Callable[[Node], _T]:
+    """A function answering ``by(node, itself)``, remembered in ``table`` by the node's identity (the
+    node kept beside its answer, so its id is not reused). The table is the closure's: a look-up is
+    one call, with no attribute read and no partial made per miss. (The function names itself, a
+    cycle the garbage collector frees: :meth:`_NodeMemo.clear` empties the table at once.)"""
 
-    def get(self: "_NodeMemo", node: Node) -> _T:
-        table: dict[int, tuple[Node, _T]] = getattr(self, field)
+    def get(node: Node) -> _T:
         hit = table.get(id(node))
         if hit is not None and hit[0] is node:
             return hit[1]
-        out = by(node, functools.partial(get, self))  # a partial adds no frame to the recursion
+        out = by(node, get)
         table[id(node)] = (node, out)
         return out
 
@@ -241,13 +243,26 @@ class _NodeMemo:
     ask about the same (large) nodes again."""
 
     def __init__(self) -> None:
+        self._lexeme: dict[int, tuple[Node, int]] = {}
+        #: the interned lexemes of both passes (the greedy-lexing checks read them by id)
+        self.lexemes = Nodes()
         self._nul: dict[int, tuple[Node, bool]] = {}
         self._null: dict[int, tuple[Node, bool]] = {}
         self._text: dict[int, tuple[Node, Optional[str]]] = {}
-        self._lexeme: dict[int, tuple[Node, int]] = {}
         self._punct: dict[int, tuple[Node, bool]] = {}
-        #: the interned lexemes of both passes (the greedy-lexing checks read them by id)
-        self.lexemes = Nodes()
+        #: :func:`_has_nul`, remembered
+        self.has_nul: Callable[[Node], bool] = _remembered(_has_nul_by, self._nul)
+        #: whether a node holds a character of JSON punctuation (:data:`_PUNCT`), remembered
+        self.has_punct: Callable[[Node], bool] = _remembered(_has_punct_by, self._punct)
+        #: :func:`~.lexeme_check.nullable`, remembered
+        self.nullable: Callable[[Node], bool] = _remembered(nullable_by, self._null)
+        #: :func:`_regex_text`, remembered
+        self.text: Callable[[Node], Optional[str]] = _remembered(_regex_text_by, self._text)
+
+    def clear(self) -> None:
+        """Forget every answer (the nodes they hold go with them)."""
+        for table in (self._nul, self._null, self._text, self._punct, self._lexeme):
+            table.clear()
 
     def lexeme(self, node: Node) -> int:
         """The node's id in :attr:`lexemes` (``NONE``: the empty language), remembered by the
@@ -258,14 +273,6 @@ class _NodeMemo:
         out = self.lexemes.from_regex_by(node, self.lexeme)
         self._lexeme[id(node)] = (node, out)
         return out
-    #: :func:`_has_nul`, remembered
-    has_nul = _remembered("_nul", _has_nul_by)
-    #: whether a node holds a character of JSON punctuation (:data:`_PUNCT`), remembered
-    has_punct = _remembered("_punct", _has_punct_by)
-    #: :func:`~.lexeme_check.nullable`, remembered
-    nullable = _remembered("_null", nullable_by)
-    #: :func:`_regex_text`, remembered
-    text = _remembered("_text", _regex_text_by)
 
 
 class _Mangled(Exception):
@@ -409,7 +416,8 @@ class _Builder:
                 parts.append(("R", "r%s" % digits))
                 i = j + 1
                 continue
-            if self.split and not self.memo.has_nul(it):
+            nul = self.memo.has_nul(it)
+            if self.split and not nul:
                 if quoted:
                     if escaped:
                         escaped = False
@@ -419,7 +427,7 @@ class _Builder:
                         quoted = False
                 elif it == _QUOTE:
                     quoted = True
-            if self.memo.has_nul(it) or (self.split and not quoted and self.memo.has_punct(it)):
+            if nul or (self.split and not quoted and self.memo.has_punct(it)):
                 if not flush():
                     return None
                 sub = self.conv(it)
@@ -448,6 +456,25 @@ def _productive(e: Expr, ok: set[str]) -> bool:
     if kind == "alt":
         return any(_productive(x, ok) for x in e[1])
     return e[2] == 0 or _productive(e[1], ok)
+
+
+def _productive_rules(defined: dict[str, Expr]) -> set[str]:
+    """The rules that derive some text: the least fixed point of ``_productive`` from no rule, a
+    rule looked at again only when a rule it names has just been found productive (the fixed point
+    is unique, so the order it is reached in does not change it)."""
+    users: dict[str, list[str]] = {}
+    for r, e in defined.items():
+        for used in _refs(e, set()):
+            users.setdefault(used, []).append(r)
+    ok: set[str] = set()
+    todo = list(defined)
+    while todo:
+        r = todo.pop()
+        if r in ok or not _productive(defined[r], ok):
+            continue
+        ok.add(r)
+        todo.extend(u for u in users.get(r, ()) if u not in ok)
+    return ok
 
 
 def _prune(e: Expr, ok: set[str]) -> Expr:
@@ -708,13 +735,16 @@ def build_lark(root: str, rules: dict[int, Optional[str]],
         return node
 
     memo = _NodeMemo()  # both passes ask about the same parsed nodes
-    if split_only:
-        return _build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse, memo=memo,
-                           split=True)
-    return (_build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse, memo=memo)
-            or _build_lark(root, rules, ands, fine=True, scaled=scaled, deadline=deadline, parse=parse, memo=memo)
-            or (_build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse, memo=memo,
-                            split=True) if split else None))
+    try:
+        if split_only:
+            return _build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse, memo=memo,
+                               split=True)
+        return (_build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse, memo=memo)
+                or _build_lark(root, rules, ands, fine=True, scaled=scaled, deadline=deadline, parse=parse, memo=memo)
+                or (_build_lark(root, rules, ands, fine=False, scaled=scaled, deadline=deadline, parse=parse,
+                                memo=memo, split=True) if split else None))
+    finally:
+        memo.clear()
 
 
 #: ``build_lark(scaled=True)``: derivative steps the greedy-lexing check may spend per pair of lexemes
@@ -755,12 +785,7 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
     if root_e is None:
         return None
     defined = {r: e for r, e in bodies.items() if e is not None}
-    ok: set[str] = set()
-    while True:
-        grown = {r for r, e in defined.items() if _productive(e, ok)}
-        if grown == ok:
-            break
-        ok = grown
+    ok = _productive_rules(defined)
     if not _productive(root_e, ok):
         return None
     root_e = _prune(root_e, ok)

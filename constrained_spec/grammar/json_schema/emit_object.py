@@ -81,6 +81,8 @@ class ObjectEmitter(CompilerBase):
         """The members of an object with one shape; ``non_empty``: at least one of them (all optional)."""
         n_req = sum(1 for it in seq_items if it.kind == "req")
         n_decl = sum(1 for it in seq_items if it.kind != "star")
+        if n_req == 0 and n_decl > 1:
+            self.read_linear = True  # (the size-cap retries: this compile's steps depend on linear_objects)
         if self.opts.linear_objects and n_req == 0 and n_decl > 1:
             seq_items[0] = SeqItem("req", seq_items[0].regex)  # a sound restriction that keeps the regex linear
             self.length_narrowed.append((ptr or "#") + " (first property required)")

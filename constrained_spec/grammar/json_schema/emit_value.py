@@ -43,6 +43,8 @@ class ValueEmitter(CompilerBase):
 
     def any_value(self, depth: Optional[int] = None) -> str:
         """Any JSON value nested at most depth deep (default: ``any_value_depth``)."""
+        if depth is None:
+            self.read_any_depth = True
         d = self.opts.any_value_depth if depth is None else depth
         if d > 0:
             self.reducible = True

@@ -159,16 +159,18 @@ def _pair_conflict(lang: Lang, t1: int, t2: int, follow: ecma.Ranges) -> bool:
     """:func:`_conflict` by a walk over pairs of derivatives (t1's, t2's)."""
     seen = {(t1, t2)}
     todo = [(t1, t2)]
+    nullable, meets, first_chars, front = lang.nullable, lang.meets, lang.first_chars, lang.front
+    shared_cells, spend, deriv = lang.shared_cells, lang.spend, lang.deriv  # (bound once: the walk's inner loop)
     while todo:
         a, b = todo.pop()
-        if lang.nullable(a) and lang.meets(lang.first_chars(b), follow):
+        if nullable(a) and meets(first_chars(b), follow):
             return True
-        fa, fb = lang.front(a), lang.front(b)
+        fa, fb = front(a), front(b)
         if not fa or not fb:
             continue
-        for c in lang.shared_cells(fa, fb):
-            lang.spend()
-            da, db = lang.deriv(a, c), lang.deriv(b, c)
+        for c in shared_cells(fa, fb):
+            spend()
+            da, db = deriv(a, c), deriv(b, c)
             if da == NONE or db == NONE:
                 continue
             if (da, db) not in seen:
@@ -183,16 +185,18 @@ def _self_conflict(lang: Lang, t: int, follow: ecma.Ranges) -> bool:
     in the same order, the same steps spent, without building the pairs."""
     seen = {t}
     todo = [t]
+    nullable, meets, first_chars, front = lang.nullable, lang.meets, lang.first_chars, lang.front
+    shared_cells, spend, deriv = lang.shared_cells, lang.spend, lang.deriv
     while todo:
         a = todo.pop()
-        if lang.nullable(a) and lang.meets(lang.first_chars(a), follow):
+        if nullable(a) and meets(first_chars(a), follow):
             return True
-        fa = lang.front(a)
+        fa = front(a)
         if not fa:
             continue
-        for c in lang.shared_cells(fa, fa):
-            lang.spend()
-            da = lang.deriv(a, c)
+        for c in shared_cells(fa, fa):
+            spend()
+            da = deriv(a, c)
             if da == NONE:
                 continue
             if da not in seen:
@@ -266,7 +270,13 @@ def _checked(ids: dict[str, int], nodes: Nodes, colive: list[frozenset[str]], fo
         # the pairs of small lexemes first: where a conflict is there, it is most often one of
         # them, found before the long walks of large lexemes (the answer does not depend on the
         # order, see _maximal; a pair whose lexeme has no follow character cannot conflict)
-        for n1, n2 in sorted(pairs, key=lambda p: (min(size[p[0]], size[p[1]]), max(size[p[0]], size[p[1]]), p)):
+        # (sorted as (smaller size, larger size, n1, n2) tuples: no key function called per pair)
+        order: list[tuple[int, int, str, str]] = []
+        for n1, n2 in pairs:
+            s1, s2 = size[n1], size[n2]
+            order.append((s1, s2, n1, n2) if s1 <= s2 else (s2, s1, n1, n2))
+        order.sort()
+        for _, _, n1, n2 in order:
             if _conflict(lang, wide[n1], wide[n2], follow_chars[n1]):
                 return False, lang.budget
     except (OverBudget, RecursionError):
