@@ -128,6 +128,21 @@ BRANCH_SCHEMAS: list[dict[str, Any]] = [
                {"type": "object", "properties": {"b": {"type": "string", "maxLength": 1}}}]},
 ]
 
+#: values apart only through the types a nested oneOf allows (number or string against boolean)
+#: (closed branches, Github_medium---o9802's controls: without the types read through the nested
+#: oneOf no construction applies and the oneOf is refused)
+NESTED_TYPES_SCHEMA = {"type": "object", "oneOf": [
+    {"additionalProperties": False,
+     "properties": {"v": {"oneOf": [{"type": "number"}, {"type": "string", "maxLength": 2}]}, "w": {}}},
+    {"additionalProperties": False, "properties": {"v": {"type": "boolean"}, "w": {}}}]}
+
+
+def test_values_apart_through_nested_oneof_types() -> None:
+    values = POOL + objects(["v", "w"], [1, "s", True, None], most=2)
+    assert not judged(NESTED_TYPES_SCHEMA, values, regex_of(NESTED_TYPES_SCHEMA))
+    assert judged(NESTED_TYPES_SCHEMA, values, regex_of(as_any_of(NESTED_TYPES_SCHEMA)))  # the control
+
+
 BRANCH_POOL: list[Any] = NESTED_POOL + objects(["a", "b"], [{"k": "u"}, {"k": "v"}, {"k": ""}, {}, [{"n": 1}],
                                                            [{"n": 1, "m": 2}], [], [[1, 2]], [[1]], "", "ab"], most=2)
 

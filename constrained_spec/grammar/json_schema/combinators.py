@@ -990,8 +990,13 @@ class Combinators(CompilerBase):
             if fx.enum is not None:
                 if not any(self.doc.valid_all(fx.sources, v) and self.doc.valid(cy, v) for v in fx.enum):
                     return True
-        ta = fa.types if fa.types is not None else set(ALL_TYPES)
-        tb = fb.types if fb.types is not None else set(ALL_TYPES)
+        ta = set(fa.types) if fa.types is not None else set(ALL_TYPES)
+        tb = set(fb.types) if fb.types is not None else set(ALL_TYPES)
+        pa, pb = self._possible_or_none(ca), self._possible_or_none(cb)  # through nested anyOf/oneOf/$ref/enum
+        if pa is not None:
+            ta = intersect_types(ta, pa)
+        if pb is not None:
+            tb = intersect_types(tb, pb)
         shared = intersect_types(ta, tb)
         if not shared:
             return True
