@@ -80,6 +80,31 @@ def in_language(grammar: str, text: str) -> bool:
     return True
 
 
+
+def byte_walk(grammar: Any, text: str) -> bool:
+    """Whether llguidance's matcher for ``grammar`` (a compiled grammar) accepts ``text``, fed byte by byte."""
+    m = grammar.matcher()
+    for b in text.encode("utf-8"):
+        if not m.accepts_prefix_bytes(bytes([b])):
+            return False
+        m.advance(b)
+    return m.is_accepting()
+
+
+def rand_pattern(rng: Any, atoms: list[str], reps: list[str], depth: int = 0) -> str:
+    """A random ECMA pattern over ``atoms``: concatenations, alternations and the repetitions ``reps``
+    (three levels of structure at most)."""
+    k = rng.randrange(6 if depth < 3 else 2)
+    if k <= 1:
+        return str(rng.choice(atoms))
+    if k == 2:
+        return rand_pattern(rng, atoms, reps, depth + 1) + rand_pattern(rng, atoms, reps, depth + 1)
+    if k == 3:
+        return "(" + rand_pattern(rng, atoms, reps, depth + 1) + "|" + rand_pattern(rng, atoms, reps, depth + 1) + ")"
+    if k == 4:
+        return "(" + rand_pattern(rng, atoms, reps, depth + 1) + ")" + str(rng.choice(reps))
+    return rand_pattern(rng, atoms, reps, depth + 1)
+
 class LarkOracle:
     """Viable-prefix and completeness reference for a Lark grammar (start rule ``start``)."""
 

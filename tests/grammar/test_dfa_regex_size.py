@@ -31,6 +31,7 @@ from typing import Any, Callable, Optional
 
 import jsonschema
 import pytest
+from grammar_oracles import rand_pattern
 
 from constrained_spec.errors import UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
@@ -43,24 +44,12 @@ from constrained_spec.grammar.json_schema.negation import length_node, own_strin
 #: but ``\n``, where ECMA's ``.`` and Python's agree)
 ALPHABET = 'ab"\\\n\x01é'
 ATOMS = ["a", "b", "[ab]", "[^a]", ".", '"', "\\\\", "\\n", "[^ab]"]
+REPS = ["*", "+", "?", "{1,3}", "{2}"]
 
 
 def spell(s: str) -> str:
     """The canonical JSON spelling of the content of the string s (quotes left out)."""
     return json.dumps(s, ensure_ascii=False)[1:-1]
-
-
-def _rand_pattern(rng: random.Random, depth: int = 0) -> str:
-    k = rng.randrange(6 if depth < 3 else 2)
-    if k <= 1:
-        return rng.choice(ATOMS)
-    if k == 2:
-        return _rand_pattern(rng, depth + 1) + _rand_pattern(rng, depth + 1)
-    if k == 3:
-        return "(" + _rand_pattern(rng, depth + 1) + "|" + _rand_pattern(rng, depth + 1) + ")"
-    if k == 4:
-        return "(" + _rand_pattern(rng, depth + 1) + ")" + rng.choice(["*", "+", "?", "{1,3}", "{2}"])
-    return _rand_pattern(rng, depth + 1)
 
 
 STRINGS = ["".join(t) for n in range(4) for t in itertools.product('ab"\n\x01', repeat=n)]
@@ -81,7 +70,7 @@ def _mismatches(seed: int, rounds: int = 20) -> list[tuple[str, str, str]]:
     rng = random.Random(seed)
     bad: list[tuple[str, str, str]] = []
     for _ in range(rounds):
-        pa, pb = _rand_pattern(rng), _rand_pattern(rng)
+        pa, pb = rand_pattern(rng, ATOMS, REPS), rand_pattern(rng, ATOMS, REPS)
         ra, rb = re.compile(pa), re.compile(pb)
         da, db = dfa_of_node(search_node(pa)), dfa_of_node(search_node(pb))
         ops: list[tuple[Callable[[bool, bool], bool], Callable[[str], bool]]] = [

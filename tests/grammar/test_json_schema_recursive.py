@@ -14,6 +14,7 @@ import re
 
 import jsonschema
 import pytest
+from grammar_oracles import byte_walk as accepts
 
 from constrained_spec.errors import UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
@@ -105,15 +106,6 @@ def compiled_matcher(schema, vocab, options=None):
     if spec.grammar is not None:
         return compile_grammar("lark", spec.grammar, vocab), spec
     return compile_grammar("regex", spec.regex, vocab), spec
-
-
-def accepts(grammar, text: str) -> bool:
-    m = grammar.matcher()
-    for b in text.encode("utf-8"):
-        if not m.accepts_prefix_bytes(bytes([b])):
-            return False
-        m.advance(b)
-    return m.is_accepting()
 
 
 # -- the oracle -----------------------------------------------------------------------------------

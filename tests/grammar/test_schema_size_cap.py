@@ -20,6 +20,7 @@ import re
 
 import jsonschema
 import pytest
+from grammar_oracles import byte_walk as accepts
 
 from constrained_spec.errors import CompileLimitError
 from constrained_spec.grammar import output_spec
@@ -212,15 +213,6 @@ def byte_vocab() -> TokenVocabulary:
 @pytest.fixture(scope="module")
 def compiled():
     return schema_to_regex(SCHEMA, OPTS)
-
-
-def accepts(grammar, text: str) -> bool:
-    m = grammar.matcher()
-    for b in text.encode("utf-8"):
-        if not m.accepts_prefix_bytes(bytes([b])):
-            return False
-        m.advance(b)
-    return m.is_accepting()
 
 
 def test_the_regex_passes_the_cap():

@@ -26,6 +26,7 @@ import string
 
 import jsonschema
 import pytest
+from grammar_oracles import byte_walk as _walk
 
 from constrained_spec.errors import CompileLimitError, UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
@@ -50,16 +51,6 @@ def _ordered(v: object, order: dict[str, int]) -> object:
     if isinstance(v, list):
         return [_ordered(x, order) for x in v]
     return v
-
-
-def _walk(grammar, text: str) -> bool:
-    """Whether llguidance's matcher for ``grammar`` accepts ``text``, fed byte by byte."""
-    m = grammar.matcher()
-    for b in text.encode("utf-8"):
-        if not m.accepts_prefix_bytes(bytes([b])):
-            return False
-        m.advance(b)
-    return m.is_accepting()
 
 
 def _nesting(text: str) -> int:
