@@ -25,6 +25,7 @@ KEYWORDS: list[dict[str, Any]] = [
     {"minimum": 3}, {"maximum": 10}, {"exclusiveMaximum": 0}, {"minLength": 2}, {"maxLength": 1},
     {"pattern": "^a"}, {"required": ["a"]}, {"properties": {"a": {"type": "string"}}},
     {"maxItems": 1}, {"items": {"type": "integer"}}, {"enum": ["a", "bb", None]},
+    {"minItems": 2}, {"minProperties": 2}, {"maxProperties": 1},  # one count bound flipped (2026-12-05, late)
 ]
 
 VALUES: list[Any] = [None, True, False, 0, 2, 3, 7, 10, 11, -1, 1.5, 3.5, 12.5, "", "a", "ab", "b", "bb", "abc",

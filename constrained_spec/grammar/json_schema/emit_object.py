@@ -17,6 +17,7 @@ from constrained_spec.grammar.json_schema.finite_names import named_extras
 from constrained_spec.grammar.json_schema.ir import EMPTY, Flat, Owner
 from constrained_spec.grammar.json_schema.key_languages import key_cells
 from constrained_spec.grammar.json_schema.member_counts import counted_max, member_shapes
+from constrained_spec.grammar.json_schema.negation import negation_keyword
 from constrained_spec.grammar.json_schema.options import DECLARED_PROPERTIES_NOTE, LOCAL_OBJECT_CAP
 from constrained_spec.grammar.json_schema.py_regex import line_pattern, py_search, universal_pattern
 from constrained_spec.grammar.json_schema.regex_text import SeqItem, alt, group, rep, sequence
@@ -109,6 +110,15 @@ class ObjectEmitter(CompilerBase):
         if body is not None and non_empty and n_req == 0:
             body = _without_empty(body)
         return body
+
+    @staticmethod
+    def _count_keyword(ptr: str, keyword: str) -> tuple[str, str]:
+        """The keyword (and pointer) a refused count bound is named by: ``keyword`` where the schema
+        wrote it (the pointer ends with it), else the ``not`` (or ``oneOf``) whose negation flipped
+        the other bound into it (:func:`~.negation.plan_not`)."""
+        if ptr.rsplit("/", 1)[-1] == keyword:
+            return keyword, ptr
+        return negation_keyword(ptr)
 
     @staticmethod
     def _large(seq_items: list[SeqItem], sep: str) -> bool:
@@ -222,7 +232,7 @@ class ObjectEmitter(CompilerBase):
             return None  # the schema's names, all spelled out, are too few: no object has the counts
         if lo >= 2 and stars:
             self.unsupported(
-                "minProperties", flat.min_props_ptr,
+                *self._count_keyword(flat.min_props_ptr, "minProperties"),
                 "minProperties two or more above the required properties where extra properties from an "
                 "infinite set of names may be among them (two such names would have to differ, and no regular "
                 "language tells unbounded names apart; a repeated name counts once)",
@@ -230,7 +240,7 @@ class ObjectEmitter(CompilerBase):
             return self._sound_part(flat, items, extras, n_req)
         if lo > n_opt + (1 if stars else 0):
             self.unsupported(
-                "minProperties", flat.min_props_ptr,
+                *self._count_keyword(flat.min_props_ptr, "minProperties"),
                 "minProperties larger than the properties generated; " + DECLARED_PROPERTIES_NOTE,
             )
             return self._sound_part(flat, items, extras, n_req)
@@ -238,7 +248,8 @@ class ObjectEmitter(CompilerBase):
             return [seq], True
         shapes = member_shapes(seq, lo, hi, MAX_SHAPES)
         if shapes is None:
-            kw, ptr = ("maxProperties", flat.max_props_ptr) if binding_hi else ("minProperties", flat.min_props_ptr)
+            kw, ptr = (self._count_keyword(flat.max_props_ptr, "maxProperties") if binding_hi
+                       else self._count_keyword(flat.min_props_ptr, "minProperties"))
             self.unsupported(kw, ptr, f"the property counts need more than {MAX_SHAPES} member sequences")
             return self._sound_part(flat, items, extras, n_req)
         if not shapes:
