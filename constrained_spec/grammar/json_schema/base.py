@@ -16,6 +16,7 @@ from typing import Any, NoReturn, Optional, Union
 from constrained_spec.errors import CompileLimitError, UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.context import Ctx, SchemaDocument
+from constrained_spec.grammar.json_schema.emit_lark import placeholder
 from constrained_spec.grammar.json_schema.ir import Conjunct, Flat, Group
 from constrained_spec.grammar.json_schema.options import SchemaOptions, whitespace_regex
 
@@ -135,6 +136,14 @@ class CompilerBase:
     def refuse(self, keyword: str, ptr: str, reason: str = "") -> NoReturn:
         """Refuse a keyword even when allow_unenforced (it cannot even be approximated)."""
         raise UnsupportedKeywordError(keyword, ptr or "#", reason)
+
+    def fresh_rule(self, text: str, kind: str) -> str:
+        """Grammar mode: ``text`` as a rule of its own, named here alone (``kind`` says which part of
+        the grammar made it), and the placeholder that stands for it."""
+        n = len(self.rule_of)
+        self.rule_of[(kind, n)] = n
+        self.rule_bodies[n] = text
+        return placeholder(n)
 
     def check_size(self, r: Optional[str]) -> Optional[str]:
         """r, or :class:`CompileLimitError` (kind ``"size"``) when it is over max_regex_chars."""

@@ -650,11 +650,12 @@ class Combinators(CompilerBase):
                     or any(n in absent or self.forbids(fi, n) for n in needed))
 
         dropped: list[tuple[frozenset[str], frozenset[str]]] = []
-        budget = [MAX_PRESENCE_HALVES]
+        halves_left = MAX_PRESENCE_HALVES
 
         def classify(present: frozenset[str], absent: frozenset[str]) -> bool:
-            budget[0] -= 1
-            if budget[0] < 0:
+            nonlocal halves_left
+            halves_left -= 1
+            if halves_left < 0:
                 return False
             if apart(present, absent):
                 return True
@@ -1272,20 +1273,14 @@ class Combinators(CompilerBase):
             if flat.lo is None or d > flat.lo or (d == flat.lo and strict):
                 flat.lo, flat.lo_strict = d, strict
         if plan.lengths is not None:
-            lo, hi = plan.lengths
-            flat.min_len = max(flat.min_len, lo)
-            if hi is not None:
-                flat.max_len = hi if flat.max_len is None else min(flat.max_len, hi)
+            flat.min_len, flat.max_len = _within(flat.min_len, flat.max_len, plan.lengths)
         if plan.items is not None:
-            lo, hi = plan.items
-            flat.min_items = max(flat.min_items, lo)
-            if hi is not None:
-                flat.max_items = hi if flat.max_items is None else min(flat.max_items, hi)
+            flat.min_items, flat.max_items = _within(flat.min_items, flat.max_items, plan.items)
         if plan.props is not None:
-            lo, hi = plan.props
-            if lo > flat.min_props:
+            lo, hi = _within(flat.min_props, flat.max_props, plan.props)
+            if lo != flat.min_props:
                 flat.min_props, flat.min_props_ptr = lo, nctx.ptr
-            if hi is not None and (flat.max_props is None or hi < flat.max_props):
+            if hi != flat.max_props:
                 flat.max_props, flat.max_props_ptr = hi, nctx.ptr
         return True
 
@@ -1373,6 +1368,12 @@ def _object_form(s: object, closed_too: bool) -> Optional[tuple[dict, list[str],
             or not isinstance(ap, bool)):
         return None
     return props, req, ap
+
+
+def _within(lo: int, hi: Optional[int], bounds: tuple[int, Optional[int]]) -> tuple[int, Optional[int]]:
+    """The count range ``[lo, hi]`` (``hi`` None: unbounded) narrowed to ``bounds``."""
+    b_lo, b_hi = bounds
+    return max(lo, b_lo), (hi if b_hi is None else b_hi if hi is None else min(hi, b_hi))
 
 
 def oneof_true_rest(s: object) -> Optional[list[int]]:

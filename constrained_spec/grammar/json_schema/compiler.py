@@ -540,20 +540,11 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
                 if r not in outs:
                     outs.append(r)
         if self.grammar_mode and self.hoist_chars is not None and len("".join(outs)) > self.opts.max_regex_chars:
-            outs = [self.part_rule(r) if len(r) > self.hoist_chars else r for r in outs]
+            # each branch combination of a schema's dependencies and conditionals writes the whole object
+            # again: the grammar adds their sizes where no regex holds them all
+            outs = [self.fresh_rule(r, "group-part") if len(r) > self.hoist_chars else r for r in outs]
         self.check_size("".join(outs))
         return outs
-
-    def part_rule(self, r: str) -> str:
-        """Grammar mode: the alternative ``r`` of a branch group as a rule of its own (a fresh one,
-        named here alone: its language is r's), its placeholder in its place. With hoisting, where a
-        group's alternatives together pass ``max_regex_chars`` (each branch combination of a
-        schema's dependencies and conditionals writes the whole object again): the grammar adds
-        their sizes, and no regex holds them all."""
-        n = len(self.rule_of)
-        self.rule_of[("group-part", n)] = n
-        self.rule_bodies[n] = r
-        return placeholder(n)
 
     def leaf_parts(self, flat: Flat) -> list[str]:
         """The alternatives of a flat without branch groups (its recursion counted)."""

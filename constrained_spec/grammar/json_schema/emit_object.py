@@ -12,7 +12,6 @@ from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.content_dfa import DfaTooLarge
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
-from constrained_spec.grammar.json_schema.emit_lark import placeholder
 from constrained_spec.grammar.json_schema.finite_names import named_extras
 from constrained_spec.grammar.json_schema.ir import EMPTY, Flat, Owner
 from constrained_spec.grammar.json_schema.key_languages import key_cells
@@ -132,10 +131,7 @@ class ObjectEmitter(CompilerBase):
         ``(P_1 T_2 | P_2 T_3 | ... | P_n)?`` (repeatable 'star' items likewise)."""
 
         def rule(text: str) -> str:
-            n = len(self.rule_of)
-            self.rule_of[("object-part", n)] = n
-            self.rule_bodies[n] = text
-            return placeholder(n)
+            return self.fresh_rule(text, "object-part")
 
         parts: list[tuple[str, str, str]] = []  # (rule, the item first, the item after another)
         for it in seq_items:
