@@ -9,13 +9,15 @@ turns the ``not`` forms the compiler can express into constraints of the leaf.
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Optional, Union
 
 from constrained_spec.errors import SchemaError, UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
+from constrained_spec.grammar.json_schema.closed_split import ClosedSide, pattern_names, split_closed
 from constrained_spec.grammar.json_schema.content_dfa import MAX_STATES, DfaTooLarge
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
+from constrained_spec.grammar.json_schema.finite_names import MAX_NAMED_EXTRAS
 from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Group, Holds, NarrowTypes, Require
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS, asserting_keys
 from constrained_spec.grammar.json_schema.negation import negation_keyword, plan_not
@@ -82,6 +84,10 @@ MAX_DISJOINT_BRANCHES = 12
 
 #: most object constants one branch is told apart from (each a branch group)
 MAX_OBJECT_CONSTS = 4
+
+#: the keywords of a closed branch :meth:`Combinators._closed_side` reads
+_CLOSED_KEYS = frozenset({"type", "properties", "patternProperties", "additionalProperties", "required",
+                          "minProperties", "maxProperties", "not"})
 
 
 class Combinators(CompilerBase):
@@ -191,11 +197,14 @@ class Combinators(CompilerBase):
             extra: list[Action] = []
             negated: dict[int, Action] = {}  # j -> "not branch j" (exactly one: i and none of the others)
             by_type: dict[str, dict[int, Action]] = {}  # t -> j -> "not branch j", exact on type t only
+            halves: dict[str, list[list[Action]]] = {}  # t -> branch i's objects apart from closed branches, by parts
             for t in base:
                 if outer is not None and not intersect_types({t}, outer):
                     continue  # the context admits no value of type t: dropped below, as before
                 acts_t: list[Action] = []
                 negs_t: dict[int, Action] = {}
+                pending: list[int] = []  # closed branches j told apart below, all at once (:meth:`_closed_halves`)
+                acts_of: dict[int, list[Action]] = {}  # j -> the actions that told type t of i apart from j
                 ok = True
                 for j, fj in enumerate(flats):
                     if j == i:
@@ -217,11 +226,25 @@ class Combinators(CompilerBase):
                         if neg is not None:  # exact on type t: branch i's values of type t get it apart
                             negs_t[j] = neg
                             continue
+                        if t == "object" and self.strict_oneof and not self.admits_all(ctxs[j], t, 0):
+                            pending.append(j)
+                            continue
                         ok = False
                         if not (self.strict_oneof and self.admits_all(ctxs[j], t, 0)):  # else: every value of type t satisfies branch j
-                            dropped.append((i, t, j))  # (none of branch i's is exactly one: dropped exactly)
+                            dropped.append((i, t, (pending or [j])[0]))  # (none of branch i's is exactly one: dropped exactly)
                         break
                     acts_t += res
+                    acts_of[j] = res
+                joint = self._jointly_closed(pending, acts_of, ctxs) if ok and t == "object" else []
+                if joint:
+                    parts = self._closed_halves(fi, [ctxs[j] for j in joint])
+                    if parts is None and pending:  # as before: not told apart from the first of them
+                        ok = False
+                        dropped.append((i, t, pending[0]))
+                    elif parts is not None:  # (empty: every object of i satisfies one of them, none is exactly one)
+                        ok = ok and bool(parts)
+                        halves[t] = parts
+                        acts_t = [a for j in acts_of if j not in joint for a in acts_of[j]]
                 if ok:
                     keep.add(t)
                     if t == "number":
@@ -231,6 +254,9 @@ class Combinators(CompilerBase):
                         by_type[t] = negs_t
             kept_any = kept_any or bool(keep)
             common = extra + [negated[j] for j in sorted(negated)]
+            if halves:
+                out += self._branches_by_halves(acts, keep, common, by_type, halves)
+                continue
             if by_type:  # one branch for the types that need no negation of their own, one per type that does
                 plain = keep - set(by_type) - ({"integer"} if "number" in by_type else set())
                 if plain:
@@ -308,6 +334,142 @@ class Combinators(CompilerBase):
         """The type names of values of type t (numbers with their integers), within outer (None: all)."""
         ts = {t, "integer"} if t == "number" else {t}
         return frozenset(ts if outer is None else intersect_types(ts, outer))
+
+    def _branches_by_halves(self, acts: list[Action], keep: set[str], common: list[Action],
+                            by_type: dict[str, dict[int, Action]],
+                            halves: dict[str, list[list[Action]]]) -> list[list[Action]]:
+        """Branch i's restricted branches where its values of some type (objects) are told apart from
+        closed branches by parts (:meth:`_closed_halves`): one branch for the types that need nothing
+        of their own, one per type with its own negations, one per part."""
+        out: list[list[Action]] = []
+        plain = keep - set(by_type) - set(halves) - ({"integer"} if "number" in by_type else set())
+        if plain:
+            out.append(acts + [NarrowTypes(frozenset(plain))] + common)
+        for t, negs in by_type.items():
+            if t not in halves:
+                out.append(acts + [NarrowTypes(self._of_type(t, None))] + common + [negs[j] for j in sorted(negs)])
+        for t, parts in halves.items():
+            negs = by_type.get(t, {})
+            for part in parts:
+                out.append(acts + [NarrowTypes(self._of_type(t, None))] + common + [negs[j] for j in sorted(negs)]
+                           + part)
+        return out
+
+    def _jointly_closed(self, pending: list[int], acts_of: dict[int, list[Action]], ctxs: list[Ctx]) -> list[int]:
+        """The branches j that branch i's objects are told apart from at once (:meth:`_closed_halves`),
+        in the strict round only: those told apart from no other way (``pending``), with the closed
+        branches each of whose pairwise answers is a branch group (their product grows with the
+        number of branches); none where neither is there twice or more, or pending."""
+        if not self.strict_oneof:
+            return []
+        grouped = [j for j, acts in acts_of.items() if any(isinstance(a, Holds) for a in acts)]
+        if not pending and len(grouped) < 2:
+            return []
+        return pending + [j for j in grouped if _closed_form(self.bare_ref_target(ctxs[j]).schema)]
+
+    def _closed_halves(self, fi: Flat, cjs: list[Ctx]) -> Optional[list[list[Action]]]:
+        """Branch i's objects outside every branch of ``cjs``, exactly, as the actions of each part
+        (:func:`~.closed_split.split_closed`), where branch i admits finitely many names (a closed
+        owner) and each branch j is closed (:meth:`_closed_side`): the names present and absent, and
+        the values of present names that must fail j's schemas. An empty list where no object of i is
+        left; None where not of this form or past the split's budgets (the caller refuses by name)."""
+        names = self._finite_names(fi)
+        if names is None:
+            return None
+        sides: list[ClosedSide] = []
+        for cj in cjs:
+            side = self._closed_side(fi, names, cj)
+            if side is None:
+                return None
+            if isinstance(side, ClosedSide):
+                sides.append(side)
+        always = frozenset(self.oneof_given) | frozenset(fi.required)
+        if not always <= set(names):
+            return None
+        found = split_closed(names, always, sides, MAX_PRESENCE_HALVES, MAX_PRESENCE_SPLIT, (fi.min_props, fi.max_props))
+        if found is None:
+            return None
+        out: list[list[Action]] = []
+        for half in found:
+            part: list[Action] = []
+            new = tuple(n for n in names if n in half.present and n not in always)
+            if new:
+                part.append(Require(new))
+            part += [Forbid(n) for n in names if n in half.absent]
+            for k, present in sorted(half.negations.items()):
+                fails = [c for n in present for c in sides[k].loose[n]]
+                if not all(self._value_negatable(c) for c in fails):
+                    return None
+                part.append(self._some_value_fails(present, sides[k]))
+            out.append(part)
+        return out
+
+    def _some_value_fails(self, present: list[str], side: ClosedSide) -> Action:
+        """The action "one of the names ``present`` has a value failing one of side's schemas for it"
+        (the object has the names: ``not: {properties: {n: S}}`` is n's value failing S)."""
+        terms = [self.made_up({"properties": {n: c.schema}}, c) for n in present for c in side.loose[n]]
+        if len(terms) == 1:
+            return Holds(terms[0], False)
+        return Holds(self.made_up({"anyOf": [{"not": t.schema} for t in terms]}, terms[0]))
+
+    def _finite_names(self, fi: Flat) -> Optional[list[str]]:
+        """The names branch i's objects may have where finitely many (a closed owner: its declared
+        names and the names of its patterns where each spells finitely many, those i does not
+        forbid), in declared order; None where any name may occur."""
+        closed: list[set[str]] = []
+        for o in fi.owners:
+            if o.ap is None or o.ap.schema is not False:
+                continue
+            spelled = [pattern_names(p, MAX_NAMED_EXTRAS) for p, _ in o.patterns]
+            if all(names is not None for names in spelled):  # (a pattern of finitely many names: those)
+                closed.append(set(o.names).union(*(names for names in spelled if names is not None)))
+        if not closed:
+            return None
+        allowed = set.intersection(*closed)
+        ordered = [n for n in fi.props if n in allowed] + sorted(allowed - set(fi.props))
+        return [n for n in ordered if not self.forbids(fi, n)]
+
+    def _closed_side(self, fi: Flat, names: list[str], cj: Ctx) -> Union[ClosedSide, bool, None]:
+        """Branch j as branch i's names see it (:class:`~.closed_split.ClosedSide`), for a closed
+        branch ``{type: object, properties, patternProperties, additionalProperties: false, required,
+        minProperties, maxProperties, not: {required}}``: True where j requires a name i never has
+        (every object of i is outside j); None for any other form."""
+        target = self._own_member(fi, self.bare_ref_target(cj))
+        s = target.schema
+        if not isinstance(s, dict) or s.get("additionalProperties") is not False or "$id" in s or "id" in s:
+            return None
+        if not asserting_keys(s) <= _CLOSED_KEYS or s.get("type", "object") not in ("object", ["object"]):
+            return None
+        props, pats, req = s.get("properties", {}), s.get("patternProperties", {}), s.get("required", [])
+        lo, hi, neg = s.get("minProperties", 0), s.get("maxProperties"), s.get("not")
+        if (not isinstance(props, dict) or not isinstance(pats, dict) or not isinstance(req, list)
+                or not all(isinstance(n, str) for n in req) or any(pattern_problem(p) is not None for p in pats)
+                or not _count(lo) or not (hi is None or _count(hi))):
+            return None
+        not_req: list[frozenset[str]] = []
+        if neg is not None:
+            if not (isinstance(neg, dict) and asserting_keys(neg) == {"required"} and isinstance(neg["required"], list)
+                    and all(isinstance(n, str) for n in neg["required"])):
+                return None
+            if set(neg["required"]) <= set(names):  # else every object of i lacks one of them: it holds
+                not_req.append(frozenset(neg["required"]))
+        if not set(req) <= set(names):
+            return True
+        fj = self._absorbed(target)
+        if fj is None:
+            return None
+        fails: set[str] = set()
+        loose: dict[str, tuple[Ctx, ...]] = {}
+        for n in names:
+            matching = [target.child(v, "patternProperties", p) for p, v in pats.items() if py_search(p, n)]
+            mine = ([target.child(props[n], "properties", n)] if n in props else []) + matching
+            if not mine or self._props_disjoint(fi, fj, n):
+                fails.add(n)
+                continue
+            wide = tuple(c for c in mine if not self._implied(fi, c, n))
+            if wide:
+                loose[n] = wide
+        return ClosedSide(frozenset(fails), loose, frozenset(req), lo, hi, tuple(not_req))
 
     def _twin_branches(self, ctxs: list[Ctx]) -> set[int]:
         """The branches whose subschema (through bare ``$ref``s) is the same JSON as another
@@ -1368,6 +1530,16 @@ def _object_form(s: object, closed_too: bool) -> Optional[tuple[dict, list[str],
             or not isinstance(ap, bool)):
         return None
     return props, req, ap
+
+
+def _closed_form(s: object) -> bool:
+    """Whether s may be a closed branch :meth:`Combinators._closed_side` reads (its first test)."""
+    return isinstance(s, dict) and s.get("additionalProperties") is False and asserting_keys(s) <= _CLOSED_KEYS
+
+
+def _count(v: object) -> bool:
+    """Whether v is a property count a schema may say (a non-negative integer, not a boolean)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def _within(lo: int, hi: Optional[int], bounds: tuple[int, Optional[int]]) -> tuple[int, Optional[int]]:
