@@ -374,8 +374,8 @@ class Combinators(CompilerBase):
         the values of present names that must fail j's schemas. An empty list where no object of i is
         left; None where not of this form or past the split's budgets (the caller refuses by name)."""
         names = self._finite_names(fi)
-        if names is None:
-            return None
+        if names is None:  # (infinitely many names: apart where no name of i is one j allows)
+            return [[]] if all(self._names_apart(fi, cj) for cj in cjs) else None
         sides: list[ClosedSide] = []
         for cj in cjs:
             side = self._closed_side(fi, names, cj)
@@ -411,6 +411,66 @@ class Combinators(CompilerBase):
         if len(terms) == 1:
             return Holds(terms[0], False)
         return Holds(self.made_up({"anyOf": [{"not": t.schema} for t in terms]}, terms[0]))
+
+    def _names_apart(self, fi: Flat, cj: Ctx) -> bool:
+        """Whether every object of branch i is outside the closed branch j because no name i allows
+        is one j allows (a closed owner of i: its declared names and patterns against j's, the
+        patterns' automata disjoint) and ``{}`` is not in both (i's objects have a name, or j's must)."""
+        target = self._own_member(fi, self.bare_ref_target(cj))
+        s = target.schema
+        if not _closed_form(s) or "$id" in s or "id" in s:
+            return False
+        props, pats = s.get("properties", {}), s.get("patternProperties", {})
+        req, lo = s.get("required", []), s.get("minProperties", 0)
+        if not isinstance(props, dict) or not isinstance(pats, dict) or any(pattern_problem(p) for p in pats):
+            return False
+        if not (fi.required or fi.min_props >= 1 or (isinstance(req, list) and req) or (_count(lo) and lo >= 1)):
+            return False
+        for o in fi.owners:
+            if o.ap is None or o.ap.schema is not False or any(pattern_problem(p) for p, _ in o.patterns):
+                continue
+            if any(not self.forbids(fi, n) and (n in props or any(py_search(p, n) for p in pats)) for n in o.names):
+                continue
+            if all(patterns_disjoint(p, q) is True for p, _ in o.patterns for q in pats) and not any(
+                    py_search(p, n) for p, _ in o.patterns for n in props):
+                return True
+        return False
+
+    def _negatable_within(self, fi: Flat, n: str, c: Ctx) -> Ctx:
+        """Branch j's schema c for name n, where its negation is not exact as it is, narrowed to the
+        types branch i's values of n can have (:meth:`_within_types`): the same on those values, so
+        "n's value fails c" is the same there; c itself where that does not help."""
+        if self._value_negatable(c):
+            return c
+        ctxs = self._name_ctxs(fi, n)
+        types: Optional[set[str]] = None
+        for x in ctxs or []:
+            got = None if isinstance(x, NegCtx) else self._possible_or_none(x)
+            if got is not None:
+                types = set(got) if types is None else intersect_types(types, got)
+        if types is None or not ctxs:
+            return c
+        narrowed = self._within_types(c, types, 0)
+        return narrowed if narrowed is not c and self._value_negatable(narrowed) else c
+
+    def _within_types(self, c: Ctx, types: set[str], depth: int) -> Ctx:
+        """c (through bare ``$ref``s) with the branches of its ``oneOf``/``anyOf`` that admit no value
+        of ``types`` left out (false on every value of those types: c is the same on them); c
+        itself where it is not of that form or nothing is left out."""
+        target = self.bare_ref_target(c)
+        s = target.schema
+        if depth > 8 or not isinstance(s, dict) or len(asserting_keys(s)) != 1:
+            return c
+        (kw,) = asserting_keys(s)
+        if kw not in ("oneOf", "anyOf") or not isinstance(s[kw], list) or "$id" in s or "id" in s:
+            return c
+        subs = [target.child(b, kw, k) for k, b in enumerate(s[kw])]
+        kept = [b for b in subs if (pt := self._possible_or_none(b)) is None or intersect_types(pt, types)]
+        if len(kept) == len(subs) or not kept:
+            return c
+        if len(kept) == 1:
+            return self._within_types(kept[0], types, depth + 1)
+        return self.made_up({kw: [b.schema for b in kept]}, target)
 
     def _finite_names(self, fi: Flat) -> Optional[list[str]]:
         """The names branch i's objects may have where finitely many (a closed owner: its declared
@@ -466,7 +526,7 @@ class Combinators(CompilerBase):
             if not mine or self._props_disjoint(fi, fj, n):
                 fails.add(n)
                 continue
-            wide = tuple(c for c in mine if not self._implied(fi, c, n))
+            wide = tuple(self._negatable_within(fi, n, c) for c in mine if not self._implied(fi, c, n))
             if wide:
                 loose[n] = wide
         return ClosedSide(frozenset(fails), loose, frozenset(req), lo, hi, tuple(not_req))
