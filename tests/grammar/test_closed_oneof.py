@@ -64,6 +64,19 @@ PATTERNED = {"oneOf": [
 PATTERN_POOLS: dict[str, list[Any]] = {"a": ["s", 1], "b": ["s", 1], "c": [1, "s"], "d": [1]}
 
 
+#: a branch of infinitely many names (a pattern) against closed ones of finitely many
+#: (Github_easy---o37786's locale selector against its resource reference): ``{"ref": "s"}`` is in
+#: both, ``{"ref": "s", "ab": "t"}`` only in the first (a name beyond ``ref``: counted), ``{"ref": 1}``
+#: only in the first (its value fails the second's); the third shares no name with the first
+COUNTED = {"oneOf": [
+    {"type": "object", "additionalProperties": False, "patternProperties": {"^[a-z]+$": {}}, "minProperties": 1},
+    {"type": "object", "additionalProperties": False, "properties": {"ref": {"type": "string"}}, "required": ["ref"]},
+    {"type": "object", "additionalProperties": False, "patternProperties": {"^[0-9]": {}}},
+    {"type": "object", "additionalProperties": False, "properties": {"ab": {"type": "integer"}, "Q": {}}},
+]}
+COUNTED_POOLS: dict[str, list[Any]] = {"ref": ["s", 1], "ab": ["t", 2], "Q": [1], "x": [None], "9": [1]}
+
+
 def pooled_objects(pools: dict[str, list[Any]], most: int) -> list[Any]:
     """Every object of up to ``most`` of the pools' names, each value from its name's pool."""
     out: list[Any] = []
@@ -101,6 +114,27 @@ def test_patterned_counted_branch_exact():
     assert {} in values and {"a": "s"} in values and {"a": "s", "c": 1} in values
     assert not disagreements(PATTERNED, values)
     assert not declared_disagreements(PATTERNED, values)
+
+
+def test_counted_branch_exact():
+    values = SCALARS + pooled_objects(COUNTED_POOLS, 3)
+    assert {"ref": "s"} in values and {"ref": "s", "ab": "t"} in values and {"ab": 2} in values
+    assert not disagreements(COUNTED, values)
+    assert not declared_disagreements(COUNTED, values)
+
+
+def test_control_count_part_dropped_is_caught(monkeypatch):
+    """The "a name beyond S" parts left out (only the names S exactly): valid objects lost."""
+    plain = Combinators._counted_halves
+
+    def uncounted(self, fi, cjs):
+        out = plain(self, fi, cjs)
+        return None if out is None else [p for p in out if not any(
+            getattr(a, "ctx", None) is not None and "minProperties" in a.ctx.schema for a in p)]
+
+    monkeypatch.setattr(Combinators, "_counted_halves", uncounted)
+    found = disagreements(COUNTED, SCALARS + pooled_objects(COUNTED_POOLS, 3))
+    assert any(line.startswith("rejected") and line.endswith("(valid)") for line in found), found
 
 
 def test_control_closed_read_as_open_is_caught(monkeypatch):

@@ -85,6 +85,10 @@ MAX_DISJOINT_BRANCHES = 12
 #: most object constants one branch is told apart from (each a branch group)
 MAX_OBJECT_CONSTS = 4
 
+#: most names a branch of infinitely many names is split on against closed branches (each
+#: assignment two parts: :meth:`Combinators._counted_halves`)
+MAX_COUNTED_NAMES = 4
+
 #: the keywords of a closed branch :meth:`Combinators._closed_side` reads
 _CLOSED_KEYS = frozenset({"type", "properties", "patternProperties", "additionalProperties", "required",
                           "minProperties", "maxProperties", "not"})
@@ -374,8 +378,8 @@ class Combinators(CompilerBase):
         the values of present names that must fail j's schemas. An empty list where no object of i is
         left; None where not of this form or past the split's budgets (the caller refuses by name)."""
         names = self._finite_names(fi)
-        if names is None:  # (infinitely many names: apart where no name of i is one j allows)
-            return [[]] if all(self._names_apart(fi, cj) for cj in cjs) else None
+        if names is None:  # (infinitely many names: apart where no name of i is one j allows, else counted)
+            return [[]] if all(self._names_apart(fi, cj) for cj in cjs) else self._counted_halves(fi, cjs)
         sides: list[ClosedSide] = []
         for cj in cjs:
             side = self._closed_side(fi, names, cj)
@@ -411,6 +415,78 @@ class Combinators(CompilerBase):
         if len(terms) == 1:
             return Holds(terms[0], False)
         return Holds(self.made_up({"anyOf": [{"not": t.schema} for t in terms]}, terms[0]))
+
+    def _counted_halves(self, fi: Flat, cjs: list[Ctx]) -> Optional[list[list[Action]]]:
+        """Branch i's objects outside every branch of ``cjs`` where i has a closed owner with a pattern
+        of infinitely many names (extra properties generated in both property modes) and each
+        branch j allows finitely many names: split on every name some j allows (at most
+        :data:`MAX_COUNTED_NAMES` beside the names i requires), each assignment S cut by the count
+        into "a name beyond S" (``minProperties: |S|+1``: outside every j) and "the names S exactly"
+        (``maxProperties: |S|``: judged as a closed object of S, :func:`~.closed_split.split_closed`).
+        None where not of this form."""
+        if not any(o.ap is not None and o.ap.schema is False and o.patterns for o in fi.owners):
+            return None
+        rest = [cj for cj in cjs if not self._names_apart(fi, cj)]
+        allowed: set[str] = set()
+        for cj in rest:
+            got = self._closed_names(fi, cj)
+            if got is None:
+                return None
+            allowed |= got
+        names = [n for n in fi.props if n in allowed] + sorted(allowed - set(fi.props))
+        names = [n for n in names if not self.forbids(fi, n)]
+        always = frozenset(self.oneof_given) | frozenset(fi.required)
+        if not always <= set(names):
+            return [[]]  # every object of i has a name no branch j allows
+        free = [n for n in names if n not in always]
+        if len(free) > MAX_COUNTED_NAMES:
+            return None
+        sides: list[ClosedSide] = []
+        for cj in rest:
+            side = self._closed_side(fi, names, cj)
+            if side is None:
+                return None
+            if isinstance(side, ClosedSide):
+                sides.append(side)
+        near = rest[0] if rest else cjs[0]
+        out: list[list[Action]] = []
+        for k in range(1 << len(free)):
+            present = always | {n for b, n in enumerate(free) if k >> b & 1}
+            fixed: list[Action] = ([Require(tuple(n for n in free if n in present))] if present - always else [])
+            fixed += [Forbid(n) for n in free if n not in present]
+            if fi.max_props is None or len(present) + 1 <= fi.max_props:  # a name beyond S: outside every j
+                out.append(fixed + [Holds(self.made_up({"minProperties": len(present) + 1}, near))])
+            if len(present) < fi.min_props:
+                continue
+            exact = split_closed([n for n in names if n in present], present, sides, 1, 0, (len(present), len(present)))
+            if exact is None:
+                return None
+            for half in exact:  # (one at most: every name fixed)
+                part = fixed + [Holds(self.made_up({"maxProperties": len(present)}, near))]
+                for j, ns in sorted(half.negations.items()):
+                    if not all(self._value_negatable(c) for n in ns for c in sides[j].loose[n]):
+                        return None
+                    part.append(self._some_value_fails(ns, sides[j]))
+                out.append(part)
+        return out
+
+    def _closed_names(self, fi: Flat, cj: Ctx) -> Optional[set[str]]:
+        """The names a closed branch j allows, where finitely many (declared, and the names of
+        patterns that spell finitely many); None where not closed or infinitely many."""
+        target = self._own_member(fi, self.bare_ref_target(cj))
+        s = target.schema
+        if not _closed_form(s):
+            return None
+        props, pats = s.get("properties", {}), s.get("patternProperties", {})
+        if not isinstance(props, dict) or not isinstance(pats, dict):
+            return None
+        out = set(props)
+        for p in pats:
+            got = pattern_names(p, MAX_NAMED_EXTRAS)
+            if got is None:
+                return None
+            out.update(got)
+        return out
 
     def _names_apart(self, fi: Flat, cj: Ctx) -> bool:
         """Whether every object of branch i is outside the closed branch j because no name i allows
