@@ -17,8 +17,9 @@ from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.closed_split import ClosedSide, pattern_names, split_closed
 from constrained_spec.grammar.json_schema.content_dfa import MAX_STATES, DfaTooLarge
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
+from constrained_spec.grammar.json_schema.declared_names import never_declared
 from constrained_spec.grammar.json_schema.finite_names import MAX_NAMED_EXTRAS
-from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Group, Holds, NarrowTypes, Require
+from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Group, Holds, NarrowTypes, Require, Unseen
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS, asserting_keys
 from constrained_spec.grammar.json_schema.negation import negation_keyword, plan_not
 from constrained_spec.grammar.json_schema.py_regex import pattern_problem, py_pattern_ok, py_search
@@ -98,20 +99,23 @@ class Combinators(CompilerBase):
     """``oneOf`` disjointness, subschema disjointness tests and ``not``."""
 
     def one_of_branches(self, branches: list[list[Action]], ptr: str, outer: Optional[set[str]] = None,
-                        given: frozenset[str] = frozenset()) -> list[list[Action]]:
+                        given: frozenset[str] = frozenset(),
+                        context: Optional[frozenset[str]] = None) -> list[list[Action]]:
         """The branches of the ``oneOf`` at ``ptr`` made pairwise disjoint (:meth:`_one_of_branches`),
         telling string branches apart by their patterns' automata where ``ptr`` is in
         :attr:`automata_oneof`. Where that refuses (after the automata retry) or records the keyword
         as unenforced, once more in the *strict* mode, with the exact constructions of
         :meth:`_apart_more` / :meth:`_presence_rows` and the deeper negations tried too; either way
         the answer is exact or refused by name. ``given``: the names every object has where the ``oneOf`` is met
-        (the context's ``required``): the presence split (:meth:`_presence_halves`) starts from them."""
-        before_given = self.oneof_given
-        self.oneof_given = given
+        (the context's ``required``): the presence split (:meth:`_presence_halves`) starts from them.
+        ``context``: the names the context declares where the declared mode lets a branch count on
+        the names outside them and its own being absent (:mod:`.declared_names`); None where not."""
+        before = (self.oneof_given, self.oneof_context, self.unseen_now)
+        self.oneof_given, self.oneof_context = given, context
         try:
             return self._one_of_rounds(branches, ptr, outer)
         finally:
-            self.oneof_given = before_given
+            self.oneof_given, self.oneof_context, self.unseen_now = before
 
     def _one_of_rounds(self, branches: list[list[Action]], ptr: str, outer: Optional[set[str]]) -> list[list[Action]]:
         """:meth:`one_of_branches`' rounds: the older one, then the strict one where it must."""
@@ -175,7 +179,12 @@ class Combinators(CompilerBase):
         out: list[list[Action]] = []
         kept_any = False
         dropped: list[tuple[int, str, int]] = []  # (branch i, type t, branch j): t of i not told apart from j
+        starts: list[int] = []  # where branch i's entries of out begin
+        unseen: list[set[str]] = []  # the names branch i was taken never to declare (declared_names)
         for i, br in enumerate(branches):
+            starts.append(len(out))
+            self.unseen_now = set()
+            unseen.append(self.unseen_now)
             acts = list(br)
             fi = flats[i]
             if i in twins:  # every value of branch i satisfies its twin too: never exactly one
@@ -271,6 +280,10 @@ class Combinators(CompilerBase):
             if keep != types_i:
                 acts.append(NarrowTypes(frozenset(keep)))
             out.append(acts + common)
+        starts.append(len(out))
+        for i, names in enumerate(unseen):
+            if names:  # checked where the object is written (declared_names.check_unseen)
+                out[starts[i]:starts[i + 1]] = [b + [Unseen(ptr, frozenset(names))] for b in out[starts[i]:starts[i + 1]]]
         if not kept_any:
             return None
         if dropped:
@@ -936,9 +949,12 @@ class Combinators(CompilerBase):
                 fails[n] = self.forbids(fj, n) or self._props_disjoint(fi, fj, n)
             return fails[n]
 
+        # names branch i never declares (declared mode: its objects never have them) count as absent
+        never = frozenset(n for n in dict.fromkeys([*fj.required, *fj.props, *self._target_names(cj)])
+                          if never_declared(fi, self.oneof_context, n))
         needed = [n for n in dict.fromkeys(fj.required) if n not in fi.required]
         declared = [n for n in fi.props if n not in fi.required and present_fails(n)]
-        of_j = [n for n in fj.props if n not in fi.required and not self.forbids(fi, n)]
+        of_j = [n for n in fj.props if n not in fi.required and not self.forbids(fi, n) and n not in never]
         # a name j requires that i's objects fail j with decides both halves at once: those first
         split = sorted(dict.fromkeys(needed + declared + of_j), key=lambda n: not (n in needed and present_fails(n)))
         given = self.oneof_given
@@ -961,13 +977,20 @@ class Combinators(CompilerBase):
                 dropped.append((present, absent))
                 return True
             n = next((n for n in split if n not in present and n not in absent), None)
-            if n is None or len(present - given) + len(absent) >= MAX_PRESENCE_SPLIT:
+            if n is None or len(present - given) + len(absent - never) >= MAX_PRESENCE_SPLIT:
                 return False
             return classify(present | {n}, absent) and classify(present, absent | {n})
 
-        if not classify(given, frozenset()):  # the context's required names are there
+        if not classify(given, never):  # the context's required names are there, the never declared not
             return None
-        return [self._dropping(present, absent, cj) for present, absent in dropped]
+        self.unseen_now.update(never)
+        return [self._dropping(present, absent - never, cj) for present, absent in dropped]
+
+    def _target_names(self, cj: Ctx) -> list[str]:
+        """The names branch j's target (through bare ``$ref``s) declares, in its ``properties`` form
+        (:func:`_object_form`); none where it has another form."""
+        form = _object_form(self.bare_ref_target(cj).schema, closed_too=True)
+        return [] if form is None else [*form[0], *form[1]]
 
     def _dropping(self, present: frozenset[str], absent: frozenset[str], near: Ctx) -> Action:
         """The action that drops a branch's objects with the names ``present`` and without
