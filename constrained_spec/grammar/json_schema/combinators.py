@@ -217,6 +217,7 @@ class Combinators(CompilerBase):
                 acts_t: list[Action] = []
                 negs_t: dict[int, Action] = {}
                 pending: list[int] = []  # closed branches j told apart below, all at once (:meth:`_closed_halves`)
+                claimed: set[str] = set()
                 acts_of: dict[int, list[Action]] = {}  # j -> the actions that told type t of i apart from j
                 ok = True
                 for j, fj in enumerate(flats):
@@ -240,11 +241,15 @@ class Combinators(CompilerBase):
                             negs_t[j] = neg
                             continue
                         if t == "object" and self.strict_oneof and not self.admits_all(ctxs[j], t, 0):
+                            if not pending:  # the names claimed never declared so far (restored where refused)
+                                claimed = set(self.unseen_now)
                             pending.append(j)
                             continue
                         ok = False
                         if not (self.strict_oneof and self.admits_all(ctxs[j], t, 0)):  # else: every value of type t satisfies branch j
                             dropped.append((i, t, (pending or [j])[0]))  # (none of branch i's is exactly one: dropped exactly)
+                        if pending:
+                            self.unseen_now.intersection_update(claimed)
                         break
                     acts_t += res
                     acts_of[j] = res
@@ -254,6 +259,7 @@ class Combinators(CompilerBase):
                     if parts is None and pending:  # as before: not told apart from the first of them
                         ok = False
                         dropped.append((i, t, pending[0]))
+                        self.unseen_now.intersection_update(claimed)  # (the later branches' claims: not made before)
                     elif parts is not None:  # (empty: every object of i satisfies one of them, none is exactly one)
                         ok = ok and bool(parts)
                         halves[t] = parts
