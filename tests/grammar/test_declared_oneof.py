@@ -31,9 +31,8 @@ from constrained_spec.grammar.json_schema import SchemaOptions, declared_names, 
 RECURSIVE = {"$ref": "#"}
 A = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 B = {"type": "object", "properties": {"b": RECURSIVE}, "required": ["b"]}
-B_STR = {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"]}
 B_ANY = {"properties": {"b": {}}}
-C = {"properties": {"c": {}}}
+C = {"properties": {"c": {"type": "string"}}}
 
 
 def closed(*parts: dict[str, Any]) -> dict[str, Any]:
@@ -52,13 +51,17 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("each branch requires a name the other never declares",
      {"oneOf": [A, B]},
      {"anyOf": [not_object(), closed(A), closed(B)]}),
-    ("the context declares the other's name: split on it",
-     {"properties": {"b": {"type": "string"}}, "oneOf": [A, B_STR]},
-     {"anyOf": [not_object(), closed(A, {"properties": {"b": {}}}), closed(B_STR)]}),
-    ("a later group declares the name: told apart again without the claim",
-     {"allOf": [{"oneOf": [A, B_STR]}, {"anyOf": [B_ANY, C]}]},
-     {"anyOf": [not_object(), closed(A, B_ANY), closed(A, C), closed(B_STR, B_ANY), closed(B_STR, C)]}),
+    ("the context declares a third name",
+     {"properties": {"c": {"type": "string"}}, "oneOf": [A, B]},
+     {"anyOf": [not_object(), closed(A, C), closed(B, C)]}),
+    ("the other branch declares a third name",
+     {"oneOf": [{**A, "properties": {"a": {"type": "integer"}, "c": {"type": "string"}}}, B]},
+     {"anyOf": [not_object(), closed({**A, "properties": {"a": {}, "c": {}}}), closed(B)]}),
 ]
+
+#: a later group declares the name the first branch counted on being absent: the claim fails where
+#: the object is written, the ``oneOf`` is told apart again without it, and refused by name
+LATER_GROUP = {"allOf": [{"oneOf": [A, B]}, {"anyOf": [B_ANY, C]}]}
 
 VALUES: list[Any] = SCALARS + objects(["a", "b", "c"], [1, "s", {"a": 1}], most=3)
 
@@ -99,17 +102,9 @@ def test_values_reach_both_branches():
     assert {"a": 1, "b": {"a": 1}} in both
 
 
-def test_control_claims_unchecked_let_in_both_branches(monkeypatch):
-    """The leaf's check left out: the later group's ``b`` meets the first branch, which counted on
-    ``b`` being absent, and the same oracle names objects in both branches."""
-    monkeypatch.setattr(emit_object, "check_unseen", lambda *_: None)
-    name, schema, written = CASES[2]
-    found = disagreements(schema, written)
-    assert any(line.startswith("accepted") for line in found), found
-
-
-def test_claim_failure_is_caught_and_retried(monkeypatch):
-    """The third case's claim fails at the leaf once, and the ``oneOf`` is told apart again."""
+def test_claim_failure_is_caught_and_refused_by_name(monkeypatch):
+    """The claim fails at the leaf (the later group declares ``b``), the ``oneOf`` is told apart again
+    without it, and refused by name: never the claim's own error, never a wider language."""
     raised: list[str] = []
     real = declared_names.check_unseen
 
@@ -121,8 +116,27 @@ def test_claim_failure_is_caught_and_retried(monkeypatch):
             raise
 
     monkeypatch.setattr(emit_object, "check_unseen", spy)
-    declared_regex(CASES[2][1])
+    with pytest.raises(UnsupportedKeywordError) as e:
+        declared_regex(LATER_GROUP)
+    assert not isinstance(e.value, declared_names.UnseenClaimFailed)
+    assert e.value.keyword == "oneOf" and e.value.pointer == "/allOf/0/oneOf"
     assert raised and set(raised) == {"/allOf/0/oneOf"}
+
+
+def test_control_claims_unchecked_let_in_both_branches(monkeypatch):
+    """The leaf's check left out: the later group's ``b`` meets the first branch, which counted on
+    ``b`` being absent, and the same oracle finds an object of both branches accepted."""
+    monkeypatch.setattr(emit_object, "check_unseen", lambda *_: None)
+    written = {"anyOf": [not_object(), closed(A, B_ANY), closed(A, C), closed(B, B_ANY), closed(B, C)]}
+    found = disagreements(LATER_GROUP, written)
+    assert "accepted {'a': 1, 'b': {'a': 1}} (invalid)" in found, found
+
+
+def test_a_name_the_context_declares_is_not_counted_on():
+    """The context declares ``b``: branch A's objects may have it, and B's negation is not exact."""
+    with pytest.raises(UnsupportedKeywordError) as e:
+        declared_regex({"properties": {"b": {"type": "object"}}, "oneOf": [A, B]})
+    assert e.value.keyword == "oneOf" and e.value.pointer == "/oneOf"
 
 
 def test_spec_mode_still_refused_by_name():

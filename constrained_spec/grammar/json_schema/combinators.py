@@ -947,7 +947,9 @@ class Combinators(CompilerBase):
         is apart from j (kept whole), inside j (every object of it satisfies j: dropped, no object of
         it has exactly one branch) or unknown (None: the caller negates branch j or refuses). The
         actions drop the halves inside j. (The older round dropped one half on its face,
-        apart or not: a silent narrowing, e.g. ``{"b": 1}`` lost where j requires b as a string.)"""
+        apart or not: a silent narrowing, e.g. ``{"b": 1}`` lost where j requires b as a string.)
+        In the strict round of the declared mode, the names branch i never declares count as absent
+        (:mod:`.declared_names`; the older round, whose outputs stand where it answers, does without)."""
         fails: dict[str, bool] = {}  # name -> "an object of i that has it fails j"
 
         def present_fails(n: str) -> bool:
@@ -956,8 +958,9 @@ class Combinators(CompilerBase):
             return fails[n]
 
         # names branch i never declares (declared mode: its objects never have them) count as absent
+        counts_on = self.strict_oneof and self.oneof_context is not None
         never = frozenset(n for n in dict.fromkeys([*fj.required, *fj.props, *self._target_names(cj)])
-                          if never_declared(fi, self.oneof_context, n))
+                          if counts_on and never_declared(fi, self.oneof_context, n))
         needed = [n for n in dict.fromkeys(fj.required) if n not in fi.required]
         declared = [n for n in fi.props if n not in fi.required and present_fails(n)]
         of_j = [n for n in fj.props if n not in fi.required and not self.forbids(fi, n) and n not in never]

@@ -507,22 +507,21 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             kind, branches, ptr = flat.groups[0]
             rest = flat.copy()
             rest.groups = flat.groups[1:]
-            try:
-                return self.group_parts(kind, branches, ptr, rest)
-            except UnseenClaimFailed as e:
-                # a branch's object declares a name the split counted as never declared: once more
-                # without counting on undeclared names (declared_names)
-                if e.pointer != ptr or ptr in self.plain_oneof:
-                    raise
-                self.plain_oneof.add(ptr)
-                return self.group_parts(kind, branches, ptr, rest)
-            except UnsupportedKeywordError as e:
-                # a oneOf refused where a string branch's negation needs a DFA past its bounds: once
-                # more, its string branches told apart by their patterns' automata where they can be
-                if kind != "oneOf" or e.keyword != "oneOf" or e.pointer != ptr or ptr in self.automata_oneof:
-                    raise
-                self.automata_oneof.add(ptr)
-                return self.group_parts(kind, branches, ptr, rest)
+            while True:  # each retry adds ptr to one set: at most two
+                try:
+                    return self.group_parts(kind, branches, ptr, rest)
+                except UnseenClaimFailed as e:
+                    # a branch's object declares a name the split counted as never declared: once more
+                    # without counting on undeclared names (declared_names)
+                    if e.pointer != ptr or ptr in self.plain_oneof:
+                        raise
+                    self.plain_oneof.add(ptr)
+                except UnsupportedKeywordError as e:
+                    # a oneOf refused where a string branch's negation needs a DFA past its bounds: once
+                    # more, its string branches told apart by their patterns' automata where they can be
+                    if kind != "oneOf" or e.keyword != "oneOf" or e.pointer != ptr or ptr in self.automata_oneof:
+                        raise
+                    self.automata_oneof.add(ptr)
         return self.leaf_parts(flat)
 
     def group_parts(self, kind: str, branches: list[list[Action]], ptr: str, rest: Flat) -> list[str]:
