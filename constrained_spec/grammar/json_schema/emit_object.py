@@ -226,8 +226,10 @@ class ObjectEmitter(CompilerBase):
         stars = any(it.kind == "star" for it in seq)
         n_opt = sum(1 for it in seq if it.kind == "opt")
         closed = any(o.ap is not None and o.ap.schema is False for o in flat.owners)
-        if named and closed and not stars and lo > n_opt:
-            return None  # the schema's names, all spelled out, are too few: no object has the counts
+        if closed and not stars and lo > n_opt and (named or len(flat.owners) == 1):
+            # the schema's names, all spelled out (or one closed owner's, all written: its declared and
+            # pattern names, a value the recursion cut leaves none of counted as none), are too few
+            return None
         if lo >= 2 and stars:
             self.unsupported(
                 *self._count_keyword(flat.min_props_ptr, "minProperties"),
