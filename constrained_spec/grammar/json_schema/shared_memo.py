@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from constrained_spec.grammar.json_schema.base import MemoKey
 from constrained_spec.grammar.json_schema.ir import Conjunct
@@ -51,8 +51,7 @@ SHARED_CHARS_FACTOR = 40
 MAX_VARIANTS = 4
 
 
-@dataclasses.dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One conjunction's regex and what computing it did (see the module docstring)."""
 
     regex: Optional[str]
@@ -89,8 +88,10 @@ class Entry:
             comp.reducible = True
         if self.max_seen_depth > comp.max_seen_depth:
             comp.max_seen_depth = self.max_seen_depth
-        comp.length_narrowed.extend(self.narrowed)
-        comp.ignored_formats.update(self.formats)
+        if self.narrowed:
+            comp.length_narrowed.extend(self.narrowed)
+        if self.formats:
+            comp.ignored_formats.update(self.formats)
         if not self.plain:
             sharing.taint += 1  # what it did besides these records is not replayed
 
@@ -104,6 +105,8 @@ def neutral(comp: "Compiler") -> bool:
 
 class Frame:
     """The records of one conjunction being computed (see the module docstring)."""
+
+    __slots__ = ("comp", "sharing", "neutral", "counts", "saved")
 
     def __init__(self, comp: "Compiler", sharing: "Sharing") -> None:
         self.comp = comp
@@ -131,7 +134,9 @@ class Frame:
             o.any_value_depth if comp.read_any_depth else None,
             o.max_recursion_depth if comp.recursive else None,
             o.linear_objects if comp.read_linear else None,
-            comp.reducible, comp.max_seen_depth, tuple(comp.length_narrowed), tuple(comp.ignored_formats.items()),
+            comp.reducible, comp.max_seen_depth,
+            tuple(comp.length_narrowed) if comp.length_narrowed else (),
+            tuple(comp.ignored_formats.items()) if comp.ignored_formats else (),
         )
         self.restore()
         return entry
@@ -144,10 +149,13 @@ class Frame:
         comp.recursive = comp.recursive or rec
         comp.read_linear = comp.read_linear or lin
         comp.reducible = comp.reducible or red
-        comp.max_seen_depth = max(comp.max_seen_depth, depth)
-        narrowed.extend(comp.length_narrowed)
+        if depth > comp.max_seen_depth:
+            comp.max_seen_depth = depth
+        if comp.length_narrowed:
+            narrowed.extend(comp.length_narrowed)
         comp.length_narrowed = narrowed
-        formats.update(comp.ignored_formats)
+        if comp.ignored_formats:
+            formats.update(comp.ignored_formats)
         comp.ignored_formats = formats
 
 
