@@ -471,14 +471,17 @@ def test_dev_split_competency_framework_checked_in_a_larger_language(byte_vocab)
     ``{1,500}`` read as ``+`` (a larger language: still conservative) it is safe and the schema gets
     its grammar. Bundled values, mutations and a framework nested 7 deep, against jsonschema.
 
-    Its ``oneOf`` (competencies or abilities) is refused by name since 2026-12-05: an object with
-    both, one of them failing its branch, satisfies exactly one, and telling that apart needs the
-    negation of the recursive ``competency``; the older round dropped every object with both (a
-    silent narrowing). The lexeme check is the point here, so the schema is taken with ``anyOf``."""
+    Its ``oneOf`` (competencies or abilities) is refused by name in the spec mode since 2026-12-05:
+    an object with both, one of them failing its branch, satisfies exactly one, and telling that
+    apart needs the negation of the recursive ``competency``; the older round dropped every object
+    with both (a silent narrowing). The declared mode (the default) compiles it since 2026-12-05
+    (night): a branch's objects never have the name only the other declares (test_declared_oneof).
+    The lexeme check is the point here, so the schema is taken with ``anyOf``."""
     bundle = _dev_bundle("o78062")
     with pytest.raises(UnsupportedKeywordError) as refused:
-        compiled_matcher(bundle["schema"], byte_vocab)
+        compiled_matcher(bundle["schema"], byte_vocab, SchemaOptions(additional_properties="spec"))
     assert refused.value.keyword == "oneOf" and refused.value.pointer == "/definitions/competency/allOf/1/oneOf"
+    assert compiled_matcher(bundle["schema"], byte_vocab)[1].grammar is not None
     schema = json.loads(json.dumps(bundle["schema"]).replace('"oneOf"', '"anyOf"'))
     order = ["name", "description", "scale", "levels", "competencies", "abilities", "level"]
     grammar, spec = compiled_matcher(schema, byte_vocab)

@@ -173,7 +173,8 @@ def test_control_without_the_context_names_refused(monkeypatch, schema):
     inside it, and the first branch's negation needs a numeric constant's: refused."""
     plain = Combinators.one_of_branches
     monkeypatch.setattr(Combinators, "one_of_branches",
-                        lambda self, branches, ptr, outer=None, given=frozenset(): plain(self, branches, ptr, outer))
+                        lambda self, branches, ptr, outer=None, given=frozenset(), context=None:
+                        plain(self, branches, ptr, outer, frozenset(), context))
     with pytest.raises(UnsupportedKeywordError):
         regex_of(schema)
 

@@ -606,7 +606,7 @@ def test_oneof_twins_and_spread_discriminators_are_exact(schema):
 def test_control_oneof_twins_as_anyof_is_caught(monkeypatch):
     from constrained_spec.grammar.json_schema.combinators import Combinators
 
-    monkeypatch.setattr(Combinators, "one_of_branches", lambda self, branches, ptr, outer=None, given=frozenset(): branches)
+    monkeypatch.setattr(Combinators, "one_of_branches", lambda self, branches, ptr, outer=None, given=frozenset(), context=None: branches)
     assert _twin_disagreements(TWIN_ONEOFS[0]) and _twin_disagreements(TWIN_ONEOFS[2])
 
 

@@ -70,6 +70,13 @@ class CompilerBase:
         self.strict_oneof = False
         # the names every object has where the oneOf being told apart now is met (its context's required)
         self.oneof_given: frozenset[str] = frozenset()
+        # the names its context declares where the declared mode counts on others being absent
+        # (declared_names); None where it does not
+        self.oneof_context: Optional[frozenset[str]] = None
+        # the names the branch being told apart now was taken never to declare (declared_names)
+        self.unseen_now: set[str] = set()
+        #: 'oneOf' pointers told apart again without that (a branch's object declared such a name)
+        self.plain_oneof: set[str] = set()
         self.synthetic: list[dict[str, Any]] = []  # schema parts the compiler made (negations), kept alive
         # ids of the ``contains`` subschemas a ``not: {items: S}`` made (exact only as "some item anywhere")
         self.negated_items: set[int] = set()

@@ -9,14 +9,17 @@ turns the ``not`` forms the compiler can express into constraints of the leaf.
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Optional, Union
 
 from constrained_spec.errors import SchemaError, UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
+from constrained_spec.grammar.json_schema.closed_split import ClosedSide, pattern_names, split_closed
 from constrained_spec.grammar.json_schema.content_dfa import MAX_STATES, DfaTooLarge
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
-from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Group, Holds, NarrowTypes, Require
+from constrained_spec.grammar.json_schema.declared_names import never_declared
+from constrained_spec.grammar.json_schema.finite_names import MAX_NAMED_EXTRAS
+from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Group, Holds, NarrowTypes, Require, Unseen
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS, asserting_keys
 from constrained_spec.grammar.json_schema.negation import negation_keyword, plan_not
 from constrained_spec.grammar.json_schema.py_regex import pattern_problem, py_pattern_ok, py_search
@@ -83,25 +86,36 @@ MAX_DISJOINT_BRANCHES = 12
 #: most object constants one branch is told apart from (each a branch group)
 MAX_OBJECT_CONSTS = 4
 
+#: most names a branch of infinitely many names is split on against closed branches (each
+#: assignment two parts: :meth:`Combinators._counted_halves`)
+MAX_COUNTED_NAMES = 4
+
+#: the keywords of a closed branch :meth:`Combinators._closed_side` reads
+_CLOSED_KEYS = frozenset({"type", "properties", "patternProperties", "additionalProperties", "required",
+                          "minProperties", "maxProperties", "not"})
+
 
 class Combinators(CompilerBase):
     """``oneOf`` disjointness, subschema disjointness tests and ``not``."""
 
     def one_of_branches(self, branches: list[list[Action]], ptr: str, outer: Optional[set[str]] = None,
-                        given: frozenset[str] = frozenset()) -> list[list[Action]]:
+                        given: frozenset[str] = frozenset(),
+                        context: Optional[frozenset[str]] = None) -> list[list[Action]]:
         """The branches of the ``oneOf`` at ``ptr`` made pairwise disjoint (:meth:`_one_of_branches`),
         telling string branches apart by their patterns' automata where ``ptr`` is in
         :attr:`automata_oneof`. Where that refuses (after the automata retry) or records the keyword
         as unenforced, once more in the *strict* mode, with the exact constructions of
         :meth:`_apart_more` / :meth:`_presence_rows` and the deeper negations tried too; either way
         the answer is exact or refused by name. ``given``: the names every object has where the ``oneOf`` is met
-        (the context's ``required``): the presence split (:meth:`_presence_halves`) starts from them."""
-        before_given = self.oneof_given
-        self.oneof_given = given
+        (the context's ``required``): the presence split (:meth:`_presence_halves`) starts from them.
+        ``context``: the names the context declares where the declared mode lets a branch count on
+        the names outside them and its own being absent (:mod:`.declared_names`); None where not."""
+        before = (self.oneof_given, self.oneof_context, self.unseen_now)
+        self.oneof_given, self.oneof_context = given, context
         try:
             return self._one_of_rounds(branches, ptr, outer)
         finally:
-            self.oneof_given = before_given
+            self.oneof_given, self.oneof_context, self.unseen_now = before
 
     def _one_of_rounds(self, branches: list[list[Action]], ptr: str, outer: Optional[set[str]]) -> list[list[Action]]:
         """:meth:`one_of_branches`' rounds: the older one, then the strict one where it must."""
@@ -165,7 +179,12 @@ class Combinators(CompilerBase):
         out: list[list[Action]] = []
         kept_any = False
         dropped: list[tuple[int, str, int]] = []  # (branch i, type t, branch j): t of i not told apart from j
+        starts: list[int] = []  # where branch i's entries of out begin
+        unseen: list[set[str]] = []  # the names branch i was taken never to declare (declared_names)
         for i, br in enumerate(branches):
+            starts.append(len(out))
+            self.unseen_now = set()
+            unseen.append(self.unseen_now)
             acts = list(br)
             fi = flats[i]
             if i in twins:  # every value of branch i satisfies its twin too: never exactly one
@@ -191,11 +210,15 @@ class Combinators(CompilerBase):
             extra: list[Action] = []
             negated: dict[int, Action] = {}  # j -> "not branch j" (exactly one: i and none of the others)
             by_type: dict[str, dict[int, Action]] = {}  # t -> j -> "not branch j", exact on type t only
+            halves: dict[str, list[list[Action]]] = {}  # t -> branch i's objects apart from closed branches, by parts
             for t in base:
                 if outer is not None and not intersect_types({t}, outer):
                     continue  # the context admits no value of type t: dropped below, as before
                 acts_t: list[Action] = []
                 negs_t: dict[int, Action] = {}
+                pending: list[int] = []  # closed branches j told apart below, all at once (:meth:`_closed_halves`)
+                claimed: set[str] = set()
+                acts_of: dict[int, list[Action]] = {}  # j -> the actions that told type t of i apart from j
                 ok = True
                 for j, fj in enumerate(flats):
                     if j == i:
@@ -217,11 +240,30 @@ class Combinators(CompilerBase):
                         if neg is not None:  # exact on type t: branch i's values of type t get it apart
                             negs_t[j] = neg
                             continue
+                        if t == "object" and self.strict_oneof and not self.admits_all(ctxs[j], t, 0):
+                            if not pending:  # the names claimed never declared so far (restored where refused)
+                                claimed = set(self.unseen_now)
+                            pending.append(j)
+                            continue
                         ok = False
                         if not (self.strict_oneof and self.admits_all(ctxs[j], t, 0)):  # else: every value of type t satisfies branch j
-                            dropped.append((i, t, j))  # (none of branch i's is exactly one: dropped exactly)
+                            dropped.append((i, t, (pending or [j])[0]))  # (none of branch i's is exactly one: dropped exactly)
+                        if pending:
+                            self.unseen_now.intersection_update(claimed)
                         break
                     acts_t += res
+                    acts_of[j] = res
+                joint = self._jointly_closed(pending, acts_of, ctxs) if ok and t == "object" else []
+                if joint:
+                    parts = self._closed_halves(fi, [ctxs[j] for j in joint])
+                    if parts is None and pending:  # as before: not told apart from the first of them
+                        ok = False
+                        dropped.append((i, t, pending[0]))
+                        self.unseen_now.intersection_update(claimed)  # (the later branches' claims: not made before)
+                    elif parts is not None:  # (empty: every object of i satisfies one of them, none is exactly one)
+                        ok = ok and bool(parts)
+                        halves[t] = parts
+                        acts_t = [a for j in acts_of if j not in joint for a in acts_of[j]]
                 if ok:
                     keep.add(t)
                     if t == "number":
@@ -231,6 +273,9 @@ class Combinators(CompilerBase):
                         by_type[t] = negs_t
             kept_any = kept_any or bool(keep)
             common = extra + [negated[j] for j in sorted(negated)]
+            if halves:
+                out += self._branches_by_halves(acts, keep, common, by_type, halves)
+                continue
             if by_type:  # one branch for the types that need no negation of their own, one per type that does
                 plain = keep - set(by_type) - ({"integer"} if "number" in by_type else set())
                 if plain:
@@ -241,6 +286,10 @@ class Combinators(CompilerBase):
             if keep != types_i:
                 acts.append(NarrowTypes(frozenset(keep)))
             out.append(acts + common)
+        starts.append(len(out))
+        for i, names in enumerate(unseen):
+            if names:  # checked where the object is written (declared_names.check_unseen)
+                out[starts[i]:starts[i + 1]] = [b + [Unseen(ptr, frozenset(names))] for b in out[starts[i]:starts[i + 1]]]
         if not kept_any:
             return None
         if dropped:
@@ -308,6 +357,274 @@ class Combinators(CompilerBase):
         """The type names of values of type t (numbers with their integers), within outer (None: all)."""
         ts = {t, "integer"} if t == "number" else {t}
         return frozenset(ts if outer is None else intersect_types(ts, outer))
+
+    def _branches_by_halves(self, acts: list[Action], keep: set[str], common: list[Action],
+                            by_type: dict[str, dict[int, Action]],
+                            halves: dict[str, list[list[Action]]]) -> list[list[Action]]:
+        """Branch i's restricted branches where its values of some type (objects) are told apart from
+        closed branches by parts (:meth:`_closed_halves`): one branch for the types that need nothing
+        of their own, one per type with its own negations, one per part."""
+        out: list[list[Action]] = []
+        plain = keep - set(by_type) - set(halves) - ({"integer"} if "number" in by_type else set())
+        if plain:
+            out.append(acts + [NarrowTypes(frozenset(plain))] + common)
+        for t, negs in by_type.items():
+            if t not in halves:
+                out.append(acts + [NarrowTypes(self._of_type(t, None))] + common + [negs[j] for j in sorted(negs)])
+        for t, parts in halves.items():
+            negs = by_type.get(t, {})
+            for part in parts:
+                out.append(acts + [NarrowTypes(self._of_type(t, None))] + common + [negs[j] for j in sorted(negs)]
+                           + part)
+        return out
+
+    def _jointly_closed(self, pending: list[int], acts_of: dict[int, list[Action]], ctxs: list[Ctx]) -> list[int]:
+        """The branches j that branch i's objects are told apart from at once (:meth:`_closed_halves`),
+        in the strict round only: those told apart from no other way (``pending``), with the closed
+        branches each of whose pairwise answers is a branch group (their product grows with the
+        number of branches); none where neither is there twice or more, or pending."""
+        if not self.strict_oneof:
+            return []
+        grouped = [j for j, acts in acts_of.items() if any(isinstance(a, Holds) for a in acts)]
+        if not pending and len(grouped) < 2:
+            return []
+        return pending + [j for j in grouped if _closed_form(self.bare_ref_target(ctxs[j]).schema)]
+
+    def _closed_halves(self, fi: Flat, cjs: list[Ctx]) -> Optional[list[list[Action]]]:
+        """Branch i's objects outside every branch of ``cjs``, exactly, as the actions of each part
+        (:func:`~.closed_split.split_closed`), where branch i admits finitely many names (a closed
+        owner) and each branch j is closed (:meth:`_closed_side`): the names present and absent, and
+        the values of present names that must fail j's schemas. An empty list where no object of i is
+        left; None where not of this form or past the split's budgets (the caller refuses by name)."""
+        names = self._finite_names(fi)
+        if names is None:  # (infinitely many names: apart where no name of i is one j allows, else counted)
+            return [[]] if all(self._names_apart(fi, cj) for cj in cjs) else self._counted_halves(fi, cjs)
+        sides: list[ClosedSide] = []
+        for cj in cjs:
+            side = self._closed_side(fi, names, cj)
+            if side is None:
+                return None
+            if isinstance(side, ClosedSide):
+                sides.append(side)
+        always = frozenset(self.oneof_given) | frozenset(fi.required)
+        if not always <= set(names):
+            return None
+        found = split_closed(names, always, sides, MAX_PRESENCE_HALVES, MAX_PRESENCE_SPLIT, (fi.min_props, fi.max_props))
+        if found is None:
+            return None
+        out: list[list[Action]] = []
+        for half in found:
+            part: list[Action] = []
+            new = tuple(n for n in names if n in half.present and n not in always)
+            if new:
+                part.append(Require(new))
+            part += [Forbid(n) for n in names if n in half.absent]
+            for k, present in sorted(half.negations.items()):
+                fails = [c for n in present for c in sides[k].loose[n]]
+                if not all(self._value_negatable(c) for c in fails):
+                    return None
+                part.append(self._some_value_fails(present, sides[k]))
+            out.append(part)
+        return out
+
+    def _some_value_fails(self, present: list[str], side: ClosedSide) -> Action:
+        """The action "one of the names ``present`` has a value failing one of side's schemas for it"
+        (the object has the names: ``not: {properties: {n: S}}`` is n's value failing S)."""
+        terms = [self.made_up({"properties": {n: c.schema}}, c) for n in present for c in side.loose[n]]
+        if len(terms) == 1:
+            return Holds(terms[0], False)
+        return Holds(self.made_up({"anyOf": [{"not": t.schema} for t in terms]}, terms[0]))
+
+    def _counted_halves(self, fi: Flat, cjs: list[Ctx]) -> Optional[list[list[Action]]]:
+        """Branch i's objects outside every branch of ``cjs`` where i has a closed owner with a pattern
+        of infinitely many names (extra properties generated in both property modes) and each
+        branch j allows finitely many names: split on every name some j allows (at most
+        :data:`MAX_COUNTED_NAMES` beside the names i requires), each assignment S cut by the count
+        into "a name beyond S" (``minProperties: |S|+1``: outside every j) and "the names S exactly"
+        (``maxProperties: |S|``: judged as a closed object of S, :func:`~.closed_split.split_closed`).
+        None where not of this form."""
+        if not any(o.ap is not None and o.ap.schema is False and o.patterns for o in fi.owners):
+            return None
+        rest = [cj for cj in cjs if not self._names_apart(fi, cj)]
+        allowed: set[str] = set()
+        for cj in rest:
+            got = self._closed_names(fi, cj)
+            if got is None:
+                return None
+            allowed |= got
+        names = [n for n in fi.props if n in allowed] + sorted(allowed - set(fi.props))
+        names = [n for n in names if not self.forbids(fi, n)]
+        always = frozenset(self.oneof_given) | frozenset(fi.required)
+        if not always <= set(names):
+            return [[]]  # every object of i has a name no branch j allows
+        free = [n for n in names if n not in always]
+        if len(free) > MAX_COUNTED_NAMES:
+            return None
+        sides: list[ClosedSide] = []
+        for cj in rest:
+            side = self._closed_side(fi, names, cj)
+            if side is None:
+                return None
+            if isinstance(side, ClosedSide):
+                sides.append(side)
+        near = rest[0] if rest else cjs[0]
+        out: list[list[Action]] = []
+        for k in range(1 << len(free)):
+            present = always | {n for b, n in enumerate(free) if k >> b & 1}
+            fixed: list[Action] = ([Require(tuple(n for n in free if n in present))] if present - always else [])
+            fixed += [Forbid(n) for n in free if n not in present]
+            if fi.max_props is None or len(present) + 1 <= fi.max_props:  # a name beyond S: outside every j
+                out.append(fixed + [Holds(self.made_up({"minProperties": len(present) + 1}, near))])
+            if len(present) < fi.min_props:
+                continue
+            exact = split_closed([n for n in names if n in present], present, sides, 1, 0, (len(present), len(present)))
+            if exact is None:
+                return None
+            for half in exact:  # (one at most: every name fixed)
+                part = fixed + [Holds(self.made_up({"maxProperties": len(present)}, near))]
+                for j, ns in sorted(half.negations.items()):
+                    if not all(self._value_negatable(c) for n in ns for c in sides[j].loose[n]):
+                        return None
+                    part.append(self._some_value_fails(ns, sides[j]))
+                out.append(part)
+        return out
+
+    def _closed_names(self, fi: Flat, cj: Ctx) -> Optional[set[str]]:
+        """The names a closed branch j allows, where finitely many (declared, and the names of
+        patterns that spell finitely many); None where not closed or infinitely many."""
+        target = self._own_member(fi, self.bare_ref_target(cj))
+        s = target.schema
+        if not _closed_form(s):
+            return None
+        props, pats = s.get("properties", {}), s.get("patternProperties", {})
+        if not isinstance(props, dict) or not isinstance(pats, dict):
+            return None
+        out = set(props)
+        for p in pats:
+            got = pattern_names(p, MAX_NAMED_EXTRAS)
+            if got is None:
+                return None
+            out.update(got)
+        return out
+
+    def _names_apart(self, fi: Flat, cj: Ctx) -> bool:
+        """Whether every object of branch i is outside the closed branch j because no name i allows
+        is one j allows (a closed owner of i: its declared names and patterns against j's, the
+        patterns' automata disjoint) and ``{}`` is not in both (i's objects have a name, or j's must)."""
+        target = self._own_member(fi, self.bare_ref_target(cj))
+        s = target.schema
+        if not _closed_form(s) or "$id" in s or "id" in s:
+            return False
+        props, pats = s.get("properties", {}), s.get("patternProperties", {})
+        req, lo = s.get("required", []), s.get("minProperties", 0)
+        if not isinstance(props, dict) or not isinstance(pats, dict) or any(pattern_problem(p) for p in pats):
+            return False
+        if not (fi.required or fi.min_props >= 1 or (isinstance(req, list) and req) or (_count(lo) and lo >= 1)):
+            return False
+        for o in fi.owners:
+            if o.ap is None or o.ap.schema is not False or any(pattern_problem(p) for p, _ in o.patterns):
+                continue
+            if any(not self.forbids(fi, n) and (n in props or any(py_search(p, n) for p in pats)) for n in o.names):
+                continue
+            if all(patterns_disjoint(p, q) is True for p, _ in o.patterns for q in pats) and not any(
+                    py_search(p, n) for p, _ in o.patterns for n in props):
+                return True
+        return False
+
+    def _negatable_within(self, fi: Flat, n: str, c: Ctx) -> Ctx:
+        """Branch j's schema c for name n, where its negation is not exact as it is, narrowed to the
+        types branch i's values of n can have (:meth:`_within_types`): the same on those values, so
+        "n's value fails c" is the same there; c itself where that does not help."""
+        if self._value_negatable(c):
+            return c
+        ctxs = self._name_ctxs(fi, n)
+        types: Optional[set[str]] = None
+        for x in ctxs or []:
+            got = None if isinstance(x, NegCtx) else self._possible_or_none(x)
+            if got is not None:
+                types = set(got) if types is None else intersect_types(types, got)
+        if types is None or not ctxs:
+            return c
+        narrowed = self._within_types(c, types, 0)
+        return narrowed if narrowed is not c and self._value_negatable(narrowed) else c
+
+    def _within_types(self, c: Ctx, types: set[str], depth: int) -> Ctx:
+        """c (through bare ``$ref``s) with the branches of its ``oneOf``/``anyOf`` that admit no value
+        of ``types`` left out (false on every value of those types: c is the same on them); c
+        itself where it is not of that form or nothing is left out."""
+        target = self.bare_ref_target(c)
+        s = target.schema
+        if depth > 8 or not isinstance(s, dict) or len(asserting_keys(s)) != 1:
+            return c
+        (kw,) = asserting_keys(s)
+        if kw not in ("oneOf", "anyOf") or not isinstance(s[kw], list) or "$id" in s or "id" in s:
+            return c
+        subs = [target.child(b, kw, k) for k, b in enumerate(s[kw])]
+        kept = [b for b in subs if (pt := self._possible_or_none(b)) is None or intersect_types(pt, types)]
+        if len(kept) == len(subs) or not kept:
+            return c
+        if len(kept) == 1:
+            return self._within_types(kept[0], types, depth + 1)
+        return self.made_up({kw: [b.schema for b in kept]}, target)
+
+    def _finite_names(self, fi: Flat) -> Optional[list[str]]:
+        """The names branch i's objects may have where finitely many (a closed owner: its declared
+        names and the names of its patterns where each spells finitely many, those i does not
+        forbid), in declared order; None where any name may occur."""
+        closed: list[set[str]] = []
+        for o in fi.owners:
+            if o.ap is None or o.ap.schema is not False:
+                continue
+            spelled = [pattern_names(p, MAX_NAMED_EXTRAS) for p, _ in o.patterns]
+            if all(names is not None for names in spelled):  # (a pattern of finitely many names: those)
+                closed.append(set(o.names).union(*(names for names in spelled if names is not None)))
+        if not closed:
+            return None
+        allowed = set.intersection(*closed)
+        ordered = [n for n in fi.props if n in allowed] + sorted(allowed - set(fi.props))
+        return [n for n in ordered if not self.forbids(fi, n)]
+
+    def _closed_side(self, fi: Flat, names: list[str], cj: Ctx) -> Union[ClosedSide, bool, None]:
+        """Branch j as branch i's names see it (:class:`~.closed_split.ClosedSide`), for a closed
+        branch ``{type: object, properties, patternProperties, additionalProperties: false, required,
+        minProperties, maxProperties, not: {required}}``: True where j requires a name i never has
+        (every object of i is outside j); None for any other form."""
+        target = self._own_member(fi, self.bare_ref_target(cj))
+        s = target.schema
+        if not isinstance(s, dict) or s.get("additionalProperties") is not False or "$id" in s or "id" in s:
+            return None
+        if not asserting_keys(s) <= _CLOSED_KEYS or s.get("type", "object") not in ("object", ["object"]):
+            return None
+        props, pats, req = s.get("properties", {}), s.get("patternProperties", {}), s.get("required", [])
+        lo, hi, neg = s.get("minProperties", 0), s.get("maxProperties"), s.get("not")
+        if (not isinstance(props, dict) or not isinstance(pats, dict) or not isinstance(req, list)
+                or not all(isinstance(n, str) for n in req) or any(pattern_problem(p) is not None for p in pats)
+                or not _count(lo) or not (hi is None or _count(hi))):
+            return None
+        not_req: list[frozenset[str]] = []
+        if neg is not None:
+            if not (isinstance(neg, dict) and asserting_keys(neg) == {"required"} and isinstance(neg["required"], list)
+                    and all(isinstance(n, str) for n in neg["required"])):
+                return None
+            if set(neg["required"]) <= set(names):  # else every object of i lacks one of them: it holds
+                not_req.append(frozenset(neg["required"]))
+        if not set(req) <= set(names):
+            return True
+        fj = self._absorbed(target)
+        if fj is None:
+            return None
+        fails: set[str] = set()
+        loose: dict[str, tuple[Ctx, ...]] = {}
+        for n in names:
+            matching = [target.child(v, "patternProperties", p) for p, v in pats.items() if py_search(p, n)]
+            mine = ([target.child(props[n], "properties", n)] if n in props else []) + matching
+            if not mine or self._props_disjoint(fi, fj, n):
+                fails.add(n)
+                continue
+            wide = tuple(self._negatable_within(fi, n, c) for c in mine if not self._implied(fi, c, n))
+            if wide:
+                loose[n] = wide
+        return ClosedSide(frozenset(fails), loose, frozenset(req), lo, hi, tuple(not_req))
 
     def _twin_branches(self, ctxs: list[Ctx]) -> set[int]:
         """The branches whose subschema (through bare ``$ref``s) is the same JSON as another
@@ -630,7 +947,9 @@ class Combinators(CompilerBase):
         is apart from j (kept whole), inside j (every object of it satisfies j: dropped, no object of
         it has exactly one branch) or unknown (None: the caller negates branch j or refuses). The
         actions drop the halves inside j. (The older round dropped one half on its face,
-        apart or not: a silent narrowing, e.g. ``{"b": 1}`` lost where j requires b as a string.)"""
+        apart or not: a silent narrowing, e.g. ``{"b": 1}`` lost where j requires b as a string.)
+        In the strict round of the declared mode, the names branch i never declares count as absent
+        (:mod:`.declared_names`; the older round, whose outputs stand where it answers, does without)."""
         fails: dict[str, bool] = {}  # name -> "an object of i that has it fails j"
 
         def present_fails(n: str) -> bool:
@@ -638,9 +957,13 @@ class Combinators(CompilerBase):
                 fails[n] = self.forbids(fj, n) or self._props_disjoint(fi, fj, n)
             return fails[n]
 
+        # names branch i never declares (declared mode: its objects never have them) count as absent
+        counts_on = self.strict_oneof and self.oneof_context is not None
+        never = frozenset(n for n in dict.fromkeys([*fj.required, *fj.props, *self._target_names(cj)])
+                          if counts_on and never_declared(fi, self.oneof_context, n))
         needed = [n for n in dict.fromkeys(fj.required) if n not in fi.required]
         declared = [n for n in fi.props if n not in fi.required and present_fails(n)]
-        of_j = [n for n in fj.props if n not in fi.required and not self.forbids(fi, n)]
+        of_j = [n for n in fj.props if n not in fi.required and not self.forbids(fi, n) and n not in never]
         # a name j requires that i's objects fail j with decides both halves at once: those first
         split = sorted(dict.fromkeys(needed + declared + of_j), key=lambda n: not (n in needed and present_fails(n)))
         given = self.oneof_given
@@ -663,13 +986,20 @@ class Combinators(CompilerBase):
                 dropped.append((present, absent))
                 return True
             n = next((n for n in split if n not in present and n not in absent), None)
-            if n is None or len(present - given) + len(absent) >= MAX_PRESENCE_SPLIT:
+            if n is None or len(present - given) + len(absent - never) >= MAX_PRESENCE_SPLIT:
                 return False
             return classify(present | {n}, absent) and classify(present, absent | {n})
 
-        if not classify(given, frozenset()):  # the context's required names are there
+        if not classify(given, never):  # the context's required names are there, the never declared not
             return None
-        return [self._dropping(present, absent, cj) for present, absent in dropped]
+        self.unseen_now.update(never)
+        return [self._dropping(present, absent - never, cj) for present, absent in dropped]
+
+    def _target_names(self, cj: Ctx) -> list[str]:
+        """The names branch j's target (through bare ``$ref``s) declares, in its ``properties`` form
+        (:func:`_object_form`); none where it has another form."""
+        form = _object_form(self.bare_ref_target(cj).schema, closed_too=True)
+        return [] if form is None else [*form[0], *form[1]]
 
     def _dropping(self, present: frozenset[str], absent: frozenset[str], near: Ctx) -> Action:
         """The action that drops a branch's objects with the names ``present`` and without
@@ -1368,6 +1698,16 @@ def _object_form(s: object, closed_too: bool) -> Optional[tuple[dict, list[str],
             or not isinstance(ap, bool)):
         return None
     return props, req, ap
+
+
+def _closed_form(s: object) -> bool:
+    """Whether s may be a closed branch :meth:`Combinators._closed_side` reads (its first test)."""
+    return isinstance(s, dict) and s.get("additionalProperties") is False and asserting_keys(s) <= _CLOSED_KEYS
+
+
+def _count(v: object) -> bool:
+    """Whether v is a property count a schema may say (a non-negative integer, not a boolean)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def _within(lo: int, hi: Optional[int], bounds: tuple[int, Optional[int]]) -> tuple[int, Optional[int]]:

@@ -33,13 +33,14 @@ from constrained_spec.grammar.json_schema import shared_memo
 from constrained_spec.grammar.json_schema.base import ConjunctionKey, MemoKey, time_limit_error
 from constrained_spec.grammar.json_schema.combinators import Combinators, oneof_true_rest
 from constrained_spec.grammar.json_schema.context import Ctx, SchemaDocument
+from constrained_spec.grammar.json_schema.declared_names import UnseenClaimFailed, context_names
 from constrained_spec.grammar.json_schema.emit_array import ArrayEmitter
 from constrained_spec.grammar.json_schema.emit_lark import build_lark, placeholder
 from constrained_spec.grammar.json_schema.emit_number import NumberEmitter
 from constrained_spec.grammar.json_schema.emit_object import ObjectEmitter
 from constrained_spec.grammar.json_schema.emit_string import StringEmitter
 from constrained_spec.grammar.json_schema.emit_value import ValueEmitter
-from constrained_spec.grammar.json_schema.ir import Action, Conjunct, Flat, Forbid, Holds, Require
+from constrained_spec.grammar.json_schema.ir import Action, Conjunct, Flat, Forbid, Holds, Require, Unseen
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS, Keywords, asserting_keys
 from constrained_spec.grammar.json_schema.options import (
     DECLARED_PROPERTIES_NOTE,
@@ -526,6 +527,8 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             for n in action.names:
                 if n not in flat.required:
                     flat.required.append(n)
+        elif isinstance(action, Unseen):
+            flat.unseen.append(action)
         else:
             types = set(action.types)
             flat.types = types if flat.types is None else intersect_types(flat.types, types)
@@ -548,22 +551,30 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             kind, branches, ptr = flat.groups[0]
             rest = flat.copy()
             rest.groups = flat.groups[1:]
-            try:
-                return self.group_parts(kind, branches, ptr, rest)
-            except UnsupportedKeywordError as e:
-                # a oneOf refused where a string branch's negation needs a DFA past its bounds: once
-                # more, its string branches told apart by their patterns' automata where they can be
-                if kind != "oneOf" or e.keyword != "oneOf" or e.pointer != ptr or ptr in self.automata_oneof:
-                    raise
-                self.automata_oneof.add(ptr)
-                return self.group_parts(kind, branches, ptr, rest)
+            while True:  # each retry adds ptr to one set: at most two
+                try:
+                    return self.group_parts(kind, branches, ptr, rest)
+                except UnseenClaimFailed as e:
+                    # a branch's object declares a name the split counted as never declared: once more
+                    # without counting on undeclared names (declared_names)
+                    if e.pointer != ptr or ptr in self.plain_oneof:
+                        raise
+                    self.plain_oneof.add(ptr)
+                except UnsupportedKeywordError as e:
+                    # a oneOf refused where a string branch's negation needs a DFA past its bounds: once
+                    # more, its string branches told apart by their patterns' automata where they can be
+                    if kind != "oneOf" or e.keyword != "oneOf" or e.pointer != ptr or ptr in self.automata_oneof:
+                        raise
+                    self.automata_oneof.add(ptr)
         return self.leaf_parts(flat)
 
     def group_parts(self, kind: str, branches: list[list[Action]], ptr: str, rest: Flat) -> list[str]:
         """The alternatives of the first branch group (``kind`` at ``ptr``), each branch applied to
         ``rest`` (the flat without that group)."""
         if kind == "oneOf":
-            branches = self.one_of_branches(branches, ptr, rest.types, frozenset(rest.required))
+            declared = self.opts.additional_properties != "spec" and ptr not in self.plain_oneof
+            branches = self.one_of_branches(branches, ptr, rest.types, frozenset(rest.required),
+                                            context_names(rest, declared))
         outs: list[str] = []
         for bi, br in enumerate(branches):
             f2 = rest.copy()

@@ -12,6 +12,7 @@ from constrained_spec.grammar import ecma_regex as ecma
 from constrained_spec.grammar.json_schema.base import CompilerBase
 from constrained_spec.grammar.json_schema.content_dfa import DfaTooLarge
 from constrained_spec.grammar.json_schema.context import Ctx, NegCtx
+from constrained_spec.grammar.json_schema.declared_names import check_unseen
 from constrained_spec.grammar.json_schema.finite_names import named_extras
 from constrained_spec.grammar.json_schema.ir import EMPTY, Flat, Owner
 from constrained_spec.grammar.json_schema.key_languages import key_cells
@@ -46,6 +47,7 @@ class ObjectEmitter(CompilerBase):
         if members is None:
             return EMPTY
         items, n_req, names = members
+        check_unseen(flat, names, self.opts.additional_properties != "spec")
         extras = self.object_extras(flat, [it[2] for it in items] + sorted(flat.forbidden), names)
         counted = self.count_shapes(flat, items, extras, n_req)
         if counted is None:

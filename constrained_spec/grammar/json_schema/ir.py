@@ -58,8 +58,19 @@ class NarrowTypes:
     types: frozenset[str]
 
 
+@dataclass(frozen=True)
+class Unseen:
+    """The branch's objects are taken never to have the properties ``names``, because in the
+    declared mode they are not among the names the final object declares (the ``oneOf`` at ``ptr``
+    told its branches apart on that); :func:`~.declared_names.check_unseen` checks it where the
+    object is written."""
+
+    ptr: str
+    names: frozenset[str]
+
+
 #: one action of a branch
-Action = Union[Holds, Forbid, Require, NarrowTypes]
+Action = Union[Holds, Forbid, Require, NarrowTypes, Unseen]
 #: a branch group: (kind ``"anyOf"``/``"oneOf"``/``"if"``/``"dependency"``, its branches (each a list
 #: of actions), JSON pointer of the keyword)
 Group = tuple[str, list[list[Action]], str]
@@ -135,6 +146,7 @@ class Flat:
     max_props: Optional[int] = None
     max_props_ptr: str = ""  # ptr of the ``maxProperties`` that set max_props
     forbidden: set[str] = field(default_factory=set)
+    unseen: list[Unseen] = field(default_factory=list)  # names taken as never declared (declared mode)
 
     def copy(self) -> "Flat":
         """A copy whose lists, sets and dict (of lists) are new containers (the fields alone, read

@@ -1,0 +1,126 @@
+"""Random texts of compiled schemas' languages, judged by ``jsonschema``: a false-accept search that
+needs no value generator (so it reaches recursive schemas, which hypothesis-jsonschema cannot draw).
+
+For each schema it compiles the output (the Lark grammar where there is one, else the regex) for a
+byte vocabulary with llguidance and walks it: at each step a random byte among those the matcher
+allows (structural bytes and a small alphabet), stopping with some chance where the text is
+complete. Every distinct complete text is parsed as JSON and validated; a text that is not JSON or
+that the schema rejects is a false accept.
+
+``python benchmarks/language_walks.py [--walks N] [--additional-properties spec] FILES...``
+(JSONSchemaBench files, ``{"schema": ...}``) prints one line per schema and exits 1 where any
+false accept was found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import random
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import jsonschema
+
+from constrained_spec.errors import ConstrainedSpecError
+from constrained_spec.grammar.backends.llguidance import compile_grammar
+from constrained_spec.grammar.json_schema import SchemaOptions, schema_to_regex
+from constrained_spec.grammar.vocab import TokenVocabulary
+
+BYTES = TokenVocabulary(tokens={i: bytes([i]) for i in range(256)}, eos_token_ids=(256,), size=257)
+#: the bytes a walk tries, in a random order each step: JSON structure and a small alphabet
+ALPHABET = b'{}[],:"0123456789-.tfnruealsbcdghijkmopqvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ_/'
+CLOSERS = b'"}]'
+
+
+@dataclass
+class WalkReport:
+    """What the walks of one schema found."""
+
+    name: str
+    source: str  # "lark" or "regex"
+    texts: int  # distinct complete texts
+    valid: int
+    false_accepts: list[bytes]
+    unfinished: int  # walks that stopped at a dead end or the length cap
+
+
+def walk(grammar: Any, rng: random.Random, cap: int) -> Optional[bytes]:
+    """One random text of the grammar's language (None: the walk got stuck or passed ``cap``)."""
+    m = grammar.matcher()
+    out = bytearray()
+    while len(out) < cap:
+        if m.is_accepting() and rng.random() < 0.3:
+            return bytes(out)
+        cands = list(ALPHABET)
+        rng.shuffle(cands)
+        if len(out) > cap // 3:  # close strings and structures sooner as the text grows
+            cands = list(CLOSERS) + cands
+        nxt = next((c for c in cands if m.accepts_prefix_bytes(bytes([c]))), None)
+        if nxt is None:
+            return bytes(out) if m.is_accepting() else None
+        m.advance(nxt)
+        out.append(nxt)
+    return bytes(out) if m.is_accepting() else None
+
+
+def walk_schema(path: str, walks: int, options: SchemaOptions, seed: int = 1) -> WalkReport:
+    """Walk one schema's compiled language ``walks`` times and judge every text."""
+    schema = json.load(open(path))["schema"]
+    compiled = schema_to_regex(schema, options)
+    source = "lark" if compiled.lark is not None else "regex"
+    grammar = compile_grammar(source, compiled.lark if compiled.lark is not None else compiled.regex, BYTES)
+    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+    rng = random.Random(seed)
+    seen: set[bytes] = set()
+    valid = unfinished = 0
+    bad: list[bytes] = []
+    for _ in range(walks):
+        text = walk(grammar, rng, rng.choice([60, 200, 600]))
+        if text is None:
+            unfinished += 1
+            continue
+        if text in seen:
+            continue
+        seen.add(text)
+        try:
+            ok = validator.is_valid(json.loads(text))
+        except ValueError:
+            ok = False
+        if ok:
+            valid += 1
+        else:
+            bad.append(text)
+    return WalkReport(path.rsplit("/", 1)[-1], source, len(seen), valid, bad, unfinished)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+", help="JSONSchemaBench files or globs")
+    ap.add_argument("--walks", type=int, default=400)
+    ap.add_argument("--additional-properties", default="declared", choices=["declared", "spec"])
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    options = SchemaOptions(additional_properties=args.additional_properties)
+    total_bad = 0
+    for pattern in args.files:
+        for path in sorted(glob.glob(pattern)):
+            try:
+                r = walk_schema(path, args.walks, options)
+            except ConstrainedSpecError as e:
+                print(f"{path.rsplit('/', 1)[-1]}: refused ({type(e).__name__})")
+                continue
+            total_bad += len(r.false_accepts)
+            print(f"{r.name}: {r.source} texts {r.texts} valid {r.valid} false-accepts {len(r.false_accepts)} "
+                  f"unfinished {r.unfinished}")
+            for t in r.false_accepts[:3]:
+                print("  FALSE ACCEPT", t[:300])
+    print(f"false accepts: {total_bad}")
+    return 1 if total_bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
