@@ -21,7 +21,7 @@ they are what the conjunction did, and are merged back into the compile's (``or`
 updated).
 
 Only *plain* entries serve another compile: computed outside the oneOf/not machinery that keeps
-state of its own (``automata_oneof``, ``negated_items``, the strict round, synthetic negations,
+state of its own (``automata_oneof``, ``plain_oneof``, ``oneof_context``, ``unseen_now``, ``negated_items``, the strict round, synthetic negations,
 dropped ``else`` sides, ``allow_unenforced`` records), and taken only where none of that is in force
 either. Inside one compile, an entry serves as the memo always did. Bounded: each compile stores what
 its own memo may hold (``MEMO_CHARS_FACTOR``), and the store at most :data:`SHARED_CHARS_FACTOR`
@@ -99,8 +99,9 @@ class Entry(NamedTuple):
 def neutral(comp: "Compiler") -> bool:
     """Whether none of the state the oneOf/not constructions keep is in force in ``comp``."""
     return (not comp.strict_oneof and not comp.automata_now and not comp.oneof_given
-            and comp.negatable_nesting == 0 and not comp.automata_oneof and not comp.negated_items
-            and not comp.opts.allow_unenforced)
+            and comp.oneof_context is None and not comp.unseen_now
+            and comp.negatable_nesting == 0 and not comp.automata_oneof and not comp.plain_oneof
+            and not comp.negated_items and not comp.opts.allow_unenforced)
 
 
 class Frame:
