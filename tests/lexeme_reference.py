@@ -123,7 +123,8 @@ def size(n: tuple) -> int:
 def reference_checked(terminals: dict[str, tuple], colive: list[frozenset[str]], follows: dict[str, frozenset[str]],
                       budget: int) -> tuple[bool, int]:
     """The check's answer and the steps it leaves, pair by pair over the maximal co-live groups,
-    small lexemes first (the order the project's check takes)."""
+    each lexeme against itself first, then the other pairs, small lexemes first in each (the order
+    the project's check takes)."""
     lang = TupleLang(budget)
     try:
         if any(lang.nullable(n) for n in terminals.values()):
@@ -137,7 +138,7 @@ def reference_checked(terminals: dict[str, tuple], colive: list[frozenset[str]],
             return False, lang.budget
         sz = {name: size(w) for name, w in wide.items() if w is not None}
         pairs = {(n1, n2) for group in lc._maximal(colive) for n1 in group if follow_chars[n1] for n2 in group}
-        for n1, n2 in sorted(pairs, key=lambda p: (min(sz[p[0]], sz[p[1]]), max(sz[p[0]], sz[p[1]]), p)):
+        for n1, n2 in sorted(pairs, key=lambda p: (p[0] != p[1], min(sz[p[0]], sz[p[1]]), max(sz[p[0]], sz[p[1]]), p)):
             w1, w2 = wide[n1], wide[n2]
             assert w1 is not None and w2 is not None
             if conflict(lang, w1, w2, follow_chars[n1]):

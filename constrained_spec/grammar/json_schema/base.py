@@ -11,7 +11,7 @@ parts call on one another (implemented by the part that owns them).
 from __future__ import annotations
 
 import time
-from typing import Any, NoReturn, Optional, Union
+from typing import TYPE_CHECKING, Any, NoReturn, Optional, Union
 
 from constrained_spec.errors import CompileLimitError, UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex as ecma
@@ -19,6 +19,9 @@ from constrained_spec.grammar.json_schema.context import Ctx, SchemaDocument
 from constrained_spec.grammar.json_schema.emit_lark import placeholder
 from constrained_spec.grammar.json_schema.ir import Conjunct, Flat, Group
 from constrained_spec.grammar.json_schema.options import SchemaOptions, whitespace_regex
+
+if TYPE_CHECKING:
+    from constrained_spec.grammar.json_schema.shared_memo import Sharing
 
 __all__ = ["CompilerBase", "ConjunctionKey", "RuleKey", "MemoKey", "time_limit_error"]
 
@@ -117,6 +120,8 @@ class CompilerBase:
         # met again under the same counts (a recursive $ref's branches, unrolled) compiles once
         self.conjunction_regex: dict[MemoKey, tuple[Optional[str], list[Conjunct]]] = {}
         self.memo_chars = 0  # characters of the regexes held there (bounded: compiler.MEMO_CHARS_FACTOR)
+        #: this compile's part in the regexes its document's compiles share (:mod:`.shared_memo`)
+        self.sharing: Optional["Sharing"] = None
         c = ecma.emit_set(ecma.ANY_RANGES)
         assert c is not None  # the set of every character is not empty
         self.canon_char: str = c

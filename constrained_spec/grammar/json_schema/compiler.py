@@ -29,6 +29,7 @@ import time
 from typing import Any, Optional, Union
 
 from constrained_spec.errors import CompileLimitError, EmptyLanguageError, SchemaError, UnsupportedKeywordError
+from constrained_spec.grammar.json_schema import shared_memo
 from constrained_spec.grammar.json_schema.base import ConjunctionKey, MemoKey, time_limit_error
 from constrained_spec.grammar.json_schema.combinators import Combinators, oneof_true_rest
 from constrained_spec.grammar.json_schema.context import Ctx, SchemaDocument
@@ -406,7 +407,11 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
         """
         key = None if self.grammar_mode or not self.memoize else self.memo_key(items)
         if key is not None and key in self.conjunction_regex:
+            if self.sharing is not None:
+                self.replay_own(key, self.sharing)
             return self.conjunction_regex[key][0]
+        if key is not None and shared_memo.SHARE:
+            return self.compile_shared(items, key)
         flat = Flat()
         for ctx, pos in items:
             self.absorb(flat, ctx, pos)
@@ -415,6 +420,45 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             self.conjunction_regex[key] = (r, items)  # items kept: the ids in the key stay theirs
             self.memo_chars += len(r or "")
         return r
+
+    def compile_shared(self, items: list[Conjunct], key: MemoKey) -> Optional[str]:
+        """:meth:`compile_items` of a conjunction this compile's memo does not hold, with the
+        conjunction regexes shared by the compiles of one document (:mod:`.shared_memo`): another
+        compile's entry where one serves (its records replayed), else computed with its records
+        kept, and remembered (in this compile's memo, bounded as before, and in the store)."""
+        sharing = self.sharing
+        if sharing is None:
+            sharing = self.sharing = shared_memo.start_sharing(self)
+        hit = sharing.store.get(key, self)
+        if hit is not None:
+            hit.replay(self, sharing)
+            return hit.regex
+        frame = shared_memo.Frame(self, sharing)
+        try:
+            flat = Flat()
+            for ctx, pos in items:
+                self.absorb(flat, ctx, pos)
+            r = self.compile_flat(flat)
+        except BaseException:
+            frame.restore()
+            raise
+        entry = frame.close(r, items)
+        if self.memo_chars + len(r or "") <= MEMO_CHARS_FACTOR * self.opts.max_regex_chars:
+            self.conjunction_regex[key] = (r, items)  # items kept: the ids in the key stay theirs
+            self.memo_chars += len(r or "")
+            sharing.own[key] = entry
+        if entry.plain:
+            sharing.store.put(key, entry)
+        return r
+
+    def replay_own(self, key: MemoKey, sharing: "shared_memo.Sharing") -> None:
+        """Where this compile's memo answers: replay the records of its entry (the conjunctions
+        around keep complete records), or taint them where it has none."""
+        entry = sharing.own.get(key)
+        if entry is None:
+            sharing.taint += 1
+        else:
+            entry.replay(self, sharing)
 
     def memo_key(self, items: list[Conjunct]) -> Optional[MemoKey]:
         """A conjunction's subschemas as compiled here (not through their ``$ref``: entering a

@@ -267,16 +267,18 @@ def _checked(ids: dict[str, int], nodes: Nodes, colive: list[frozenset[str]], fo
             return False, lang.budget
         size = {name: nodes.size(w) for name, w in wide.items()}
         pairs = {(n1, n2) for group in _maximal(colive) for n1 in group if follow_chars[n1] for n2 in group}
-        # the pairs of small lexemes first: where a conflict is there, it is most often one of
-        # them, found before the long walks of large lexemes (the answer does not depend on the
-        # order, see _maximal; a pair whose lexeme has no follow character cannot conflict)
-        # (sorted as (smaller size, larger size, n1, n2) tuples: no key function called per pair)
-        order: list[tuple[int, int, str, str]] = []
+        # each lexeme against itself first, then the other pairs, small lexemes first in each:
+        # where a conflict is there, it is most often a lexeme that can read on after a complete
+        # text of its own (a grammar's first tries fail there, a few steps in), found before the
+        # walks of the other pairs (the answer does not depend on the order, see _maximal; a pair
+        # whose lexeme has no follow character cannot conflict)
+        # (sorted as (other pair, smaller size, larger size, n1, n2) tuples: no key function per pair)
+        order: list[tuple[bool, int, int, str, str]] = []
         for n1, n2 in pairs:
             s1, s2 = size[n1], size[n2]
-            order.append((s1, s2, n1, n2) if s1 <= s2 else (s2, s1, n1, n2))
+            order.append((n1 != n2, s1, s2, n1, n2) if s1 <= s2 else (True, s2, s1, n1, n2))
         order.sort()
-        for _, _, n1, n2 in order:
+        for _, _, _, n1, n2 in order:
             if _conflict(lang, wide[n1], wide[n2], follow_chars[n1]):
                 return False, lang.budget
     except (OverBudget, RecursionError):
