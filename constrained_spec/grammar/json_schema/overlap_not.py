@@ -14,13 +14,14 @@ from itertools import combinations
 from typing import TYPE_CHECKING, Optional
 
 from constrained_spec.grammar.json_schema.context import Ctx
-from constrained_spec.grammar.json_schema.ir import Action, Group, Holds
+from constrained_spec.grammar.json_schema.ir import Action, Flat, Group, Holds
 from constrained_spec.grammar.json_schema.keywords import asserting_keys
 
 if TYPE_CHECKING:
     from constrained_spec.grammar.json_schema.combinators import Combinators
 
-__all__ = ["MAX_OVERLAP_BRANCHES", "overlap_branches", "overlap_not_group", "overlap_negatable"]
+__all__ = ["MAX_OVERLAP_BRANCHES", "overlap_branches", "overlap_not_group", "overlap_negatable",
+           "relative_members_not"]
 
 #: most branches of a ``oneOf`` negated as "none or two" (n branches make 1 + n(n-1)/2 alternatives)
 MAX_OVERLAP_BRANCHES = 4
@@ -56,3 +57,26 @@ def overlap_negatable(comp: "Combinators", ctx: Ctx, depth: int, deep: Optional[
     if branches is None:
         return None
     return all(comp._value_negatable(b, depth + 1, deep) for b in branches)
+
+
+def relative_members_not(comp: "Combinators", fi: Flat, cj: Ctx) -> Optional[list[Action]]:
+    """``not`` branch j within branch i, for a branch j that is only an ``allOf`` some of whose
+    members (through bare ``$ref``s) branch i holds itself (the same schema objects i absorbed:
+    every value of i satisfies them): i and ``not j`` is i and ``not R``, R the conjunction of the
+    other members (``not (A and B)`` is ``not A or not B``), exact where each member's negation is
+    (:meth:`~.combinators.Combinators._value_negatable`). None where not of that form."""
+    target = comp.bare_ref_target(cj)
+    s = target.schema
+    if not (isinstance(s, dict) and asserting_keys(s) == {"allOf"} and isinstance(s["allOf"], list)):
+        return None
+    held = {id(c.schema) for c, positive in fi.sources if positive}
+    own = [(m, target.child(m, "allOf", n)) for n, m in enumerate(s["allOf"])
+           if id(comp.bare_ref_target(target.child(m, "allOf", n)).schema) not in held]
+    if not own or len(own) == len(s["allOf"]):
+        return None  # nothing held by i (the whole negation is tried elsewhere)
+    if not all(comp._value_negatable(c, 0, True) for _, c in own):
+        return None
+    if len(own) == 1:
+        return [Holds(own[0][1], False)]
+    return [Holds(comp.made_up({"allOf": [m for m, _ in own]}, target), False)]
+
