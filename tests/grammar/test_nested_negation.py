@@ -19,9 +19,8 @@ from typing import Any, Optional
 import pytest
 from test_oneof_apart import SCALARS, disagreements, objects
 
-from constrained_spec.grammar.json_schema import combinators
+from constrained_spec.grammar.json_schema import combinators, emit_number
 from constrained_spec.grammar.json_schema import compiler as compiler_module
-from constrained_spec.grammar.json_schema import emit_number
 from constrained_spec.grammar.json_schema import overlap_not as overlap_module
 from constrained_spec.grammar.json_schema.context import Ctx
 from constrained_spec.grammar.json_schema.ir import Action, Group, Holds
