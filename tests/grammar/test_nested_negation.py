@@ -139,3 +139,12 @@ def test_control_non_integers_upper_bound_off_by_one():
 
 def test_non_integral_bound_not_written_here():
     assert emit_number.non_integers_between(Decimal("0.5"), None) is None
+
+
+def test_grammar_alternation_of_two_alike_branches_is_not_optional():
+    """Two alternatives written alike (rules merged by ``_merged``) are one, not an empty one: o65942's
+    grammar accepted ``[]`` through a rule rendered ``(A | B | A)?``."""
+    from constrained_spec.grammar.json_schema.emit_lark import _EPS, _render
+
+    assert _render(("alt", [("T", "A"), ("T", "B"), ("T", "A")])) == "(A | B)"
+    assert _render(("alt", [("T", "A"), _EPS])) == "(A)?"  # control: a branch that reads nothing
