@@ -22,6 +22,7 @@ from constrained_spec.grammar.json_schema.finite_names import MAX_NAMED_EXTRAS
 from constrained_spec.grammar.json_schema.ir import Action, Flat, Forbid, Group, Holds, NarrowTypes, Require, Unseen
 from constrained_spec.grammar.json_schema.keywords import IGNORED_KEYWORDS, STRUCTURAL_KEYWORDS, asserting_keys
 from constrained_spec.grammar.json_schema.negation import negation_keyword, plan_not
+from constrained_spec.grammar.json_schema.overlap_not import overlap_negatable, relative_members_not
 from constrained_spec.grammar.json_schema.py_regex import pattern_problem, py_pattern_ok, py_search
 from constrained_spec.grammar.json_schema.regex_ops import first_chars_disjoint
 from constrained_spec.grammar.json_schema.values import ALL_TYPES, intersect_types, type_of
@@ -792,6 +793,9 @@ class Combinators(CompilerBase):
         branches = self.disjoint_one_of(ctx)
         if branches is not None:  # not oneOf of disjoint branches: not anyOf, every branch failing
             return all(self._value_negatable(b, depth + 1, deep) for b in branches)
+        overlap = overlap_negatable(self, ctx, depth, deep)
+        if overlap is not None:  # not oneOf of overlapping branches: none holds, or two do (overlap_not)
+            return overlap
         parts = None if self.negation_group(ctx) is not None else self.conjunction_parts(ctx)
         if parts is not None:  # not (A and B): not A or not B (compiler.absorb), each exact in turn
             return all(self._value_negatable(p, depth + 1, deep) for p in parts)
@@ -1054,7 +1058,8 @@ class Combinators(CompilerBase):
             return []
         if fj.enum is not None:
             return self._objects_unlike(fi, ci, [v for v in fj.enum if type_of(v) == "object" and self.doc.valid(ci, v)])
-        return self._relative_not(fi, cj)
+        rel = self._relative_not(fi, cj)
+        return rel if rel is not None else relative_members_not(self, fi, cj)
 
     def _relative_not(self, fi: Flat, cj: Ctx) -> Optional[list[Action]]:
         """``not`` branch j within branch i, for a branch j of the form ``{type: object, properties,

@@ -54,6 +54,7 @@ from constrained_spec.grammar.json_schema.options import (
     SchemaRegex,
     whitespace_regex,
 )
+from constrained_spec.grammar.json_schema.overlap_not import overlap_not_group
 from constrained_spec.grammar.json_schema.regex_text import alt
 from constrained_spec.grammar.json_schema.values import ALL_TYPES, intersect_types, json_value_regex, type_of
 
@@ -336,6 +337,11 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             if disjoint is not None:  # not oneOf of disjoint branches (its anyOf): every branch failing
                 for sub_ctx in disjoint:
                     self.absorb(flat, sub_ctx, False, depth + 1)
+                return
+            overlap = overlap_not_group(self, t)
+            if overlap is not None and not self._leaf_negatable(ctx):  # not oneOf: none holds, or two do
+                flat.groups.append(overlap)
+                flat.sources.append((ctx, False))
                 return
             rest = oneof_true_rest(ts)
             if rest is not None:  # oneOf [true, X, ...] holds where no X does: its not, some X

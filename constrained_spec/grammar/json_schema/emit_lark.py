@@ -689,7 +689,7 @@ def _render(e: Expr) -> str:
         if not nonempty:
             return ""
         body = "(" + " | ".join(nonempty) + ")"
-        return body + "?" if len(nonempty) < len(parts) else body
+        return body + "?" if any(not p for p in parts) else body  # optional where a branch reads nothing (not: two alike)
     body, lo, hi = _render(e[1]), e[2], e[3]
     if not body:
         return ""

@@ -13,9 +13,35 @@ from constrained_spec.grammar.json_schema.ir import EMPTY, Flat
 from constrained_spec.grammar.json_schema.options import MAX_ENUMERATED_MULTIPLES
 from constrained_spec.grammar.json_schema.regex_text import alt, cat, group
 from constrained_spec.grammar.json_schema.values import frac_digits, is_pow10
-from constrained_spec.grammar.numeric_ranges import decimal_range, int_bounds, integer_range
+from constrained_spec.grammar.numeric_ranges import decimal_range, int_bounds, integer_range, nonneg_int_range
 
-__all__ = ["NumberEmitter"]
+__all__ = ["NumberEmitter", "non_integers_between"]
+
+#: the fraction of a number that is not an integer, spelled without an exponent (every such value
+#: has that spelling: a narrowing of spellings, not of values)
+_NON_ZERO_FRACTION = "\\.[0-9]*[1-9][0-9]*"
+
+
+def non_integers_between(lo: Optional[Decimal], hi: Optional[Decimal]) -> Optional[tuple[Optional[str]]]:
+    """The numbers that are not integers within integral bounds ``lo``/``hi`` (None: unbounded; a
+    non-integer never equals one, so strictness does not matter), spelled without an exponent:
+    ``n.F`` (a value in (n, n+1)) for n in [max(lo, 0), hi - 1], ``-n.F`` (in (-n-1, -n)) for n in
+    [max(-hi, 0), -lo - 1]. A 1-tuple holding the regex (None: no such number); None where a bound
+    is not an integer (not written here)."""
+    if any(b is not None and b != b.to_integral_value() for b in (lo, hi)):
+        return None
+    ilo = None if lo is None else int(lo)
+    ihi = None if hi is None else int(hi)
+    parts: list[str] = []
+    if ihi is None or ihi >= 1:
+        pos = nonneg_int_range(max(ilo, 0) if ilo is not None else 0, None if ihi is None else ihi - 1)
+        if pos is not None:
+            parts.append(group(pos) + _NON_ZERO_FRACTION)
+    if ilo is None or ilo <= -1:
+        neg = nonneg_int_range(max(-ihi, 0) if ihi is not None else 0, None if ilo is None else -ilo - 1)
+        if neg is not None:
+            parts.append("-" + group(neg) + _NON_ZERO_FRACTION)
+    return (alt(parts) if parts else None,)
 
 
 class NumberEmitter(CompilerBase):
@@ -49,6 +75,9 @@ class NumberEmitter(CompilerBase):
                 # the numbers that are not integers, each spelled without an exponent (every such
                 # value has that spelling: a narrowing of spellings, not of values)
                 return "-?(0|[1-9][0-9]*)\\.[0-9]*[1-9][0-9]*"
+            between = None if mults else non_integers_between(lo, hi)
+            if between is not None:  # integral bounds: the integer parts in range, each with a fraction
+                return between[0]
             self.unsupported("not", flat.non_integer_ptr, "'not: {type: integer}' on bounded numbers or multiples is not supported")
         q: Optional[int] = None
         frac_set: Optional[set[str]] = None
