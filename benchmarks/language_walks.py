@@ -46,10 +46,20 @@ class WalkReport:
     valid: int
     false_accepts: list[bytes]
     unfinished: int  # walks that stopped at a dead end or the length cap
+    matcher_errors: list[bytes]  # prefixes where the matcher allowed a byte and then refused it
+
+
+class MatcherRefused(Exception):
+    """The matcher allowed a byte (``accepts_prefix_bytes``) and then refused to advance on it."""
+
+    def __init__(self, prefix: bytes) -> None:
+        super().__init__(prefix)
+        self.prefix = prefix
 
 
 def walk(grammar: Any, rng: random.Random, cap: int) -> Optional[bytes]:
-    """One random text of the grammar's language (None: the walk got stuck or passed ``cap``)."""
+    """One random text of the grammar's language (None: the walk got stuck or passed ``cap``).
+    Raises :class:`MatcherRefused` where the matcher contradicts itself."""
     m = grammar.matcher()
     out = bytearray()
     while len(out) < cap:
@@ -62,7 +72,10 @@ def walk(grammar: Any, rng: random.Random, cap: int) -> Optional[bytes]:
         nxt = next((c for c in cands if m.accepts_prefix_bytes(bytes([c]))), None)
         if nxt is None:
             return bytes(out) if m.is_accepting() else None
-        m.advance(nxt)
+        try:
+            m.advance(nxt)
+        except ConstrainedSpecError as e:
+            raise MatcherRefused(bytes(out) + bytes([nxt])) from e
         out.append(nxt)
     return bytes(out) if m.is_accepting() else None
 
@@ -78,8 +91,13 @@ def walk_schema(path: str, walks: int, options: SchemaOptions, seed: int = 1) ->
     seen: set[bytes] = set()
     valid = unfinished = 0
     bad: list[bytes] = []
+    errors: list[bytes] = []
     for _ in range(walks):
-        text = walk(grammar, rng, rng.choice([60, 200, 600]))
+        try:
+            text = walk(grammar, rng, rng.choice([60, 200, 600]))
+        except MatcherRefused as e:
+            errors.append(e.prefix)
+            continue
         if text is None:
             unfinished += 1
             continue
@@ -94,7 +112,7 @@ def walk_schema(path: str, walks: int, options: SchemaOptions, seed: int = 1) ->
             valid += 1
         else:
             bad.append(text)
-    return WalkReport(path.rsplit("/", 1)[-1], source, len(seen), valid, bad, unfinished)
+    return WalkReport(path.rsplit("/", 1)[-1], source, len(seen), valid, bad, unfinished, errors)
 
 
 def main() -> int:
@@ -115,9 +133,11 @@ def main() -> int:
                 continue
             total_bad += len(r.false_accepts)
             print(f"{r.name}: {r.source} texts {r.texts} valid {r.valid} false-accepts {len(r.false_accepts)} "
-                  f"unfinished {r.unfinished}")
+                  f"unfinished {r.unfinished} matcher-errors {len(r.matcher_errors)}")
             for t in r.false_accepts[:3]:
                 print("  FALSE ACCEPT", t[:300])
+            for t in r.matcher_errors[:1]:
+                print("  MATCHER REFUSED its own byte after", t[-120:])
     print(f"false accepts: {total_bad}")
     return 1 if total_bad else 0
 
