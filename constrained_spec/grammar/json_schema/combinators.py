@@ -9,6 +9,7 @@ turns the ``not`` forms the compiler can express into constraints of the leaf.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Optional, Union
 
 from constrained_spec.errors import SchemaError, UnsupportedKeywordError
@@ -96,6 +97,27 @@ _CLOSED_KEYS = frozenset({"type", "properties", "patternProperties", "additional
                           "minProperties", "maxProperties", "not"})
 
 
+@dataclass
+class _Scene:
+    """The branches of one ``oneOf`` as :meth:`Combinators._one_of_branches` reads them: each
+    branch's context, conjunction (None: unsupported), possible types, and the context's types."""
+
+    ctxs: list[Ctx]
+    flats: list[Optional[Flat]]
+    possible: list[Optional[set[str]]]
+    outer: Optional[set[str]]
+
+
+@dataclass
+class _TypeApart:
+    """How one type of a branch was told apart from the others (:meth:`Combinators._type_apart`)."""
+
+    ok: bool  # told apart from every other branch
+    acts: list[Action]  # the actions that do it
+    negs: dict[int, Action]  # j -> "not branch j", exact on this type only
+    parts: Optional[list[list[Action]]]  # the branch's objects by parts apart from closed branches
+
+
 class Combinators(CompilerBase):
     """``oneOf`` disjointness, subschema disjointness tests and ``not``."""
 
@@ -177,6 +199,7 @@ class Combinators(CompilerBase):
         ctxs = [_branch_ctx(b) for b in branches]
         flats = [self._absorbed(c) for c in ctxs]
         possible = [self._possible_or_none(c) for c in ctxs]
+        scene = _Scene(ctxs, flats, possible, outer)
         out: list[list[Action]] = []
         kept_any = False
         dropped: list[tuple[int, str, int]] = []  # (branch i, type t, branch j): t of i not told apart from j
@@ -215,56 +238,10 @@ class Combinators(CompilerBase):
             for t in base:
                 if outer is not None and not intersect_types({t}, outer):
                     continue  # the context admits no value of type t: dropped below, as before
-                acts_t: list[Action] = []
-                negs_t: dict[int, Action] = {}
-                pending: list[int] = []  # closed branches j told apart below, all at once (:meth:`_closed_halves`)
-                claimed: set[str] = set()
-                acts_of: dict[int, list[Action]] = {}  # j -> the actions that told type t of i apart from j
-                ok = True
-                for j, fj in enumerate(flats):
-                    if j == i:
-                        continue
-                    pj = possible[j]
-                    if pj is not None and not intersect_types({t}, pj):
-                        continue  # branch j admits no value of type t
-                    if self._complementary(ctxs[i], ctxs[j]):
-                        continue  # one branch is "not X", the other holds X
-                    res = None if fj is None else self._exclude(t, fi, fj, ctxs[i], ctxs[j])
-                    if res is None and self.strict_oneof:  # the exact constructions before the negations
-                        res = self._apart_more(t, fi, fj, ctxs[i], ctxs[j])
-                    if res is None:
-                        neg = self._negated_branch(ctxs[j], fj, neg_types, bare)
-                        if neg is not None:
-                            negated[j] = neg
-                            continue
-                        neg = self._negated_branch(ctxs[j], fj, set(self._of_type(t, outer)), bare)
-                        if neg is not None:  # exact on type t: branch i's values of type t get it apart
-                            negs_t[j] = neg
-                            continue
-                        if t == "object" and self.strict_oneof and not self.admits_all(ctxs[j], t, 0):
-                            if not pending:  # the names claimed never declared so far (restored where refused)
-                                claimed = set(self.unseen_now)
-                            pending.append(j)
-                            continue
-                        ok = False
-                        if not (self.strict_oneof and self.admits_all(ctxs[j], t, 0)):  # else: every value of type t satisfies branch j
-                            dropped.append((i, t, (pending or [j])[0]))  # (none of branch i's is exactly one: dropped exactly)
-                        if pending:
-                            self.unseen_now.intersection_update(claimed)
-                        break
-                    acts_t += res
-                    acts_of[j] = res
-                joint = self._jointly_closed(pending, acts_of, ctxs) if ok and t == "object" else []
-                if joint:
-                    parts = self._closed_halves(fi, [ctxs[j] for j in joint])
-                    if parts is None and pending:  # as before: not told apart from the first of them
-                        ok = False
-                        dropped.append((i, t, pending[0]))
-                        self.unseen_now.intersection_update(claimed)  # (the later branches' claims: not made before)
-                    elif parts is not None:  # (empty: every object of i satisfies one of them, none is exactly one)
-                        ok = ok and bool(parts)
-                        halves[t] = parts
-                        acts_t = [a for j in acts_of if j not in joint for a in acts_of[j]]
+                told = self._type_apart(scene, i, fi, t, neg_types, bare, negated, dropped)
+                ok, acts_t, negs_t = told.ok, told.acts, told.negs
+                if told.parts is not None:
+                    halves[t] = told.parts
                 if ok:
                     keep.add(t)
                     if t == "number":
@@ -299,6 +276,64 @@ class Combinators(CompilerBase):
                 if not any(i in g and j in g for g in groups):  # a twin's values all satisfy i: none is lost
                     self.refuse_dropped_type(ptr, i, t, j)
         return out
+
+    def _type_apart(self, sc: _Scene, i: int, fi: Flat, t: str, neg_types: set[str], bare: bool,
+                    negated: dict[int, Action], dropped: list[tuple[int, str, int]]) -> _TypeApart:
+        """Type t of branch i told apart from every other branch (:meth:`_one_of_branches`): the
+        actions, the negations exact on t only, the closed branches' parts; "not branch j" exact on
+        all of i's types goes to ``negated``, a pair that is not told apart to ``dropped``."""
+        acts_t: list[Action] = []
+        negs_t: dict[int, Action] = {}
+        pending: list[int] = []  # closed branches j told apart below, all at once (:meth:`_closed_halves`)
+        claimed: set[str] = set()
+        acts_of: dict[int, list[Action]] = {}  # j -> the actions that told type t of i apart from j
+        ok = True
+        for j, fj in enumerate(sc.flats):
+            if j == i:
+                continue
+            pj = sc.possible[j]
+            if pj is not None and not intersect_types({t}, pj):
+                continue  # branch j admits no value of type t
+            if self._complementary(sc.ctxs[i], sc.ctxs[j]):
+                continue  # one branch is "not X", the other holds X
+            res = None if fj is None else self._exclude(t, fi, fj, sc.ctxs[i], sc.ctxs[j])
+            if res is None and self.strict_oneof:  # the exact constructions before the negations
+                res = self._apart_more(t, fi, fj, sc.ctxs[i], sc.ctxs[j])
+            if res is None:
+                neg = self._negated_branch(sc.ctxs[j], fj, neg_types, bare)
+                if neg is not None:
+                    negated[j] = neg
+                    continue
+                neg = self._negated_branch(sc.ctxs[j], fj, set(self._of_type(t, sc.outer)), bare)
+                if neg is not None:  # exact on type t: branch i's values of type t get it apart
+                    negs_t[j] = neg
+                    continue
+                if t == "object" and self.strict_oneof and not self.admits_all(sc.ctxs[j], t, 0):
+                    if not pending:  # the names claimed never declared so far (restored where refused)
+                        claimed = set(self.unseen_now)
+                    pending.append(j)
+                    continue
+                ok = False
+                if not (self.strict_oneof and self.admits_all(sc.ctxs[j], t, 0)):  # else: every value of type t satisfies branch j
+                    dropped.append((i, t, (pending or [j])[0]))  # (none of branch i's is exactly one: dropped exactly)
+                if pending:
+                    self.unseen_now.intersection_update(claimed)
+                break
+            acts_t += res
+            acts_of[j] = res
+        found: Optional[list[list[Action]]] = None
+        joint = self._jointly_closed(pending, acts_of, sc.ctxs) if ok and t == "object" else []
+        if joint:
+            parts = self._closed_halves(fi, [sc.ctxs[j] for j in joint])
+            if parts is None and pending:  # as before: not told apart from the first of them
+                ok = False
+                dropped.append((i, t, pending[0]))
+                self.unseen_now.intersection_update(claimed)  # (the later branches' claims: not made before)
+            elif parts is not None:  # (empty: every object of i satisfies one of them, none is exactly one)
+                ok = ok and bool(parts)
+                found = parts
+                acts_t = [a for j in acts_of if j not in joint for a in acts_of[j]]
+        return _TypeApart(ok, acts_t, negs_t, found)
 
     def _presence_rows(self, branches: list[list[Action]]) -> Optional[list[list[Action]]]:
         """A ``oneOf`` whose branches say only which names are present (``required`` under
