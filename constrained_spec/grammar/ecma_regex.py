@@ -107,7 +107,22 @@ def union(*rs: Ranges) -> Ranges:
 
 
 def intersect(a: Ranges, b: Ranges) -> Ranges:
+    """The code points in both a and b, normalised (remembered for the most recent 8,192 pairs of
+    range tuples: emit_set and the lexing checks ask about the same few pairs again and again)."""
+    if type(a) is tuple and type(b) is tuple:
+        try:
+            return _intersect_memo(a, b)
+        except TypeError:  # a pair that is not hashable (a list): computed, not kept
+            pass
+    return _intersect(a, b)
+
+
+def _intersect(a: Ranges, b: Ranges) -> Ranges:
+    """The code points in both a and b, normalised."""
     return complement(union(complement(a), complement(b)))
+
+
+_intersect_memo = functools.lru_cache(maxsize=8192)(_intersect)
 
 
 def subtract(a: Ranges, b: Ranges) -> Ranges:
