@@ -27,7 +27,7 @@ import dataclasses
 import functools
 import json
 import time
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, ParamSpec, Union
 
 from constrained_spec.errors import CompileLimitError, EmptyLanguageError, SchemaError, UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex
@@ -103,12 +103,15 @@ def schema_to_regex(
     return _exact_or_refused(result, options)
 
 
-def _long_text_memo_kept(compile_fn: Callable[..., SchemaRegex]) -> Callable[..., SchemaRegex]:
+_P = ParamSpec("_P")
+
+
+def _long_text_memo_kept(compile_fn: Callable[_P, SchemaRegex]) -> Callable[_P, SchemaRegex]:
     """``compile_fn`` with the text scanners' long-text answers kept for the one call
     (:func:`ecma_regex.long_text_memo`)."""
 
     @functools.wraps(compile_fn)
-    def compile_kept(*args: Any, **kwargs: Any) -> SchemaRegex:
+    def compile_kept(*args: _P.args, **kwargs: _P.kwargs) -> SchemaRegex:
         with ecma_regex.long_text_memo():
             return compile_fn(*args, **kwargs)
 
