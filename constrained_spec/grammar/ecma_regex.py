@@ -23,10 +23,13 @@ Nodes of the parsed pattern (plain tuples):
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import itertools
 import re
 import unicodedata
+from contextvars import ContextVar
 from typing import Callable, Iterator, Optional
 
 MEMO_TEXT_CHARS = 1_000  # longer regex texts are scanned, not memoised: 8,192 of them could hold gigabytes
@@ -107,7 +110,22 @@ def union(*rs: Ranges) -> Ranges:
 
 
 def intersect(a: Ranges, b: Ranges) -> Ranges:
+    """The code points in both a and b, normalised (remembered for the most recent 8,192 pairs of
+    range tuples: emit_set and the lexing checks ask about the same few pairs again and again)."""
+    if type(a) is tuple and type(b) is tuple:
+        try:
+            return _intersect_memo(a, b)
+        except TypeError:  # a pair that is not hashable (a list): computed, not kept
+            pass
+    return _intersect(a, b)
+
+
+def _intersect(a: Ranges, b: Ranges) -> Ranges:
+    """The code points in both a and b, normalised."""
     return complement(union(complement(a), complement(b)))
+
+
+_intersect_memo = functools.lru_cache(maxsize=8192)(_intersect)
 
 
 def subtract(a: Ranges, b: Ranges) -> Ranges:
@@ -800,9 +818,65 @@ def _memo_short_texts(scan: Callable[[str], bool]) -> Callable[[str], bool]:
 
     @functools.wraps(scan)
     def scan_text(p: str) -> bool:
-        return memo(p) if len(p) <= MEMO_TEXT_CHARS else scan(p)
+        if len(p) <= MEMO_TEXT_CHARS:
+            return memo(p)
+        kept = _LONG_ANSWERS.get()
+        return scan(p) if kept is None else kept.answer(scan, p)
 
     return scan_text
+
+
+#: the answers the text scanners keep for long texts, at most this many texts and characters (then
+#: they start over)
+LONG_MEMO_TEXTS = 512
+LONG_MEMO_CHARS = 8_000_000
+
+
+@dataclasses.dataclass
+class LongAnswers:
+    """The text scanners' answers for texts over MEMO_TEXT_CHARS, kept within one compile (see
+    :func:`long_text_memo`): a size-capped schema compiles several times and a grammar build
+    re-reads its rules, asking again about the same long regex texts. Looking one up hashes it
+    once (str caches its hash) and compares equal texts with a memcmp, against two regex passes
+    and a Python sum for a scan."""
+
+    kept: dict[tuple[str, str], bool] = dataclasses.field(default_factory=dict)
+    chars: int = 0
+
+    def answer(self, scan: Callable[[str], bool], p: str) -> bool:
+        """scan(p), from what was kept when this compile asked it before."""
+        key = (scan.__name__, p)
+        hit = self.kept.get(key)
+        if hit is None:
+            hit = scan(p)
+            if len(p) > LONG_MEMO_CHARS:
+                return hit  # scanned, not kept
+            if len(self.kept) >= LONG_MEMO_TEXTS or self.chars + len(p) > LONG_MEMO_CHARS:
+                self.kept.clear()
+                self.chars = 0
+            self.kept[key] = hit
+            self.chars += len(p)
+        return hit
+
+
+#: the long-text answers of the compile running in this thread/context (None: not kept)
+_LONG_ANSWERS: ContextVar[Optional[LongAnswers]] = ContextVar("_LONG_ANSWERS", default=None)
+
+
+@contextlib.contextmanager
+def long_text_memo() -> Iterator[LongAnswers]:
+    """Keep the text scanners' answers for long texts until the outermost such block ends (one
+    compile): nothing a request fed stays in the process after it."""
+    kept = _LONG_ANSWERS.get()
+    if kept is not None:
+        yield kept
+        return
+    kept = LongAnswers()
+    token = _LONG_ANSWERS.set(kept)
+    try:
+        yield kept
+    finally:
+        _LONG_ANSWERS.reset(token)
 
 
 #: the characters the text scanners below act on, an escape (a backslash and the character it

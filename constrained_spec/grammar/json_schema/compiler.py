@@ -24,11 +24,13 @@ allows (``emit_*``) and joins the alternatives.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, ParamSpec, Union
 
 from constrained_spec.errors import CompileLimitError, EmptyLanguageError, SchemaError, UnsupportedKeywordError
+from constrained_spec.grammar import ecma_regex
 from constrained_spec.grammar.json_schema import shared_memo
 from constrained_spec.grammar.json_schema.base import ConjunctionKey, MemoKey, time_limit_error
 from constrained_spec.grammar.json_schema.combinators import Combinators, oneof_true_rest
@@ -99,6 +101,24 @@ def schema_to_regex(
         if lark is not None:
             result = dataclasses.replace(result, lark=lark)
     return _exact_or_refused(result, options)
+
+
+_P = ParamSpec("_P")
+
+
+def _long_text_memo_kept(compile_fn: Callable[_P, SchemaRegex]) -> Callable[_P, SchemaRegex]:
+    """``compile_fn`` with the text scanners' long-text answers kept for the one call
+    (:func:`ecma_regex.long_text_memo`)."""
+
+    @functools.wraps(compile_fn)
+    def compile_kept(*args: _P.args, **kwargs: _P.kwargs) -> SchemaRegex:
+        with ecma_regex.long_text_memo():
+            return compile_fn(*args, **kwargs)
+
+    return compile_kept
+
+
+schema_to_regex = _long_text_memo_kept(schema_to_regex)
 
 
 def _exact_or_refused(result: SchemaRegex, options: SchemaOptions) -> SchemaRegex:
