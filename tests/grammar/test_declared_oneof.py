@@ -144,3 +144,31 @@ def test_spec_mode_still_refused_by_name():
     with pytest.raises(UnsupportedKeywordError) as e:
         schema_to_regex(CASES[0][1], SchemaOptions(additional_properties="spec"))
     assert e.value.keyword == "oneOf" and e.value.pointer == "/oneOf"
+
+
+#: constants are written as given, not through the object emitter: a claim is checked on them too
+CONSTANTS = [
+    {"enum": [{"a": 1, "b": {"a": 1}}, {"a": 2}], "oneOf": [A, B]},
+    {"allOf": [{"oneOf": [A, B]}, {"const": {"a": 1, "b": {"a": 1}}}]},
+]
+
+
+@pytest.mark.parametrize("schema", CONSTANTS, ids=range(len(CONSTANTS)))
+def test_constants_beside_the_claim_are_never_wider(schema):
+    """``{"a": 1, "b": {"a": 1}}`` satisfies both branches: never accepted (here: refused by name)."""
+    try:
+        regex = declared_regex(schema)
+    except UnsupportedKeywordError as e:
+        assert e.keyword == "oneOf" and not isinstance(e, declared_names.UnseenClaimFailed)
+        return
+    assert not re.fullmatch(regex or "(?!)", '{"a":1,"b":{"a":1}}')
+
+
+def test_control_constants_unchecked_let_in_both_branches(monkeypatch):
+    """Found after the first version (2026-12-05, night): the constants' check left out, the enum
+    path writes the object of both branches."""
+    from constrained_spec.grammar.json_schema import compiler
+
+    monkeypatch.setattr(compiler, "check_unseen_constants", lambda *_: None)
+    regex = declared_regex(CONSTANTS[0])
+    assert re.fullmatch(regex or "(?!)", '{"a":1,"b":{"a":1}}')

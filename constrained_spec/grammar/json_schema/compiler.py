@@ -35,7 +35,7 @@ from constrained_spec.grammar.json_schema import shared_memo
 from constrained_spec.grammar.json_schema.base import ConjunctionKey, MemoKey, time_limit_error
 from constrained_spec.grammar.json_schema.combinators import Combinators, oneof_true_rest
 from constrained_spec.grammar.json_schema.context import Ctx, SchemaDocument
-from constrained_spec.grammar.json_schema.declared_names import UnseenClaimFailed, context_names
+from constrained_spec.grammar.json_schema.declared_names import UnseenClaimFailed, check_unseen_constants, context_names
 from constrained_spec.grammar.json_schema.emit_array import ArrayEmitter
 from constrained_spec.grammar.json_schema.emit_lark import build_lark, placeholder
 from constrained_spec.grammar.json_schema.emit_number import NumberEmitter
@@ -659,6 +659,7 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
         for nctx in flat.nots:
             self.apply_not(flat, nctx, types)
         if flat.enum is not None:
+            check_unseen_constants(flat)  # constants are written as given: the oneOf's claims checked here
             r = self.compile_enum(flat)
             return [] if r is None else [r]
         excluded = [v for _, vals in flat.excluded for v in vals]

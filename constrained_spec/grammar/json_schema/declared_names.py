@@ -53,6 +53,15 @@ def never_declared(fi: Flat, context: Optional[frozenset[str]], name: str) -> bo
     return bool(fi.props or fi.required or context)
 
 
+def check_unseen_constants(flat: Flat) -> None:
+    """Raise :class:`UnseenClaimFailed` where flat's ``enum``/``const`` (written as given, not through
+    the object emitter) holds an object with a name one of its ``oneOf`` branches was told apart on
+    as never declared."""
+    for claim in flat.unseen:
+        if any(isinstance(v, dict) and claim.names & set(v) for v in flat.enum or []):
+            raise UnseenClaimFailed(claim.ptr, claim.names)
+
+
 def check_unseen(flat: Flat, names: list[str], declared_mode: bool) -> None:
     """Raise :class:`UnseenClaimFailed` where the object about to be written (flat, with its
     declared ``names``) may have a name one of its ``oneOf`` branches was told apart on as never
