@@ -435,13 +435,9 @@ class Combinators(CompilerBase):
         names = self._finite_names(fi)
         if names is None:  # (infinitely many names: apart where no name of i is one j allows, else counted)
             return [[]] if all(self._names_apart(fi, cj) for cj in cjs) else self._counted_halves(fi, cjs)
-        sides: list[ClosedSide] = []
-        for cj in cjs:
-            side = self._closed_side(fi, names, cj)
-            if side is None:
-                return None
-            if isinstance(side, ClosedSide):
-                sides.append(side)
+        sides = self._closed_sides(fi, names, cjs)
+        if sides is None:
+            return None
         always = frozenset(self.oneof_given) | frozenset(fi.required)
         if not always <= set(names):
             return None
@@ -462,6 +458,18 @@ class Combinators(CompilerBase):
                 part.append(self._some_value_fails(present, sides[k]))
             out.append(part)
         return out
+
+    def _closed_sides(self, fi: Flat, names: list[str], cjs: list[Ctx]) -> Optional[list[ClosedSide]]:
+        """The closed sides (:meth:`_closed_side`) of the branches ``cjs`` against branch i's ``names``,
+        those apart from i left out; None where one is not of the closed form."""
+        sides: list[ClosedSide] = []
+        for cj in cjs:
+            side = self._closed_side(fi, names, cj)
+            if side is None:
+                return None
+            if isinstance(side, ClosedSide):
+                sides.append(side)
+        return sides
 
     def _some_value_fails(self, present: list[str], side: ClosedSide) -> Action:
         """The action "one of the names ``present`` has a value failing one of side's schemas for it"
@@ -496,13 +504,9 @@ class Combinators(CompilerBase):
         free = [n for n in names if n not in always]
         if len(free) > MAX_COUNTED_NAMES:
             return None
-        sides: list[ClosedSide] = []
-        for cj in rest:
-            side = self._closed_side(fi, names, cj)
-            if side is None:
-                return None
-            if isinstance(side, ClosedSide):
-                sides.append(side)
+        sides = self._closed_sides(fi, names, rest)
+        if sides is None:
+            return None
         near = rest[0] if rest else cjs[0]
         out: list[list[Action]] = []
         for k in range(1 << len(free)):
