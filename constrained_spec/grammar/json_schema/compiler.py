@@ -158,7 +158,7 @@ def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start
         if result is None:
             raise error
         return result
-    # JSON-token terminals (``build_lark(split=True)``, its last try) where nothing else answers or the
+    # JSON-token terminals (``build_lark(split=True)``, its first try) where nothing else answers or the
     # regex is narrowed (without a grammar it would be refused); a recursive schema whose regex is
     # exact keeps the grammar it had
     lark, gcomp = _schema_grammar(schema, options, start, hoist=HOIST_CHARS, doc=first.doc,
@@ -188,7 +188,7 @@ def _schema_grammar(schema: Union[dict[str, Any], bool], options: SchemaOptions,
     """The Lark grammar of a recursive or narrowed schema (rules for the conjunctions met inside
     themselves, large all-optional objects and, with ``hoist``, every conjunction whose regex passes
     that many characters) and the compiler that wrote it; (None, None) where it cannot be built
-    exactly (:func:`~.emit_lark.build_lark`, with JSON-token terminals as its last try where
+    exactly (:func:`~.emit_lark.build_lark`, with JSON-token terminals as its first try where
     ``split``; with those alone where ``split_only``). Past the time budget it raises
     :func:`~.base.time_limit_error` (kind ``"time"``) rather than answer None: whether a grammar
     exists does not depend on how busy the host is."""

@@ -1,0 +1,188 @@
+"""The sets of terminals llguidance's lexer may try at one point of a parse: the groups the
+greedy-lexing check (:func:`~.lexeme_check.greedy_safe`) compares pairwise.
+
+After some complete lexemes the parser may be at several places of the grammar at once: where
+alternatives share a prefix (``A r0 B | A r1 C``: after ``A`` both ``r0`` and ``r1`` may start),
+and the lexer then tries every terminal any of them expects. The set of terminals that may start
+at one *place* of the grammar misses that union (a grammar passed the check while greedy lexing
+lost ``"pa"`` to ``"purple"`` in ``{"r": ("(x)?" | "purple" ...)}``).
+
+The groups here come from a position automaton of the grammar (Glushkov's construction, with a
+rule's last positions followed by whatever follows any of its references): each terminal
+occurrence is a state, and reading a terminal name moves a set of occurrences to the occurrences
+of that name that may come next. Every parse maps to a path of this automaton (the automaton's
+terminal sequences are a superset of the grammar's), so the occurrences reachable by a terminal
+sequence include every place the parser may be after it. Each reachable set contributes the names
+of the occurrences that may follow it: one group. Past :data:`MAX_WORK` steps the answer is the
+coarser, still sound, grouping by terminal: every terminal with the names that may follow it
+anywhere.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Optional
+
+__all__ = ["MAX_WORK", "lexing_groups"]
+
+Expr = tuple
+
+#: the most occurrences the determinisation may read (each set visited, and what may follow it)
+#: before it answers with the coarser grouping (one group per terminal: what may follow it
+#: anywhere). The largest grammar of the JSONSchemaBench development splits (15,326 occurrences)
+#: takes well under a tenth of it.
+MAX_WORK = 4_000_000
+
+
+def lexing_groups(root: Expr, rules: dict[str, Expr], follows: dict[str, frozenset[str]]) -> set[frozenset[str]]:
+    """The sets of terminal names that may start at one point of a parse of ``root`` (``rules``:
+    rule name -> body; expressions as :mod:`.emit_lark` writes them). ``follows``: terminal -> the
+    terminals that may follow it anywhere (the coarser grouping past :data:`MAX_WORK`)."""
+    auto = _Automaton(root, rules)
+    found = auto.groups()
+    if found is not None:
+        return found
+    groups = {frozenset(f) for f in follows.values() if f}
+    groups.add(frozenset(auto.name[i] for i in auto.start))
+    return groups
+
+
+def _rule_nullability(rules: dict[str, Expr]) -> dict[str, bool]:
+    """Whether each rule derives the empty text (a least fixed point)."""
+    null = {r: False for r in rules}
+
+    def nullable(e: Expr) -> bool:
+        kind = e[0]
+        if kind == "T":
+            return False
+        if kind == "R":
+            return null[e[1]]
+        if kind == "seq":
+            return all(nullable(x) for x in e[1])
+        if kind == "alt":
+            return any(nullable(x) for x in e[1])
+        return e[2] == 0 or nullable(e[1])
+
+    changed = True
+    while changed:
+        changed = False
+        for r, body in rules.items():
+            if not null[r] and nullable(body):
+                null[r] = changed = True
+    return null
+
+
+class _Automaton:
+    """The position automaton: terminal occurrences (numbered in walk order), the occurrences that
+    may follow each, and those that may start the text. While the expressions are walked a rule
+    reference stands as the mark ``-1 - k`` (``k``: its index in ``refs``); the marks are resolved
+    to the rule's first or last occurrences once every rule has been walked."""
+
+    def __init__(self, root: Expr, rules: dict[str, Expr]) -> None:
+        self.null = _rule_nullability(rules)
+        self.name: list[str] = []  # occurrence -> terminal name
+        self.follow: list[set[int]] = []  # occurrence -> occurrences (or marks) that may come next
+        self.refs: list[str] = []  # mark k -> the rule it refers to
+        self.ref_follow: list[set[int]] = []  # mark k -> what may come right after the reference
+        root_first, _, _ = self._add(root)
+        bodies = {r: self._add(body) for r, body in rules.items()}
+        first: dict[str, set[int]] = {r: set() for r in rules}
+        last: dict[str, set[int]] = {r: set() for r in rules}
+
+        def resolved(marks: set[int], table: dict[str, set[int]]) -> set[int]:
+            out: set[int] = set()
+            for i in marks:
+                if i >= 0:
+                    out.add(i)
+                else:
+                    out |= table[self.refs[-1 - i]]
+            return out
+
+        changed = True
+        while changed:  # the sets only grow, and are finite: this ends
+            changed = False
+            for r, (bf, bl, _) in bodies.items():
+                f, lst = resolved(bf, first), resolved(bl, last)
+                if f != first[r] or lst != last[r]:
+                    first[r], last[r], changed = f, lst, True
+        for s in range(len(self.follow)):
+            self.follow[s] = resolved(self.follow[s], first)
+        for k, rule in enumerate(self.refs):
+            after = resolved(self.ref_follow[k], first)
+            for i in last[rule]:
+                self.follow[i] |= after
+        self.start = frozenset(resolved(root_first, first))
+
+    def _add(self, e: Expr) -> tuple[set[int], set[int], bool]:
+        """(first occurrences, last occurrences, nullable) of ``e``, marks standing for references;
+        the follow edges inside ``e`` are added."""
+        kind = e[0]
+        if kind == "T":
+            self.name.append(e[1])
+            self.follow.append(set())
+            return {len(self.name) - 1}, {len(self.name) - 1}, False
+        if kind == "R":
+            self.refs.append(e[1])
+            self.ref_follow.append(set())
+            mark = -len(self.refs)
+            return {mark}, {mark}, self.null[e[1]]
+        if kind == "seq":
+            first: set[int] = set()
+            last: set[int] = set()
+            null = True
+            for x in e[1]:
+                f, lst, n = self._add(x)
+                self._link(last, f)
+                if null:
+                    first |= f
+                last = (lst | last) if n else lst
+                null = null and n
+            return first, last, null
+        if kind == "alt":
+            first, last, null = set(), set(), False
+            for x in e[1]:
+                f, lst, n = self._add(x)
+                first |= f
+                last |= lst
+                null = null or n
+            return first, last, null
+        f, lst, n = self._add(e[1])  # ("rep", body, lo, hi)
+        if e[3] is None or e[3] > 1:
+            self._link(lst, f)
+        return f, lst, n or e[2] == 0
+
+    def _link(self, src: set[int], dst: set[int]) -> None:
+        for s in src:
+            (self.follow[s] if s >= 0 else self.ref_follow[-1 - s]).update(dst)
+
+    def groups(self) -> Optional[set[frozenset[str]]]:
+        """The names that may be read next from each set of occurrences reachable by reading
+        terminal names from the start (the subset construction); None past :data:`MAX_WORK` steps."""
+        groups: set[frozenset[str]] = set()
+        seen: set[frozenset[int]] = set()
+        todo: collections.deque[frozenset[int]] = collections.deque()
+
+        def visit(nxt: set[int] | frozenset[int]) -> None:
+            by_name: dict[str, set[int]] = {}
+            for i in nxt:
+                by_name.setdefault(self.name[i], set()).add(i)
+            if by_name:
+                groups.add(frozenset(by_name))
+            for members in by_name.values():
+                key = frozenset(members)
+                if key not in seen:
+                    seen.add(key)
+                    todo.append(key)
+
+        visit(self.start)
+        work = 0
+        while todo:
+            here = todo.popleft()
+            nxt: set[int] = set()
+            for i in here:
+                nxt |= self.follow[i]
+            work += len(here) + len(nxt)
+            if work > MAX_WORK:
+                return None
+            visit(nxt)
+        return groups
