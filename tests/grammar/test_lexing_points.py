@@ -28,8 +28,32 @@ from constrained_spec.grammar.vocab import TokenVocabulary
 BYTES = TokenVocabulary(tokens={i: bytes([i]) for i in range(256)}, eos_token_ids=(256,), size=257)
 
 
-def _place_groups(root, rules, follows):  # noqa: ARG001 - the older check's groups (negative control)
-    return emit_lark._Flow(root, rules).colive
+def _place_groups(root, rules, follows, rule_null=None):  # noqa: ARG001
+    """The older check's groups (the negative control): the terminals that may start at one place of
+    the grammar, each place on its own (FIRST of what is there, and what follows where it may read
+    nothing)."""
+    flow = emit_lark._Flow(root, rules)
+    groups: set[frozenset[str]] = set()
+
+    def walk(e, follow: frozenset[str]) -> None:
+        start = flow.first(e) | (follow if flow.nullable(e) else frozenset())
+        if start:
+            groups.add(start)
+        if e[0] == "seq":
+            after = follow
+            for x in reversed(e[1]):
+                walk(x, after)
+                after = flow.first(x) | (after if flow.nullable(x) else frozenset())
+        elif e[0] == "alt":
+            for x in e[1]:
+                walk(x, follow)
+        elif e[0] == "rep":
+            walk(e[1], (flow.first(e[1]) | follow) if e[3] is None or e[3] > 1 else follow)
+
+    walk(root, frozenset())
+    for r, body in rules.items():
+        walk(body, flow.follow_r[r])
+    return groups
 
 
 def _expanded(text: str, rules: dict[int, str]) -> str:

@@ -535,8 +535,8 @@ def _merged(root: Expr, rules: dict[str, Expr]) -> tuple[Expr, dict[str, Expr]]:
 
 
 class _Flow:
-    """FIRST sets, nullability, the terminals that may follow each terminal, and the sets of
-    terminals that may start at one point."""
+    """FIRST sets, nullability and the terminals that may follow each terminal (the sets of
+    terminals that may start at one point of a parse: :func:`~.lexing_points.lexing_groups`)."""
 
     def __init__(self, root: Expr, rules: dict[str, Expr]) -> None:
         self.rules = rules
@@ -568,7 +568,6 @@ class _Flow:
         self._first_of, self._null_of = {}, {}
         self.follow_r: dict[str, frozenset[str]] = {r: frozenset() for r in rules}
         self.follows: dict[str, set[str]] = {}  # terminal -> the terminals that may follow it
-        self.colive: set[frozenset[str]] = set()  # sets of terminals that may start at one point
         #: (id of an expression, its follow set) -> the expression, for each walk done: walking it
         #: again with the same follow set adds nothing (what a walk adds depends on those two only,
         #: the FIRST sets and nullability being final), so the rounds after the first walk only
@@ -630,9 +629,6 @@ class _Flow:
         if self._walked.get(key) is e:
             return
         self._walked[key] = e
-        start = self.first(e) | (follow if self.nullable(e) else frozenset())
-        if len(start) > 0:
-            self.colive.add(start)
         kind = e[0]
         if kind == "T":
             self.follows.setdefault(e[1], set()).update(follow)
@@ -815,7 +811,7 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
     used = set(flow.follows)
     terminals = {name: node for name, node in b.nodes.items() if name in used}
     follows = {name: frozenset(f) for name, f in flow.follows.items()}
-    colive = lexing_groups(root_e, kept, follows)
+    colive = lexing_groups(root_e, kept, follows, flow.null_r)
     if not greedy_safe_ids(terminals, b.memo.lexemes, list(colive), follows,
                            _check_budget(terminals, b.memo.lexemes, colive, scaled), deadline):
         return None

@@ -21,7 +21,7 @@ anywhere.
 from __future__ import annotations
 
 import collections
-from typing import Optional
+from typing import Optional, Union
 
 __all__ = ["MAX_WORK", "lexing_groups"]
 
@@ -34,11 +34,13 @@ Expr = tuple
 MAX_WORK = 4_000_000
 
 
-def lexing_groups(root: Expr, rules: dict[str, Expr], follows: dict[str, frozenset[str]]) -> set[frozenset[str]]:
+def lexing_groups(root: Expr, rules: dict[str, Expr], follows: dict[str, frozenset[str]],
+                  rule_null: Optional[dict[str, bool]] = None) -> set[frozenset[str]]:
     """The sets of terminal names that may start at one point of a parse of ``root`` (``rules``:
     rule name -> body; expressions as :mod:`.emit_lark` writes them). ``follows``: terminal -> the
-    terminals that may follow it anywhere (the coarser grouping past :data:`MAX_WORK`)."""
-    auto = _Automaton(root, rules)
+    terminals that may follow it anywhere (the coarser grouping past :data:`MAX_WORK`);
+    ``rule_null``: whether each rule derives the empty text, where the caller knows it already."""
+    auto = _Automaton(root, rules, rule_null)
     found = auto.groups()
     if found is not None:
         return found
@@ -78,8 +80,8 @@ class _Automaton:
     reference stands as the mark ``-1 - k`` (``k``: its index in ``refs``); the marks are resolved
     to the rule's first or last occurrences once every rule has been walked."""
 
-    def __init__(self, root: Expr, rules: dict[str, Expr]) -> None:
-        self.null = _rule_nullability(rules)
+    def __init__(self, root: Expr, rules: dict[str, Expr], rule_null: Optional[dict[str, bool]] = None) -> None:
+        self.null = rule_null if rule_null is not None else _rule_nullability(rules)
         self.name: list[str] = []  # occurrence -> terminal name
         self.follow: list[set[int]] = []  # occurrence -> occurrences (or marks) that may come next
         self.refs: list[str] = []  # mark k -> the rule it refers to
@@ -98,13 +100,27 @@ class _Automaton:
                     out |= table[self.refs[-1 - i]]
             return out
 
-        changed = True
-        while changed:  # the sets only grow, and are finite: this ends
-            changed = False
-            for r, (bf, bl, _) in bodies.items():
-                f, lst = resolved(bf, first), resolved(bl, last)
-                if f != first[r] or lst != last[r]:
-                    first[r], last[r], changed = f, lst, True
+        # a rule's first and last occurrences through the rules it refers to: the least fixed point,
+        # a rule computed again only when a rule it refers to grew (the sets only grow: their
+        # sizes tell a change)
+        users: dict[str, set[str]] = {r: set() for r in rules}
+        for r, (bf, bl, _) in bodies.items():
+            for i in bf | bl:
+                if i < 0:
+                    users[self.refs[-1 - i]].add(r)
+        todo = collections.deque(rules)
+        queued = set(rules)
+        while todo:
+            r = todo.popleft()
+            queued.discard(r)
+            bf, bl, _ = bodies[r]
+            f, lst = resolved(bf, first), resolved(bl, last)
+            if len(f) != len(first[r]) or len(lst) != len(last[r]):
+                first[r], last[r] = f, lst
+                for u in users[r]:
+                    if u not in queued:
+                        queued.add(u)
+                        todo.append(u)
         for s in range(len(self.follow)):
             self.follow[s] = resolved(self.follow[s], first)
         for k, rule in enumerate(self.refs):
@@ -157,31 +173,52 @@ class _Automaton:
 
     def groups(self) -> Optional[set[frozenset[str]]]:
         """The names that may be read next from each set of occurrences reachable by reading
-        terminal names from the start (the subset construction); None past :data:`MAX_WORK` steps."""
+        terminal names from the start (the subset construction); None past :data:`MAX_WORK` steps.
+        Most sets are one occurrence (a name read once among what may come next): those are kept
+        as the occurrence itself, without building a set."""
+        name, follow = self.name, self.follow
         groups: set[frozenset[str]] = set()
-        seen: set[frozenset[int]] = set()
-        todo: collections.deque[frozenset[int]] = collections.deque()
+        seen_one: set[int] = set()
+        seen_many: set[frozenset[int]] = set()
+        todo: collections.deque[Union[int, frozenset[int]]] = collections.deque()
 
-        def visit(nxt: set[int] | frozenset[int]) -> None:
+        def visit(nxt: Union[set[int], frozenset[int]]) -> None:
+            names = frozenset([name[i] for i in nxt])
+            if names:
+                groups.add(names)
+            if len(names) == len(nxt):  # every name once: each move leads to one occurrence
+                for i in nxt:
+                    if i not in seen_one:
+                        seen_one.add(i)
+                        todo.append(i)
+                return
             by_name: dict[str, set[int]] = {}
             for i in nxt:
-                by_name.setdefault(self.name[i], set()).add(i)
-            if by_name:
-                groups.add(frozenset(by_name))
+                by_name.setdefault(name[i], set()).add(i)
             for members in by_name.values():
+                if len(members) == 1:
+                    (i,) = members
+                    if i not in seen_one:
+                        seen_one.add(i)
+                        todo.append(i)
+                    continue
                 key = frozenset(members)
-                if key not in seen:
-                    seen.add(key)
+                if key not in seen_many:
+                    seen_many.add(key)
                     todo.append(key)
 
         visit(self.start)
         work = 0
         while todo:
             here = todo.popleft()
-            nxt: set[int] = set()
-            for i in here:
-                nxt |= self.follow[i]
-            work += len(here) + len(nxt)
+            if isinstance(here, int):
+                nxt = follow[here]
+                work += 1 + len(nxt)
+            else:
+                nxt = set()
+                for i in here:
+                    nxt |= follow[i]
+                work += len(here) + len(nxt)
             if work > MAX_WORK:
                 return None
             visit(nxt)
