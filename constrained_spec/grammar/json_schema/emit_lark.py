@@ -513,17 +513,40 @@ def _renamed(e: Expr, names: dict[str, str]) -> Expr:
     return e
 
 
+def _tagged(e: Expr, used: list[str]) -> Expr:
+    """e with its k-th rule reference (walk order) renamed to the token ``\\x01k\\x02`` (no
+    terminal or rule name holds those characters), the rule appended to ``used``."""
+    kind = e[0]
+    if kind == "R":
+        used.append(e[1])
+        return ("R", "\x01%d\x02" % (len(used) - 1))
+    if kind in ("seq", "alt"):
+        return (kind, [_tagged(x, used) for x in e[1]])
+    if kind == "rep":
+        return ("rep", _tagged(e[1], used), e[2], e[3])
+    return e
+
+
 def _merged(root: Expr, rules: dict[str, Expr]) -> tuple[Expr, dict[str, Expr]]:
     """The grammar with each class of rules that are the same up to the names of the rules they use
     (the coarsest such partition, refined from one class as a DFA is minimised) written once: the
     rules of one class derive the same texts (their bodies are the same with each rule standing for
-    a rule of its class), so naming one for all keeps the language."""
+    a rule of its class), so naming one for all keeps the language.
+
+    Each body is rendered once, its rule references written as numbered tokens (:func:`_tagged`);
+    a round compares (class, that text, the classes of the references in order). Equal ones are the
+    same body up to the names of the rules of one class (a refinement of comparing the bodies
+    rendered with the class names: two references to one class in an alternation stay two)."""
     order = sorted(rules, key=lambda r: int(r[1:]))
+    shape: dict[str, str] = {}
+    used: dict[str, list[str]] = {}
+    for r in order:
+        used[r] = []
+        shape[r] = _render(_tagged(rules[r], used[r]))
     cls = {r: 0 for r in order}
     while True:
-        names = {r: "c%d" % c for r, c in cls.items()}
-        sigs: dict[tuple[int, str], int] = {}
-        new = {r: sigs.setdefault((cls[r], _render(_renamed(rules[r], names))), len(sigs)) for r in order}
+        sigs: dict[tuple[int, str, tuple[int, ...]], int] = {}
+        new = {r: sigs.setdefault((cls[r], shape[r], tuple([cls[x] for x in used[r]])), len(sigs)) for r in order}
         if len(sigs) == len(set(cls.values())):
             break
         cls = new
