@@ -12,15 +12,17 @@ grammar byte by byte. Negative control: the same tests with the groups of one pl
 
 from __future__ import annotations
 
+import json
 import random
 import re
+from pathlib import Path
 from typing import Optional, Union
 
 import pytest
 from grammar_oracles import byte_walk
 
 from constrained_spec.grammar.backends.llguidance import compile_grammar
-from constrained_spec.grammar.json_schema import emit_lark
+from constrained_spec.grammar.json_schema import emit_lark, schema_to_regex
 from constrained_spec.grammar.json_schema.emit_lark import build_lark, placeholder
 from constrained_spec.grammar.json_schema.lexing_points import lexing_groups
 from constrained_spec.grammar.vocab import TokenVocabulary
@@ -209,3 +211,39 @@ def test_negative_control_random_sweep_finds_lost_strings_with_groups_of_one_pla
     monkeypatch.setattr(emit_lark, "lexing_groups", _place_groups)
     _, wrong = _sweep(300, seed=3)
     assert wrong, "the older grouping should lose strings somewhere in the sweep"
+
+
+# -- the development split's schemas that showed it -----------------------------------------------
+
+DEV = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def _dev_case(name: str) -> dict:
+    matches = sorted(DEV.glob(f"jsonschemabench-dev*/data/{name}.json"))
+    if not matches:
+        pytest.skip(f"{name} is not in ../shared/data (the JSONSchemaBench development splits)")
+    return json.loads(matches[0].read_text())
+
+
+def test_o37786_accepts_its_valid_instances_and_refuses_the_rest():
+    """Its grammar lost ``{"ref":"primary"}`` to the terminal ``"purple"`` (both valid instances refused)."""
+    case = _dev_case("Github_easy---o37786")
+    compiled = schema_to_regex(case["schema"])
+    assert compiled.lark is not None
+    grammar = compile_grammar("lark", compiled.lark, BYTES)
+    for test in case["tests"]:
+        text = json.dumps(test["data"], separators=(",", ":"), ensure_ascii=False)
+        assert byte_walk(grammar, text) == test["valid"], (test["valid"], text[:80])
+    assert byte_walk(grammar, '{"abc":{"ref":"pa"}}') and not byte_walk(grammar, '{"abc":{"ref":"red"}}')
+
+
+def test_a_recursive_schema_whose_long_terminals_fail_gets_json_token_terminals():
+    """o13135's grammar fails the check with longer terminals; the JSON-token try keeps its recursion
+    whole (before, its regex unrolled to ``max_recursion_depth`` was all it had)."""
+    case = _dev_case("Github_medium---o13135")
+    compiled = schema_to_regex(case["schema"])
+    assert compiled.lark is not None
+    grammar = compile_grammar("lark", compiled.lark, BYTES)
+    for test in case["tests"]:
+        if test["valid"]:
+            assert byte_walk(grammar, json.dumps(test["data"], separators=(",", ":"), ensure_ascii=False))

@@ -95,7 +95,7 @@ def schema_to_regex(
         return _over_cap(schema, options, start, e, comp)
     if (recursive or result.narrowed) and options.recursive_refs == "grammar":
         lark, _ = _schema_grammar(schema, options, start, doc=comp.doc)
-        if lark is None and result.narrowed:  # the regex alone would narrow: JSON-token terminals
+        if lark is None:  # the regex alone narrows (or holds the recursion to a depth): JSON-token terminals
             lark, _ = _schema_grammar(schema, options, start, hoist=HOIST_CHARS, doc=comp.doc, split=True,
                                       split_only=True)
         if lark is not None:
