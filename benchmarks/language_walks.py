@@ -10,6 +10,14 @@ that the schema rejects is a false accept.
 ``python benchmarks/language_walks.py [--walks N] [--additional-properties spec] FILES...``
 (JSONSchemaBench files, ``{"schema": ...}``) prints one line per schema and exits 1 where any
 false accept was found.
+
+``--instances`` walks each file's bundled tests instead (its own key order and the compiler's, as
+``coverage.py`` serialises them) through the compiled output, byte by byte: ``coverage.py`` matches
+the regex only, so a grammar (and a schema whose output is a grammar alone) gets no instance check
+there. It prints the schemas where an invalid instance is accepted, or where the grammar refuses a
+valid instance that the schema's regex (``regex`` package) accepts: a string the grammar lost (the
+greedy-lexing check once let such grammars through). Valid instances both refuse are the regex's
+documented choices, counted by ``coverage.py``. Exits 1 where either kind is found.
 """
 
 from __future__ import annotations
@@ -115,14 +123,94 @@ def walk_schema(path: str, walks: int, options: SchemaOptions, seed: int = 1) ->
     return WalkReport(path.rsplit("/", 1)[-1], source, len(seen), valid, bad, unfinished, errors)
 
 
+@dataclass
+class InstanceReport:
+    """What walking one schema's bundled tests through its compiled output found."""
+
+    name: str
+    source: str  # "lark" or "regex"
+    valid_refused: int
+    invalid_accepted: list[str]
+    lost: list[str]  # valid texts the grammar refuses and the schema's regex accepts
+
+
+def byte_accepts(grammar: Any, text: str) -> bool:
+    """Whether the matcher takes ``text`` byte by byte and accepts at its end."""
+    m = grammar.matcher()
+    for b in text.encode("utf-8"):
+        if not m.accepts_prefix_bytes(bytes([b])):
+            return False
+        m.advance(b)
+    return bool(m.is_accepting())
+
+
+def check_instances(path: str, options: SchemaOptions) -> InstanceReport:
+    """Walk the file's bundled tests (both key orders) through its compiled output."""
+    from grammar_bench import _load_coverage
+
+    from constrained_spec.grammar.json_schema import canonical_key_orders
+
+    cov = _load_coverage()
+    case = json.load(open(path))
+    schema = case["schema"]
+    compiled = schema_to_regex(schema, options)
+    source = "lark" if compiled.lark is not None else "regex"
+    grammar = compile_grammar(source, compiled.lark if compiled.lark is not None else compiled.regex, BYTES)
+    regex = cov._compile(compiled.regex) if compiled.lark is not None and compiled.regex else None
+    order = canonical_key_orders(schema)
+    refused = 0
+    accepted: list[str] = []
+    lost: list[str] = []
+    for test in case.get("tests", []):
+        data = test["data"]
+        texts = [cov._dumps(data)] + ([cov._dumps(cov.reorder_keys(data, order))] if isinstance(data, (dict, list)) else [])
+        texts = [t for t in dict.fromkeys(texts) if t is not None]
+        if any(byte_accepts(grammar, t) for t in texts):
+            if not test["valid"]:
+                accepted.append(texts[-1])
+            continue
+        if test["valid"]:
+            refused += 1
+            if regex is not None and any(cov._fullmatch(regex, t, 5.0) for t in texts):
+                lost.append(texts[-1])
+    return InstanceReport(path.rsplit("/", 1)[-1], source, refused, accepted, lost)
+
+
+def instances_main(files: list[str], options: SchemaOptions) -> int:
+    """``--instances``: one line per schema where something is off, then the totals."""
+    schemas = refused = 0
+    accepted: list[str] = []
+    lost: list[str] = []
+    for pattern in files:
+        for path in sorted(glob.glob(pattern)):
+            try:
+                r = check_instances(path, options)
+            except ConstrainedSpecError:
+                continue
+            schemas += 1
+            refused += r.valid_refused
+            accepted += r.invalid_accepted
+            lost += r.lost
+            if r.invalid_accepted or r.lost:
+                print(f"{r.name}: {r.source} invalid-accepted {len(r.invalid_accepted)} lost {len(r.lost)}")
+                for t in (r.invalid_accepted + r.lost)[:2]:
+                    print("  ", t[:200])
+    print(f"schemas {schemas}: invalid accepted {len(accepted)}, valid refused {refused} "
+          f"(by the grammar alone, its regex accepting them: {len(lost)})")
+    return 1 if accepted or lost else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", help="JSONSchemaBench files or globs")
     ap.add_argument("--walks", type=int, default=400)
     ap.add_argument("--additional-properties", default="declared", choices=["declared", "spec"])
+    ap.add_argument("--instances", action="store_true", help="walk the bundled tests instead of random texts")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     options = SchemaOptions(additional_properties=args.additional_properties)
+    if args.instances:
+        return instances_main(args.files, options)
     total_bad = 0
     for pattern in args.files:
         for path in sorted(glob.glob(pattern)):
