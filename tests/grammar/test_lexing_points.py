@@ -97,7 +97,7 @@ def test_groups_hold_the_union_after_a_shared_prefix():
     """After ``A`` the lexer may try ``r0``'s and ``r1``'s first terminals together."""
     root = ("alt", [("seq", [("T", "A"), ("R", "r0"), ("T", "B")]), ("seq", [("T", "A"), ("R", "r1"), ("T", "C")])])
     rules = {"r0": ("seq", [("T", "Q"), ("rep", ("T", "X"), 0, 1), ("T", "Q")]), "r1": ("T", "P")}
-    groups = lexing_groups(root, rules, {})
+    groups = lexing_groups(root, rules, {}, emit_lark._Flow(root, rules).null_r)
     assert frozenset({"Q", "P"}) in groups
     assert frozenset({"A"}) in groups and frozenset({"X", "Q"}) in groups
     assert not any("B" in g and "Q" in g for g in groups)  # B only after r0's closing Q: never beside a Q
@@ -110,7 +110,7 @@ def test_coarse_groups_past_the_work_bound(monkeypatch):
     monkeypatch.setattr(lexing_points, "MAX_WORK", 0)
     root = ("alt", [("seq", [("T", "A"), ("R", "r0")]), ("seq", [("T", "A"), ("R", "r1")])])
     rules = {"r0": ("T", "Q"), "r1": ("T", "P")}
-    groups = lexing_groups(root, rules, {"A": frozenset({"Q", "P"})})
+    groups = lexing_groups(root, rules, {"A": frozenset({"Q", "P"})}, emit_lark._Flow(root, rules).null_r)
     assert frozenset({"Q", "P"}) in groups and frozenset({"A"}) in groups
 
 

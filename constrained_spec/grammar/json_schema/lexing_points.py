@@ -35,11 +35,11 @@ MAX_WORK = 4_000_000
 
 
 def lexing_groups(root: Expr, rules: dict[str, Expr], follows: dict[str, frozenset[str]],
-                  rule_null: Optional[dict[str, bool]] = None) -> set[frozenset[str]]:
+                  rule_null: dict[str, bool]) -> set[frozenset[str]]:
     """The sets of terminal names that may start at one point of a parse of ``root`` (``rules``:
     rule name -> body; expressions as :mod:`.emit_lark` writes them). ``follows``: terminal -> the
     terminals that may follow it anywhere (the coarser grouping past :data:`MAX_WORK`);
-    ``rule_null``: whether each rule derives the empty text, where the caller knows it already."""
+    ``rule_null``: whether each rule derives the empty text (``emit_lark._Flow.null_r``)."""
     auto = _Automaton(root, rules, rule_null)
     found = auto.groups()
     if found is not None:
@@ -49,39 +49,14 @@ def lexing_groups(root: Expr, rules: dict[str, Expr], follows: dict[str, frozens
     return groups
 
 
-def _rule_nullability(rules: dict[str, Expr]) -> dict[str, bool]:
-    """Whether each rule derives the empty text (a least fixed point)."""
-    null = {r: False for r in rules}
-
-    def nullable(e: Expr) -> bool:
-        kind = e[0]
-        if kind == "T":
-            return False
-        if kind == "R":
-            return null[e[1]]
-        if kind == "seq":
-            return all(nullable(x) for x in e[1])
-        if kind == "alt":
-            return any(nullable(x) for x in e[1])
-        return e[2] == 0 or nullable(e[1])
-
-    changed = True
-    while changed:
-        changed = False
-        for r, body in rules.items():
-            if not null[r] and nullable(body):
-                null[r] = changed = True
-    return null
-
-
 class _Automaton:
     """The position automaton: terminal occurrences (numbered in walk order), the occurrences that
     may follow each, and those that may start the text. While the expressions are walked a rule
     reference stands as the mark ``-1 - k`` (``k``: its index in ``refs``); the marks are resolved
     to the rule's first or last occurrences once every rule has been walked."""
 
-    def __init__(self, root: Expr, rules: dict[str, Expr], rule_null: Optional[dict[str, bool]] = None) -> None:
-        self.null = rule_null if rule_null is not None else _rule_nullability(rules)
+    def __init__(self, root: Expr, rules: dict[str, Expr], rule_null: dict[str, bool]) -> None:
+        self.null = rule_null
         self.name: list[str] = []  # occurrence -> terminal name
         self.follow: list[set[int]] = []  # occurrence -> occurrences (or marks) that may come next
         self.refs: list[str] = []  # mark k -> the rule it refers to
