@@ -31,6 +31,7 @@ from typing import Any, Callable, Optional, ParamSpec, Union
 
 from constrained_spec.errors import CompileLimitError, EmptyLanguageError, SchemaError, UnsupportedKeywordError
 from constrained_spec.grammar import ecma_regex
+from constrained_spec.grammar.cycle_gc import cycle_collection_paused
 from constrained_spec.grammar.json_schema import shared_memo
 from constrained_spec.grammar.json_schema.base import ConjunctionKey, MemoKey, time_limit_error
 from constrained_spec.grammar.json_schema.combinators import Combinators, oneof_true_rest
@@ -108,11 +109,12 @@ _P = ParamSpec("_P")
 
 def _long_text_memo_kept(compile_fn: Callable[_P, SchemaRegex]) -> Callable[_P, SchemaRegex]:
     """``compile_fn`` with the text scanners' long-text answers kept for the one call
-    (:func:`ecma_regex.long_text_memo`)."""
+    (:func:`ecma_regex.long_text_memo`) and the cycle collector paused for it
+    (:func:`~constrained_spec.grammar.cycle_gc.cycle_collection_paused`)."""
 
     @functools.wraps(compile_fn)
     def compile_kept(*args: _P.args, **kwargs: _P.kwargs) -> SchemaRegex:
-        with ecma_regex.long_text_memo():
+        with ecma_regex.long_text_memo(), cycle_collection_paused():
             return compile_fn(*args, **kwargs)
 
     return compile_kept
