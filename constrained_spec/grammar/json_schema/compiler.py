@@ -60,6 +60,7 @@ from constrained_spec.grammar.json_schema.options import (
 from constrained_spec.grammar.json_schema.overlap_not import overlap_not_group
 from constrained_spec.grammar.json_schema.regex_text import alt
 from constrained_spec.grammar.json_schema.values import ALL_TYPES, intersect_types, json_value_regex, type_of
+from constrained_spec.grammar.regex_nesting import REGEX_NEST_LIMIT, too_deep
 
 __all__ = ["Compiler", "schema_to_regex", "value_regex"]
 
@@ -141,7 +142,8 @@ def _exact_or_refused(result: SchemaRegex, options: SchemaOptions) -> SchemaRege
 
 def _over_cap(schema: Union[dict[str, Any], bool], options: SchemaOptions, start: float, error: CompileLimitError,
               first: "Compiler") -> SchemaRegex:
-    """A schema whose regex passed ``max_regex_chars``: its grammar with every conjunction larger
+    """A schema whose regex passed ``max_regex_chars`` (or nests past :data:`REGEX_NEST_LIMIT`
+    levels, which llguidance's regex parser refuses): its grammar with every conjunction larger
     than :data:`~.options.HOIST_CHARS` a rule of its own (the whole language, sizes adding up
     instead of multiplying; None where it cannot be built exactly), and the regex of the compiler's
     tighter retries (a sound part of the language, for the automaton engine) where one fits. The
@@ -329,6 +331,9 @@ class Compiler(Keywords, Combinators, ValueEmitter, NumberEmitter, StringEmitter
             )
         if len(r) > self.opts.max_regex_chars:
             raise CompileLimitError(f"regex has {len(r)} characters, over max_regex_chars={self.opts.max_regex_chars}",
+                                    kind="size")
+        if too_deep(r):  # llguidance's regex parser would refuse it: the size cap's route (a grammar)
+            raise CompileLimitError(f"the schema's regex nests deeper than the {REGEX_NEST_LIMIT} levels llguidance's regex parser accepts",
                                     kind="size")
         return SchemaRegex(
             r,

@@ -37,6 +37,7 @@ from constrained_spec.grammar.json_schema.lexeme_check import (
 from constrained_spec.grammar.json_schema.lexeme_lang import NONE, Nodes
 from constrained_spec.grammar.json_schema.lexing_points import lexing_groups
 from constrained_spec.grammar.json_schema.regex_text import quantifier
+from constrained_spec.grammar.regex_nesting import too_deep
 
 __all__ = ["placeholder", "build_lark"]
 
@@ -833,6 +834,8 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
     flow = _Flow(root_e, kept)
     used = set(flow.follows)
     terminals = {name: node for name, node in b.nodes.items() if name in used}
+    if any(name in used and too_deep(text) for text, name in b.terminals.items()):
+        return None  # llguidance's regex parser would refuse the terminal (nesting)
     follows = {name: frozenset(f) for name, f in flow.follows.items()}
     colive = lexing_groups(root_e, kept, follows, flow.null_r)
     if not greedy_safe_ids(terminals, b.memo.lexemes, list(colive), follows,

@@ -42,6 +42,24 @@ def _other_chars_text(universe: ecma.Ranges, kids: str) -> Optional[str]:
     return ecma.emit_set(ecma.subtract(universe, ecma.norm([(ord(k), ord(k)) for k in kids])))
 
 
+#: the characters :meth:`StringEmitter.content_excluding` writes flat in one run of a trie: a run
+#: of n nested takes about 6 characters of grouping per character, flat its prefixes again (about
+#: n * n / 2): at 6 the two are about the same size, and the run nests one group deep, not 6
+CHAIN_CHARS = 6
+#: the shortest run it writes flat (a shorter one nests as before)
+CHAIN_MIN_CHARS = 6
+
+
+def _chain(node: Trie) -> list[tuple[str, Trie]]:
+    """The run of trie nodes from ``node`` that end no word and have one child each (at most
+    :data:`CHAIN_CHARS`): (child character, the node it leads to) per node."""
+    run: list[tuple[str, Trie]] = []
+    while len(run) < CHAIN_CHARS and "" not in node and len(node) == 1:
+        k, node = next(iter(node.items()))
+        run.append((k, node))
+    return run
+
+
 @functools.lru_cache(maxsize=256)
 def _dfa_strings(patterns: tuple[str, ...], lo: int, hi: Optional[int], minus_words: tuple[str, ...],
                  minus: tuple[Recipe, ...]) -> Optional[str]:
@@ -322,6 +340,9 @@ class StringEmitter(CompilerBase):
         def build(node: Trie, depth: int) -> Optional[str]:
             # strings that, from this trie node on, are not a word
             self.tick()
+            chain = _chain(node)
+            if len(chain) >= CHAIN_MIN_CHARS:
+                return build_chain(chain, depth)
             alts = []
             kids = [k for k in node if k != ""]
             o = _other_chars_text(universe, "".join(sorted(kids)))
@@ -337,6 +358,27 @@ class StringEmitter(CompilerBase):
                 # the word ends here: need at least one more character
                 return "(" + body + ")" if alts else None
             return "(" + body + ")?" if alts else ""
+
+        def build_chain(chain: list[tuple[str, Trie]], depth: int) -> Optional[str]:
+            # a run of nodes that end no word and have one child each, written flat: each place
+            # where a string may leave the run (a prefix of it, then another character or the end)
+            # is one branch, so the groups nest once per run instead of once per character
+            # (``regex_nesting``: a long property name nested past the regex parser's limit)
+            alts = []
+            text = ""
+            for k, _ in chain:
+                o = _other_chars_text(universe, k)
+                away = None if o is None else group(o) + group(c) + "*"
+                if not text:
+                    if away is not None:
+                        alts.append(away)
+                else:
+                    alts.append(ecma.literal(text) + ("(" + away + ")?" if away is not None else ""))
+                text += k
+            sub = build(chain[-1][1], depth + len(chain))
+            if sub is not None:
+                alts.append(ecma.literal(text) + group(sub) if sub else ecma.literal(text))
+            return "(" + "|".join(alts) + ")?" if alts else ""
 
         r = build(trie, 0)
         return r
