@@ -21,6 +21,7 @@ from typing import Optional, Union
 import pytest
 from grammar_oracles import byte_walk
 
+from constrained_spec.errors import CompileLimitError
 from constrained_spec.grammar.backends.llguidance import compile_grammar
 from constrained_spec.grammar.json_schema import emit_lark, schema_to_regex
 from constrained_spec.grammar.json_schema.emit_lark import build_lark, placeholder
@@ -30,7 +31,7 @@ from constrained_spec.grammar.vocab import TokenVocabulary
 BYTES = TokenVocabulary(tokens={i: bytes([i]) for i in range(256)}, eos_token_ids=(256,), size=257)
 
 
-def _place_groups(root, rules, follows, rule_null=None):  # noqa: ARG001
+def _place_groups(root, rules, follows, rule_null=None, start=None):  # noqa: ARG001
     """The older check's groups (the negative control): the terminals that may start at one place of
     the grammar, each place on its own (FIRST of what is there, and what follows where it may read
     nothing)."""
@@ -97,7 +98,8 @@ def test_groups_hold_the_union_after_a_shared_prefix():
     """After ``A`` the lexer may try ``r0``'s and ``r1``'s first terminals together."""
     root = ("alt", [("seq", [("T", "A"), ("R", "r0"), ("T", "B")]), ("seq", [("T", "A"), ("R", "r1"), ("T", "C")])])
     rules = {"r0": ("seq", [("T", "Q"), ("rep", ("T", "X"), 0, 1), ("T", "Q")]), "r1": ("T", "P")}
-    groups = lexing_groups(root, rules, {}, emit_lark._Flow(root, rules).null_r)
+    flow = emit_lark._Flow(root, rules)
+    groups = lexing_groups(root, rules, {}, flow.null_r, flow.first(root))
     assert frozenset({"Q", "P"}) in groups
     assert frozenset({"A"}) in groups and frozenset({"X", "Q"}) in groups
     assert not any("B" in g and "Q" in g for g in groups)  # B only after r0's closing Q: never beside a Q
@@ -110,8 +112,27 @@ def test_coarse_groups_past_the_work_bound(monkeypatch):
     monkeypatch.setattr(lexing_points, "MAX_WORK", 0)
     root = ("alt", [("seq", [("T", "A"), ("R", "r0")]), ("seq", [("T", "A"), ("R", "r1")])])
     rules = {"r0": ("T", "Q"), "r1": ("T", "P")}
-    groups = lexing_groups(root, rules, {"A": frozenset({"Q", "P"})}, emit_lark._Flow(root, rules).null_r)
+    flow = emit_lark._Flow(root, rules)
+    groups = lexing_groups(root, rules, {"A": frozenset({"Q", "P"})}, flow.null_r, flow.first(root))
     assert frozenset({"Q", "P"}) in groups and frozenset({"A"}) in groups
+
+
+def test_building_the_automaton_is_bounded_too(monkeypatch):
+    """The edges count towards ``MAX_WORK`` as they are written (n optional parts in a row have
+    about n * n of them): past it the coarser groups answer before the determinisation starts."""
+    from constrained_spec.grammar.json_schema import lexing_points
+
+    shared = ("alt", [("seq", [("T", "A"), ("R", "r0"), ("T", "B")]), ("seq", [("T", "A"), ("R", "r1"), ("T", "C")])])
+    root = ("seq", [("rep", ("T", "T%d" % i), 0, 1) for i in range(60)] + [shared])
+    rules = {"r0": ("seq", [("T", "Q"), ("rep", ("T", "X"), 0, 1), ("T", "Q")]), "r1": ("T", "P")}
+    flow = emit_lark._Flow(root, rules)
+    follows = {name: frozenset(f) for name, f in flow.follows.items()}
+    fine = lexing_groups(root, rules, follows, flow.null_r, flow.first(root))
+    monkeypatch.setattr(lexing_points, "MAX_WORK", 500)  # fewer than the optional run's edges
+    monkeypatch.setattr(lexing_points._Automaton, "groups", lambda self: pytest.fail("determinised past the bound"))
+    coarse = lexing_groups(root, rules, follows, flow.null_r, flow.first(root))
+    assert not any({"B", "Q"} <= g for g in fine) and any({"B", "Q"} <= g for g in coarse)
+    assert coarse != fine and all(any(g <= c for c in coarse) for g in fine)  # coarser, holding every group
 
 
 # -- random grammars ----------------------------------------------------------------------------
@@ -247,3 +268,17 @@ def test_a_recursive_schema_whose_long_terminals_fail_gets_json_token_terminals(
     for test in case["tests"]:
         if test["valid"]:
             assert byte_walk(grammar, json.dumps(test["data"], separators=(",", ":"), ensure_ascii=False))
+
+
+def test_too_many_pairs_answer_unsure_before_any_is_compared(monkeypatch):
+    """The greedy-lexing check counts its pairs before comparing any: past ``MAX_PAIRS`` it answers
+    False (unsure) at once. A 1,000-property all-optional object took 16 s to refuse (2026-12-06);
+    the same schema is refused by the same name now, without the comparisons."""
+    from constrained_spec.grammar.json_schema import lexeme_check
+
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(300)},
+              "additionalProperties": False}
+    monkeypatch.setattr(lexeme_check, "MAX_PAIRS", 100)
+    monkeypatch.setattr(lexeme_check, "_conflict", lambda *a: pytest.fail("a pair compared past the bound"))
+    with pytest.raises(CompileLimitError, match="none could be built exactly"):
+        schema_to_regex(schema)

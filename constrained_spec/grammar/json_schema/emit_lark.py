@@ -837,7 +837,7 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
     if any(name in used and too_deep(text) for text, name in b.terminals.items()):
         return None  # llguidance's regex parser would refuse the terminal (nesting)
     follows = {name: frozenset(f) for name, f in flow.follows.items()}
-    colive = lexing_groups(root_e, kept, follows, flow.null_r)
+    colive = lexing_groups(root_e, kept, follows, flow.null_r, flow.first(root_e))
     if not greedy_safe_ids(terminals, b.memo.lexemes, list(colive), follows,
                            _check_budget(terminals, b.memo.lexemes, colive, scaled), deadline):
         return None

@@ -205,6 +205,14 @@ def _self_conflict(lang: Lang, t: int, follow: ecma.Ranges) -> bool:
     return False
 
 
+#: the most pairs of lexemes :func:`greedy_safe` compares (counted over the groups no other group
+#: holds, before any is compared): past it the answer is False (unsure) at once. An all-optional
+#: object of n properties in grammar mode has about n * n pairs (2,000 properties took 90 s to refuse
+#: past a 60 s budget, 2026-12-06); the largest count of the JSONSchemaBench development splits is far
+#: below (the benchmark's digests are unchanged)
+MAX_PAIRS = 1_000_000
+
+
 def _maximal(groups: list[frozenset[str]]) -> list[frozenset[str]]:
     """The groups that are no subset of another one, largest first: their pairs are all the pairs
     of ``groups`` (a grammar of n optional parts in a row has n nested groups, n^3 pair look-ups
@@ -266,7 +274,10 @@ def _checked(ids: dict[str, int], nodes: Nodes, colive: list[frozenset[str]], fo
         if NONE in wide.values():  # a terminal's relaxed language is never empty; if it were, answer unsure
             return False, lang.budget
         size = {name: nodes.size(w) for name, w in wide.items()}
-        pairs = {(n1, n2) for group in _maximal(colive) for n1 in group if follow_chars[n1] for n2 in group}
+        kept = _maximal(colive)
+        if sum(len(g) * len(g) for g in kept) > MAX_PAIRS:
+            return False, lang.budget  # too many pairs to compare: unsure (a hostile or huge object)
+        pairs = {(n1, n2) for group in kept for n1 in group if follow_chars[n1] for n2 in group}
         # each lexeme against itself first, then the other pairs, small lexemes first in each:
         # where a conflict is there, it is most often a lexeme that can read on after a complete
         # text of its own (a grammar's first tries fail there, a few steps in), found before the

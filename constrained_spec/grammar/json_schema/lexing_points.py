@@ -35,18 +35,26 @@ MAX_WORK = 4_000_000
 
 
 def lexing_groups(root: Expr, rules: dict[str, Expr], follows: dict[str, frozenset[str]],
-                  rule_null: dict[str, bool]) -> set[frozenset[str]]:
+                  rule_null: dict[str, bool], start: frozenset[str]) -> set[frozenset[str]]:
     """The sets of terminal names that may start at one point of a parse of ``root`` (``rules``:
     rule name -> body; expressions as :mod:`.emit_lark` writes them). ``follows``: terminal -> the
-    terminals that may follow it anywhere (the coarser grouping past :data:`MAX_WORK`);
-    ``rule_null``: whether each rule derives the empty text (``emit_lark._Flow.null_r``)."""
-    auto = _Automaton(root, rules, rule_null)
-    found = auto.groups()
+    terminals that may follow it anywhere, and ``start``: those that may start the text (the
+    coarser grouping past :data:`MAX_WORK`, counted while the automaton is built and while it is
+    determinised); ``rule_null``: whether each rule derives the empty text (``emit_lark._Flow.null_r``)."""
+    try:
+        auto = _Automaton(root, rules, rule_null)
+    except _OverWork:
+        auto = None
+    found = auto.groups() if auto is not None else None
     if found is not None:
         return found
     groups = {frozenset(f) for f in follows.values() if f}
-    groups.add(frozenset(auto.name[i] for i in auto.start))
+    groups.add(start)
     return groups
+
+
+class _OverWork(Exception):
+    """Building the automaton's edges passed :data:`MAX_WORK` (the coarser grouping answers)."""
 
 
 class _Automaton:
@@ -61,6 +69,7 @@ class _Automaton:
         self.follow: list[set[int]] = []  # occurrence -> occurrences (or marks) that may come next
         self.refs: list[str] = []  # mark k -> the rule it refers to
         self.ref_follow: list[set[int]] = []  # mark k -> what may come right after the reference
+        self.work = 0  # occurrences written into follow sets so far (past MAX_WORK: _OverWork)
         root_first, _, _ = self._add(root)
         bodies = {r: self._add(body) for r, body in rules.items()}
         first: dict[str, set[int]] = {r: set() for r in rules}
@@ -72,7 +81,9 @@ class _Automaton:
                 if i >= 0:
                     out.add(i)
                 else:
-                    out |= table[self.refs[-1 - i]]
+                    got = table[self.refs[-1 - i]]
+                    self._spend(len(got))
+                    out |= got
             return out
 
         # a rule's first and last occurrences through the rules it refers to: the least fixed point,
@@ -100,6 +111,7 @@ class _Automaton:
             self.follow[s] = resolved(self.follow[s], first)
         for k, rule in enumerate(self.refs):
             after = resolved(self.ref_follow[k], first)
+            self._spend(len(after) * len(last[rule]))
             for i in last[rule]:
                 self.follow[i] |= after
         self.start = frozenset(resolved(root_first, first))
@@ -142,7 +154,13 @@ class _Automaton:
             self._link(lst, f)
         return f, lst, n or e[2] == 0
 
+    def _spend(self, steps: int) -> None:
+        self.work += steps
+        if self.work > MAX_WORK:
+            raise _OverWork
+
     def _link(self, src: set[int], dst: set[int]) -> None:
+        self._spend(len(src) * len(dst))
         for s in src:
             (self.follow[s] if s >= 0 else self.ref_follow[-1 - s]).update(dst)
 
