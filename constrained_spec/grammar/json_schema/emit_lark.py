@@ -826,7 +826,7 @@ def _build_lark(root: str, rules: dict[int, Optional[str]], ands: dict[int, tupl
         if r in kept:
             continue
         kept[r] = _prune(defined[r], ok)
-        todo.extend(sorted(_refs(kept[r], set()) - set(kept)))
+        todo.extend(sorted(x for x in _refs(kept[r], set()) if x not in kept))  # (no set of kept per rule)
     if not kept:
         return None  # nothing recursive is left: the regex says it all
     if split:
