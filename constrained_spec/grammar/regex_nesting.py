@@ -97,10 +97,11 @@ def nest_height(p: str) -> int:
     while i < n:
         c = p[i]
         top = stack[-1]
+        after_quantifier, quantified = quantified, False
+        counted = _COUNTED.match(p, i) if c == "{" else None
         if c == "\\":
             top.push(0)
             i += 2
-            quantified = False
         elif c == "[":
             j = i + 1
             if j < n and p[j] == "^":
@@ -112,33 +113,25 @@ def nest_height(p: str) -> int:
                 j += 2 if p[j] == "\\" else 1
             top.push(_class_height(p[start:j]))
             i = j + 1
-            quantified = False
         elif c == "(":
             stack.append(_Level())
             i += 3 if p.startswith("?:", i + 1) else 1
-            quantified = False
         elif c == ")":
             if len(stack) > 1:
                 inner = stack.pop().height()
                 stack[-1].push(inner + 1)
             i += 1
-            quantified = False
         elif c == "|":
             top.end_branch()
             i += 1
-            quantified = False
-        elif c in "*+?" or (c == "{" and _COUNTED.match(p, i)):
-            if c == "?" and quantified:
-                quantified = False  # lazy: a flag of the repetition before it
-            elif top.last >= 0:
+        elif c in "*+?" or counted:
+            if not (c == "?" and after_quantifier) and top.last >= 0:  # (a lazy '?': a flag, no level)
                 top.last += 1
                 quantified = True
-            m = _COUNTED.match(p, i) if c == "{" else None
-            i = m.end() if m else i + 1
+            i = counted.end() if counted else i + 1
         else:
             top.push(0)
             i += 1
-            quantified = False
     while len(stack) > 1:  # an unclosed group (not ours to write): counted as closed
         inner = stack.pop().height()
         stack[-1].push(inner + 1)

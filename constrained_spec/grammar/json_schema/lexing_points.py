@@ -42,10 +42,9 @@ def lexing_groups(root: Expr, rules: dict[str, Expr], follows: dict[str, frozens
     coarser grouping past :data:`MAX_WORK`, counted while the automaton is built and while it is
     determinised); ``rule_null``: whether each rule derives the empty text (``emit_lark._Flow.null_r``)."""
     try:
-        auto = _Automaton(root, rules, rule_null)
+        found = _Automaton(root, rules, rule_null).groups()
     except _OverWork:
-        auto = None
-    found = auto.groups() if auto is not None else None
+        found = None
     if found is not None:
         return found
     groups = {frozenset(f) for f in follows.values() if f}
